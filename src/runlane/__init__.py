@@ -1,0 +1,61 @@
+"""Runlane: durable background tasks whose truth lives in your database."""
+
+from runlane.core.clock import Clock, ManualClock, SystemClock
+from runlane.core.context import Context, Release, Signal, SignalReason
+from runlane.core.definitions import QueueDef, TaskDef, queue, task
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.lane import Lane
+from runlane.core.models import (
+    Page,
+    QueueStats,
+    Run,
+    RunEvent,
+    RunEventType,
+    RunFailure,
+    RunSource,
+    RunSourceType,
+    RunStatus,
+    TickReport,
+)
+from runlane.core.retry import BackoffType, RetryPolicy
+from runlane.core.runtime import Runlane
+from runlane.core.schedules import ScheduleDef, schedule
+from runlane.core.worker import Worker, WorkerMode
+from runlane.lanes import postgres_lane, sqlite_lane
+
+__all__ = [
+    "BackoffType",
+    "Clock",
+    "Context",
+    "ErrorCode",
+    "Lane",
+    "ManualClock",
+    "Page",
+    "QueueDef",
+    "QueueStats",
+    "Release",
+    "RetryPolicy",
+    "Run",
+    "RunEvent",
+    "RunEventType",
+    "RunFailure",
+    "RunSource",
+    "RunSourceType",
+    "RunStatus",
+    "Runlane",
+    "RunlaneError",
+    "ScheduleDef",
+    "Signal",
+    "SignalReason",
+    "SystemClock",
+    "TaskDef",
+    "TickReport",
+    "Worker",
+    "WorkerMode",
+    "postgres_lane",
+    "queue",
+    "schedule",
+    "sqlite_lane",
+    "task",
+]
+__version__ = "0.1.0"

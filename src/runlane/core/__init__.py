@@ -1,0 +1,1 @@
+"""Core: definitions, runtime, workers and pure run-state logic. Imports no driver."""

@@ -1,0 +1,69 @@
+"""Injectable time, so maintenance, backoff and schedules are testable without sleeping."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Clock(Protocol):
+    """A source of the current time as an aware UTC datetime."""
+
+    def now(self) -> datetime:
+        """Return the current time (UTC, timezone-aware)."""
+        ...
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now(self) -> datetime:
+        """Return the current UTC time."""
+        return datetime.now(UTC)
+
+
+class ManualClock:
+    """A clock that only moves when told to; for tests.
+
+    >>> clock = ManualClock(); clock.advance("30s")
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2030, 1, 1, tzinfo=UTC)
+        if self._now.tzinfo is None:
+            raise ValueError("ManualClock needs a timezone-aware start time")
+
+    def now(self) -> datetime:
+        """Return the clock's current time."""
+        return self._now
+
+    def advance(self, by: str | timedelta | float) -> datetime:
+        """Move the clock forward by a duration and return the new time."""
+        from runlane.core.durations import parse_duration
+
+        self._now += timedelta(seconds=parse_duration(by, name="advance"))
+        return self._now
+
+    def set(self, to: datetime) -> None:
+        """Jump to an absolute time."""
+        self._now = to
+
+
+def to_micros(moment: datetime) -> int:
+    """Aware datetime → integer microseconds since the Unix epoch (storage format)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r}: runlane needs timezone-aware datetimes")
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def from_micros(value: int) -> datetime:
+    """Integer microseconds since the Unix epoch → aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def monotonic() -> float:
+    """Monotonic seconds, for local timing that must not jump with the wall clock."""
+    return time.monotonic()

@@ -1,0 +1,140 @@
+"""What a task sees while it runs: :class:`Context`, its stop :class:`Signal`, and releases."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from runlane.core.durations import Duration, parse_duration
+
+
+class SignalReason(StrEnum):
+    """Why a running task is asked to stop."""
+
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+    TIMEOUT = "timeout"
+    SHUTDOWN = "shutdown"
+
+
+class Signal:
+    """A one-shot stop signal, usable from async code and from sync code in threads.
+
+    ``is_set()`` polls it; ``await wait()`` blocks until it is set; ``reason``
+    says why. The first reason wins.
+    """
+
+    def __init__(self) -> None:
+        self._reason: SignalReason | None = None
+        self._thread_event = threading.Event()
+        self._loop_events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._callbacks: list[Callable[[SignalReason], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def reason(self) -> SignalReason | None:
+        """Why the signal was set, or ``None`` while it is not."""
+        return self._reason
+
+    def is_set(self) -> bool:
+        """Whether the task has been asked to stop."""
+        return self._reason is not None
+
+    def set(self, reason: SignalReason) -> None:
+        """Ask the task to stop (first reason wins)."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+            waiters, self._loop_events = self._loop_events, []
+            callbacks, self._callbacks = self._callbacks, []
+        self._thread_event.set()
+        for loop, event in waiters:
+            if loop.is_closed():
+                continue
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+        for callback in callbacks:
+            callback(reason)
+
+    def add_callback(self, callback: Callable[[SignalReason], None]) -> None:
+        """Call ``callback(reason)`` when the signal is set (at once if it already is)."""
+        with self._lock:
+            if self._reason is None:
+                self._callbacks.append(callback)
+                return
+            reason = self._reason
+        callback(reason)
+
+    async def wait(self) -> SignalReason:
+        """Wait until the signal is set and return the reason."""
+        with self._lock:
+            if self._reason is not None:
+                return self._reason
+            event = asyncio.Event()
+            self._loop_events.append((asyncio.get_running_loop(), event))
+        await event.wait()
+        assert self._reason is not None
+        return self._reason
+
+    def wait_sync(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the signal is set (for sync tasks)."""
+        return self._thread_event.wait(timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Returned by a task to wait and run again later; not a failure, no retry spent."""
+
+    delay: float
+    reason: str | None = None
+
+
+class Context:
+    """Passed to every task call as its second argument."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        queue: str,
+        attempt: int,
+        signal: Signal,
+        scheduled_for: datetime | None,
+        trace_carrier: dict[str, str] | None,
+        heartbeat: Callable[[], Awaitable[None]],
+        worker_id: str,
+    ) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.queue = queue
+        self.attempt = attempt
+        self.signal = signal
+        self.scheduled_for = scheduled_for
+        self.trace_carrier = trace_carrier
+        self.worker_id = worker_id
+        self._heartbeat = heartbeat
+
+    def is_cancellation_requested(self) -> bool:
+        """Whether an operator asked to cancel this run."""
+        return self.signal.reason is SignalReason.CANCELLED
+
+    def release(self, delay: Duration, reason: str | None = None) -> Release:
+        """Build a release; ``return ctx.release("30s")`` to run again after 30 s.
+
+        >>> return ctx.release("1m", reason="export not ready")
+        """
+        return Release(parse_duration(delay, name="release delay"), reason)
+
+    async def heartbeat(self) -> None:
+        """Extend the lease now (workers also do this on their own)."""
+        await self._heartbeat()
+
+    def __repr__(self) -> str:
+        return f"Context(run_id={self.run_id!r}, task_id={self.task_id!r}, attempt={self.attempt})"

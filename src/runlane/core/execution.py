@@ -1,0 +1,230 @@
+"""One attempt of one leased run: call the handler, keep the lease alive, settle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from runlane.core.context import Context, Release, Signal, SignalReason
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.models import Run, RunFailure, RunStatus
+from runlane.core.payloads import validate_payload
+from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.transitions import (
+    AttemptOutcome,
+    Failed,
+    Released,
+    Succeeded,
+    sanitize_exception,
+    settle_attempt,
+)
+from runlane.storage.protocol import LeaseRequest
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+logger = logging.getLogger("runlane.execution")
+
+DEFAULT_LEASE_DURATION = 30.0
+#: Settles that lose a compare-and-set race are re-read and recomputed this often.
+MAX_SETTLE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """How long a lease lasts and how often it is renewed."""
+
+    duration: float = DEFAULT_LEASE_DURATION
+    heartbeat_interval: float | None = None
+
+    @property
+    def interval(self) -> float:
+        """Heartbeat every third of the lease unless told otherwise."""
+        return self.heartbeat_interval or self.duration / 3
+
+
+class AttemptRunner:
+    """Runs attempts for one runtime; shared by workers, ``execute_next`` and ``run_now``."""
+
+    def __init__(self, runtime: Runlane) -> None:
+        self._rt = runtime
+
+    def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
+        """A lease from now for ``settings.duration``."""
+        return LeaseRequest(worker_id, self._rt.clock.now() + timedelta(seconds=settings.duration))
+
+    async def execute(
+        self,
+        run: Run,
+        settings: LeaseSettings,
+        *,
+        stop: Signal | None = None,
+        max_attempt_duration: float | None = None,
+    ) -> Run:
+        """Execute the attempt ``run`` is leased for and return the run as settled."""
+        rt = self._rt
+        assert run.lease is not None
+        signal = Signal()
+        if stop is not None:
+            stop.add_callback(signal.set)
+        task = rt.registry.tasks.get(run.task_id)
+        heartbeat = _Heartbeat(rt, run, settings, signal)
+        outcome: AttemptOutcome
+        if task is None:
+            outcome = Failed(
+                RunFailure(
+                    ErrorCode.TASK_NOT_FOUND.value,
+                    f"Task {run.task_id!r} is not registered in this worker.",
+                    retryable=True,
+                )
+            )
+            policy = DEFAULT_RETRY_POLICY
+        else:
+            policy = task.retry
+            timeout = _min_or_none(task.timeout, max_attempt_duration)
+            heartbeat.start()
+            try:
+                outcome = await self._call(task, run, signal, heartbeat, time_limit=timeout)
+            finally:
+                await heartbeat.stop()
+        if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
+            # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
+            outcome = Released(0.0, "worker shutdown")
+        return await self._settle(run, outcome, policy)
+
+    async def _call(
+        self,
+        task: Any,
+        run: Run,
+        signal: Signal,
+        heartbeat: _Heartbeat,
+        *,
+        time_limit: float | None,
+    ) -> AttemptOutcome:
+        rt = self._rt
+        try:
+            payload, _ = validate_payload(task, run.payload)
+        except RunlaneError as error:
+            return Failed(
+                sanitize_exception(RunlaneError(error.code, error.message, meta=error.meta))
+            )
+        assert run.lease is not None
+        ctx = Context(
+            run_id=run.id,
+            task_id=run.task_id,
+            queue=run.queue,
+            attempt=run.attempt,
+            signal=signal,
+            scheduled_for=run.source.occurs_at,
+            trace_carrier=run.trace_carrier,
+            heartbeat=heartbeat.beat,
+            worker_id=run.lease.owner,
+        )
+        try:
+            if task.is_async:
+                coro = task.fn(payload, ctx)
+                value = await (asyncio.wait_for(coro, time_limit) if time_limit else coro)
+            else:
+                call: Callable[[], Any] = lambda: task.fn(payload, ctx)  # noqa: E731
+                future = asyncio.get_running_loop().run_in_executor(rt.thread_pool, call)
+                value = await (asyncio.wait_for(future, time_limit) if time_limit else future)
+        except TimeoutError:
+            signal.set(SignalReason.TIMEOUT)
+            return Failed(
+                RunFailure(
+                    ErrorCode.TASK_TIMEOUT.value,
+                    f"Task {run.task_id!r} ran longer than its {time_limit:g}s time limit.",
+                    retryable=True,
+                )
+            )
+        except Exception as error:
+            logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
+            return Failed(sanitize_exception(error))
+        if isinstance(value, Release):
+            return Released(value.delay, value.reason)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            return Failed(
+                RunFailure(
+                    ErrorCode.TASK_FAILED.value,
+                    f"Task {run.task_id!r} returned a {type(value).__name__}, which is not JSON.",
+                    retryable=False,
+                )
+            )
+        return Succeeded(value)
+
+    async def _settle(self, run: Run, outcome: AttemptOutcome, policy: Any) -> Run:
+        rt = self._rt
+        current = run
+        for _ in range(MAX_SETTLE_ATTEMPTS):
+            transition = settle_attempt(current, outcome, policy, rt.clock.now())
+            (settled,) = await rt.storage.apply_transitions(
+                rt.environment, [transition], rt.clock.now()
+            )
+            if settled is not None:
+                return settled
+            fresh = await rt.storage.get_run(rt.environment, run.id)
+            if (
+                fresh is None
+                or fresh.lease is None
+                or fresh.lease.token != run.lease.token  # type: ignore[union-attr]
+                or fresh.status not in (RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED)
+            ):
+                logger.warning("run %s: lease lost before the outcome was written; dropped", run.id)
+                return fresh if fresh is not None else run
+            current = fresh
+        raise RunlaneError(
+            ErrorCode.STORAGE_CONFLICT, f"run {run.id}: outcome kept conflicting.", retryable=True
+        )
+
+
+class _Heartbeat:
+    """Renews the lease in the background and turns storage news into signals."""
+
+    def __init__(self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal) -> None:
+        self._rt = rt
+        self._run = run
+        self._settings = settings
+        self._signal = signal
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def beat(self) -> None:
+        rt, run = self._rt, self._run
+        assert run.lease is not None
+        expires = rt.clock.now() + timedelta(seconds=self._settings.duration)
+        status = await rt.storage.heartbeat(rt.environment, run.id, run.lease.token, expires)
+        if status is None:
+            self._signal.set(SignalReason.LEASE_LOST)
+        elif status is RunStatus.CANCELLATION_REQUESTED:
+            self._signal.set(SignalReason.CANCELLED)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.interval)
+            try:
+                await self.beat()
+            except RunlaneError as error:
+                logger.warning("run %s: heartbeat failed: %s", self._run.id, error)
+            if self._signal.reason is SignalReason.LEASE_LOST:
+                return
+
+
+def _min_or_none(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None

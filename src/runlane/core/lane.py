@@ -1,0 +1,33 @@
+"""A lane: one storage plus an optional wakeup transport."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runlane.core.errors import configuration_error
+from runlane.storage.protocol import Storage
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where a runtime keeps its truth (``storage``) and how it wakes workers (``transport``)."""
+
+    storage: Storage
+    transport: Any = None
+    name: str = "lane"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage, Storage):
+            raise configuration_error(
+                f"lane {self.name!r}: storage {type(self.storage).__name__} does not implement "
+                "the storage protocol."
+            )
+
+    async def open(self) -> None:
+        """Open storage (then the transport, when there is one)."""
+        await self.storage.open()
+
+    async def close(self) -> None:
+        """Close in reverse order."""
+        await self.storage.close()

@@ -1,0 +1,241 @@
+"""Run records and the vocabulary around them (statuses, events, sources, pages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+JsonValue = Any
+"""A JSON-serialisable value (dict, list, str, int, float, bool or None)."""
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its lifecycle."""
+
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    RELEASED = "released"
+    CANCELLATION_REQUESTED = "cancellation_requested"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Terminal runs accept no further events."""
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """Active runs may still change."""
+        return self not in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE_STATUSES = frozenset(RunStatus) - TERMINAL_STATUSES
+#: Statuses a worker may claim once ``run_at`` has passed.
+CLAIMABLE_STATUSES = frozenset(
+    {RunStatus.QUEUED, RunStatus.SCHEDULED, RunStatus.RETRYING, RunStatus.RELEASED}
+)
+#: Statuses in which a worker holds the run's lease.
+LEASED_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED})
+
+
+class RunEventType(StrEnum):
+    """The durable history vocabulary; every transition appends one or more of these."""
+
+    CREATED = "run.created"
+    DELIVERY_REQUESTED = "run.delivery_requested"
+    STARTED = "run.started"
+    SUCCEEDED = "run.succeeded"
+    FAILED = "run.failed"
+    RETRY_SCHEDULED = "run.retry_scheduled"
+    RELEASED = "run.released"
+    CANCELLATION_REQUESTED = "run.cancellation_requested"
+    CANCELLED = "run.cancelled"
+    LEASE_EXPIRED = "run.lease_expired"
+
+
+class RunSourceType(StrEnum):
+    """What created a run."""
+
+    TRIGGER = "trigger"
+    RUN_NOW = "run_now"
+    SCHEDULE = "schedule"
+    RERUN = "rerun"
+    MANUAL_RETRY = "manual_retry"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSource:
+    """Where a run came from: a trigger, a schedule occurrence, or another run."""
+
+    type: RunSourceType = RunSourceType.TRIGGER
+    run_id: str | None = None
+    schedule_id: str | None = None
+    occurs_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Storage form."""
+        data: dict[str, Any] = {"type": self.type.value}
+        if self.run_id is not None:
+            data["run_id"] = self.run_id
+        if self.schedule_id is not None:
+            data["schedule_id"] = self.schedule_id
+        if self.occurs_at is not None:
+            data["occurs_at"] = self.occurs_at.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSource:
+        """Inverse of :meth:`to_json`."""
+        occurs_at = data.get("occurs_at")
+        return cls(
+            type=RunSourceType(data.get("type", "trigger")),
+            run_id=data.get("run_id"),
+            schedule_id=data.get("schedule_id"),
+            occurs_at=datetime.fromisoformat(occurs_at) if occurs_at else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailure:
+    """A sanitised failure stored on a run: code and message safe to show, detail in meta."""
+
+    code: str
+    message: str
+    retryable: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Storage form."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunFailure:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            code=str(data["code"]),
+            message=str(data["message"]),
+            retryable=bool(data.get("retryable", False)),
+            meta=dict(data.get("meta") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a run and until when; ``token`` fences writes from lost owners."""
+
+    owner: str
+    token: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The materialised state of one run, as storage holds it."""
+
+    id: str
+    environment: str
+    task_id: str
+    queue: str
+    status: RunStatus
+    payload: JsonValue
+    attempt: int
+    failure_count: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    event_sequence: int
+    source: RunSource = field(default_factory=RunSource)
+    result: JsonValue = None
+    failure: RunFailure | None = None
+    idempotency_key: str | None = None
+    singleton_key: str | None = None
+    concurrency_key: str | None = None
+    trace_carrier: dict[str, str] | None = None
+    lease: Lease | None = None
+    cancel_reason: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run has finished for good."""
+        return self.status.is_terminal
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One entry of a run's append-only history."""
+
+    run_id: str
+    sequence: int
+    type: RunEventType
+    occurred_at: datetime
+    data: dict[str, Any]
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next one."""
+
+    data: list[T]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts for one queue (and, for bounded queues, one concurrency key)."""
+
+    queue: str
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    counts: dict[RunStatus, int]
+    occupied: int
+
+    @property
+    def waiting(self) -> int:
+        """Runs waiting to start (queued, scheduled, retrying, released)."""
+        return sum(self.counts.get(status, 0) for status in CLAIMABLE_STATUSES)
+
+    @property
+    def running(self) -> int:
+        """Runs holding a lease."""
+        return sum(self.counts.get(status, 0) for status in LEASED_STATUSES)
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one maintenance pass did, duty by duty."""
+
+    leases_recovered: int = 0
+    cancellations_finished: int = 0
+    idempotency_keys_released: int = 0
+    runs_pruned: int = 0
+    schedules_materialized: int = 0
+    reservations_expired: int = 0
+    outbox_published: int = 0
+    outbox_failed: int = 0
+
+    def total(self) -> int:
+        """How many things the pass changed in all."""
+        return (
+            self.leases_recovered
+            + self.cancellations_finished
+            + self.idempotency_keys_released
+            + self.runs_pruned
+            + self.schedules_materialized
+            + self.reservations_expired
+            + self.outbox_published
+        )

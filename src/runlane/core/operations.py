@@ -1,0 +1,187 @@
+"""Operator calls on runs: ``rl.runs`` and ``rl.idempotency_keys``."""
+
+from __future__ import annotations
+
+import base64
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.durations import Duration, parse_duration
+from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.ids import validate_identifier
+from runlane.core.maintenance import prune_finished_runs
+from runlane.core.models import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
+from runlane.core.transitions import request_cancellation
+from runlane.storage.protocol import RunFilter
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+#: A cancel that races with a claim re-reads and tries again this often.
+MAX_CANCEL_ATTEMPTS = 5
+
+
+class Runs:
+    """Read and act on runs of this runtime's environment."""
+
+    def __init__(self, runtime: Runlane) -> None:
+        self._rt = runtime
+
+    async def get(self, run_id: str) -> Run:
+        """One run; RUN_NOT_FOUND if it is not in this environment."""
+        rt = self._rt
+        rt.require("reads_run_history")
+        if not isinstance(run_id, str) or not run_id:
+            raise _not_found(run_id)
+        await rt.open()
+        run = await rt.storage.get_run(rt.environment, run_id)
+        if run is None:
+            raise _not_found(run_id)
+        return run
+
+    async def list(
+        self,
+        *,
+        statuses: Sequence[RunStatus | str] | None = None,
+        tasks: Sequence[TaskDef[Any] | str] | None = None,
+        queues: Sequence[QueueDef | str] | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """Runs newest first; pass ``page.next_cursor`` back for the next page."""
+        rt = self._rt
+        rt.require("reads_run_history")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+            raise configuration_error(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
+        try:
+            status_values = [RunStatus(s) for s in statuses or ()]
+        except ValueError:
+            raise configuration_error(
+                f"unknown status in {list(statuses or ())}; use {[s.value for s in RunStatus]}."
+            ) from None
+        task_ids = [
+            t.id if isinstance(t, TaskDef) else validate_identifier(t, name="task")
+            for t in tasks or ()
+        ]
+        queue_names = [
+            rt.registry.resolve_queue(q, purpose="run listing").name for q in queues or ()
+        ]
+        await rt.open()
+        return await _listed(rt, RunFilter(status_values, task_ids, queue_names), limit, cursor)
+
+    async def events(self, run_id: str) -> builtins.list[RunEvent]:
+        """The run's history, oldest first."""
+        await self.get(run_id)
+        return await self._rt.storage.list_run_events(self._rt.environment, run_id)
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Run:
+        """Cancel a waiting run at once; ask a running one to stop (CANCELLATION_REQUESTED)."""
+        rt = self._rt
+        for _ in range(MAX_CANCEL_ATTEMPTS):
+            run = await self.get(run_id)
+            transition = request_cancellation(run, reason)
+            if transition is None:
+                return run
+            (updated,) = await rt.storage.apply_transitions(
+                rt.environment, [transition], rt.clock.now()
+            )
+            if updated is not None:
+                return updated
+        raise RunlaneError(
+            ErrorCode.STORAGE_CONFLICT, f"run {run_id} kept changing; cancel again.", retryable=True
+        )
+
+    async def retry(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
+        """A failed run → a new linked child run (``source.type == "manual_retry"``)."""
+        source = await self.get(run_id)
+        if source.status is not RunStatus.FAILED:
+            raise RunlaneError(
+                ErrorCode.INVALID_STATE,
+                f"run {run_id} is {source.status.value}; only failed runs can be retried "
+                "(use rerun for other finished runs).",
+                meta={"run_id": run_id, "status": source.status.value},
+            )
+        return await self._rt.create_child_run(source, RunSourceType.MANUAL_RETRY, queue)
+
+    async def rerun(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
+        """Any finished run → a new linked child run (``source.type == "rerun"``)."""
+        source = await self.get(run_id)
+        if not source.status.is_terminal:
+            raise RunlaneError(
+                ErrorCode.INVALID_STATE,
+                f"run {run_id} is still {source.status.value}; only finished runs can be rerun.",
+                meta={"run_id": run_id, "status": source.status.value},
+            )
+        return await self._rt.create_child_run(source, RunSourceType.RERUN, queue)
+
+    async def prune(
+        self,
+        *,
+        older_than: Duration | datetime,
+        statuses: Sequence[RunStatus | str] | None = None,
+    ) -> int:
+        """Delete finished runs (and their history) last updated before ``older_than``."""
+        rt = self._rt
+        rt.require("prunes_runs")
+        try:
+            chosen = frozenset(RunStatus(s) for s in statuses) if statuses else TERMINAL_STATUSES
+        except ValueError:
+            raise configuration_error(f"unknown status in {list(statuses or ())}.") from None
+        if not chosen <= TERMINAL_STATUSES:
+            active = sorted(s.value for s in chosen - TERMINAL_STATUSES)
+            raise configuration_error(f"only finished runs can be pruned, not {active}.")
+        if isinstance(older_than, datetime):
+            if older_than.tzinfo is None:
+                raise configuration_error("older_than must be timezone-aware.")
+            seconds = max(0.0, (rt.clock.now() - older_than).total_seconds())
+        else:
+            seconds = parse_duration(older_than, name="older_than")
+        await rt.open()
+        return await prune_finished_runs(rt, seconds, chosen)
+
+
+class IdempotencyKeys:
+    """The escape hatch for idempotency ownership."""
+
+    def __init__(self, runtime: Runlane) -> None:
+        self._rt = runtime
+
+    async def reset(self, task: TaskDef[Any] | str, key: str) -> bool:
+        """Forget the owner of ``key`` for ``task``; the next trigger creates a new run."""
+        rt = self._rt
+        rt.require("enforces_idempotency")
+        definition = rt.registry.resolve_task(task)
+        validate_identifier(key, name="idempotency key")
+        await rt.open()
+        return await rt.storage.reset_idempotency_key(rt.environment, definition.id, key)
+
+
+async def _listed(rt: Runlane, run_filter: RunFilter, limit: int, cursor: str | None) -> Page[Run]:
+    page = await rt.storage.list_runs(rt.environment, run_filter, limit, _decode_cursor(cursor))
+    return Page(page.data, _encode_cursor(page.next_cursor))
+
+
+def _encode_cursor(value: str | None) -> str | None:
+    return base64.urlsafe_b64encode(value.encode()).decode() if value is not None else None
+
+
+def _decode_cursor(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return base64.urlsafe_b64decode(value.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise configuration_error("cursor is not one this API returned.") from None
+
+
+def _not_found(run_id: object) -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.RUN_NOT_FOUND,
+        f"run {run_id!r} does not exist in this environment.",
+        meta={"run_id": run_id},
+    )

@@ -1,0 +1,490 @@
+"""The runtime: the registry bound to a lane, and every producer and executor call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from runlane.core.clock import Clock, SystemClock
+from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.durations import Duration, parse_duration, parse_optional_duration
+from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
+from runlane.core.ids import (
+    new_run_id,
+    new_token,
+    validate_identifier,
+    validate_optional_identifier,
+)
+from runlane.core.lane import Lane
+from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, RunStatus, TickReport
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, validate_payload
+from runlane.core.registry import Registry
+from runlane.storage.protocol import NewRun
+
+if TYPE_CHECKING:
+    from runlane.core.operations import IdempotencyKeys, Runs
+    from runlane.core.sync import SyncRunlane
+    from runlane.core.worker import Worker, WorkerMode
+
+logger = logging.getLogger("runlane")
+
+DEFAULT_ENVIRONMENT = "default"
+#: Bulk triggers write this many runs per storage round trip.
+TRIGGER_BATCH_SIZE = 1000
+
+
+def default_worker_id() -> str:
+    """``host-pid-random``: unique per process, readable in operator views."""
+    host = socket.gethostname().replace(":", "-")[:64] or "host"
+    return f"{host}-{os.getpid()}-{new_token()[:6]}"
+
+
+class Runlane:
+    """The runtime: queues and tasks registered against one lane and environment.
+
+    >>> async with Runlane(lane=sqlite_lane("app.db"), queues=[main], tasks=[send]) as rl:
+    ...     run = await rl.trigger(send, {"to": "a@example.com"})
+    """
+
+    def __init__(
+        self,
+        *,
+        lane: Lane,
+        queues: Sequence[QueueDef],
+        tasks: Sequence[TaskDef[Any]] | Mapping[str, TaskDef[Any]],
+        environment: str = DEFAULT_ENVIRONMENT,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        lease_duration: Duration = DEFAULT_LEASE_DURATION,
+        retention: Duration | None = None,
+        sync_threads: int = 32,
+    ) -> None:
+        if not isinstance(lane, Lane):
+            raise configuration_error(
+                "lane must be built by sqlite_lane(...) or postgres_lane(...)."
+            )
+        self.lane = lane
+        self.storage = lane.storage
+        self.registry = Registry(queues, tasks)
+        self.environment = validate_identifier(environment, name="environment")
+        self.clock: Clock = clock or SystemClock()
+        self.worker_id = validate_identifier(worker_id or default_worker_id(), name="worker_id")
+        if (
+            isinstance(max_payload_bytes, bool)
+            or not isinstance(max_payload_bytes, int)
+            or max_payload_bytes < 1
+        ):
+            raise configuration_error("max_payload_bytes must be a positive whole number.")
+        self.max_payload_bytes = max_payload_bytes
+        self.lease_duration = parse_duration(
+            lease_duration, name="lease_duration", allow_zero=False
+        )
+        self.retention = parse_optional_duration(retention, name="retention", allow_zero=False)
+        if sync_threads < 1:
+            raise configuration_error("sync_threads must be at least 1.")
+        self._sync_threads = sync_threads
+        self._thread_pool: ThreadPoolExecutor | None = None
+        self._open = False
+        self._open_lock: asyncio.Lock | None = None
+        self._attempts = AttemptRunner(self)
+        self._work_available: list[asyncio.Event] = []
+        self._sync: SyncRunlane | None = None
+        from runlane.core.operations import IdempotencyKeys, Runs
+
+        self.runs: Runs = Runs(self)
+        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
+
+    def __repr__(self) -> str:
+        return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def tasks(self) -> Mapping[str, TaskDef[Any]]:
+        """Registered tasks by id."""
+        return self.registry.tasks
+
+    @property
+    def queues(self) -> Mapping[str, QueueDef]:
+        """Registered queues by name."""
+        return self.registry.queues
+
+    @property
+    def thread_pool(self) -> ThreadPoolExecutor:
+        """Threads that run sync task functions."""
+        if self._thread_pool is None:
+            self._thread_pool = ThreadPoolExecutor(
+                self._sync_threads, thread_name_prefix="runlane-task"
+            )
+        return self._thread_pool
+
+    async def open(self) -> None:
+        """Connect the lane. Safe to call more than once."""
+        if self._open:
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if not self._open:
+                await self.lane.open()
+                self._open = True
+
+    async def close(self) -> None:
+        """Close the lane and the task thread pool."""
+        if self._open:
+            self._open = False
+            await self.lane.close()
+        if self._thread_pool is not None:
+            self._thread_pool.shutdown(wait=False)
+            self._thread_pool = None
+
+    async def __aenter__(self) -> Runlane:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def migrate(self) -> list[str]:
+        """Apply the storage schema idempotently; works before :meth:`open`."""
+        return await self.storage.migrate()
+
+    @property
+    def sync(self) -> SyncRunlane:
+        """The blocking facade for sync apps: ``rl.sync.trigger(...)``."""
+        if self._sync is None:
+            from runlane.core.sync import SyncRunlane
+
+            self._sync = SyncRunlane(self)
+        return self._sync
+
+    # -- producing -----------------------------------------------------------------
+
+    async def trigger(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any = None,
+        *,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+        connection: Any = None,
+    ) -> Run:
+        """Create a run of ``task``; it has committed when this returns.
+
+        With an owned ``idempotency_key`` or an active ``singleton_key`` the
+        existing run is returned instead of a new one.
+        """
+        new = self._new_run(
+            task,
+            payload,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=RunSource(RunSourceType.TRIGGER),
+        )
+        await self.open()
+        (outcome,) = await self.storage.create_runs(
+            self.environment, [new], self.clock.now(), connection=connection
+        )
+        if outcome.created:
+            self._notify_work()
+        return outcome.run
+
+    async def trigger_many(
+        self,
+        task: TaskDef[Any] | str,
+        payloads: Sequence[Any],
+        *,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+        connection: Any = None,
+    ) -> list[Run]:
+        """Create many runs of one task: all payloads are validated first, then
+        written in batches of :data:`TRIGGER_BATCH_SIZE`, one round trip each."""
+        new_runs = [
+            self._new_run(
+                task,
+                payload,
+                queue=queue,
+                delay=delay,
+                run_at=run_at,
+                idempotency_key=None,
+                singleton_key=None,
+                concurrency_key=concurrency_key,
+                trace_carrier=trace_carrier,
+                source=RunSource(RunSourceType.TRIGGER),
+            )
+            for payload in payloads
+        ]
+        await self.open()
+        runs: list[Run] = []
+        for start in range(0, len(new_runs), TRIGGER_BATCH_SIZE):
+            outcomes = await self.storage.create_runs(
+                self.environment,
+                new_runs[start : start + TRIGGER_BATCH_SIZE],
+                self.clock.now(),
+                connection=connection,
+            )
+            runs.extend(outcome.run for outcome in outcomes)
+        if runs:
+            self._notify_work()
+        return runs
+
+    def _new_run(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any,
+        *,
+        queue: QueueDef | str | None,
+        delay: Duration | None,
+        run_at: datetime | None,
+        idempotency_key: str | None,
+        singleton_key: str | None,
+        concurrency_key: str | None,
+        trace_carrier: Mapping[str, str] | None,
+        source: RunSource,
+    ) -> NewRun:
+        definition = self.registry.resolve_task(task)
+        target = self.registry.queue_for(definition, queue)
+        instance, value = validate_payload(definition, payload)
+        encoded = encode_payload(definition.id, value, self.max_payload_bytes)
+        now = self.clock.now()
+        if delay is not None and run_at is not None:
+            raise configuration_error("pass delay or run_at, not both.")
+        if run_at is not None:
+            if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+                raise configuration_error("run_at must be a timezone-aware datetime.")
+            due = run_at
+        else:
+            due = now + timedelta(seconds=parse_duration(delay or 0, name="delay"))
+        idem = idempotency_key or _key_from(definition.idempotency_key, instance, "idempotency_key")
+        single = singleton_key or _key_from(definition.singleton_key, instance, "singleton_key")
+        validate_optional_identifier(idem, name="idempotency_key")
+        validate_optional_identifier(single, name="singleton_key")
+        validate_optional_identifier(concurrency_key, name="concurrency_key")
+        carrier = _validate_carrier(trace_carrier)
+        ttl = definition.idempotency_key_ttl
+        return NewRun(
+            id=new_run_id(),
+            task_id=definition.id,
+            queue=target.name,
+            status=RunStatus.SCHEDULED if due > now else RunStatus.QUEUED,
+            payload=value,
+            payload_json=encoded,
+            run_at=due,
+            source=source,
+            idempotency_key=idem,
+            idempotency_expires_at=(now + timedelta(seconds=ttl)) if idem and ttl else None,
+            singleton_key=single,
+            concurrency_key=concurrency_key,
+            trace_carrier=carrier,
+        )
+
+    async def create_child_run(
+        self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
+    ) -> Run:
+        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
+        new = self._new_run(
+            source.task_id,
+            source.payload,
+            queue=queue or source.queue,
+            delay=None,
+            run_at=None,
+            idempotency_key=None,
+            singleton_key=None,
+            concurrency_key=source.concurrency_key,
+            trace_carrier=source.trace_carrier,
+            source=RunSource(source_type, run_id=source.id),
+        )
+        (outcome,) = await self.storage.create_runs(self.environment, [new], self.clock.now())
+        self._notify_work()
+        return outcome.run
+
+    # -- executing -----------------------------------------------------------------
+
+    def lease_settings(
+        self, lease_duration: Duration | None, heartbeat_interval: Duration | None
+    ) -> LeaseSettings:
+        """Resolve lease options against the runtime defaults."""
+        duration = parse_optional_duration(lease_duration, name="lease_duration", allow_zero=False)
+        interval = parse_optional_duration(
+            heartbeat_interval, name="heartbeat_interval", allow_zero=False
+        )
+        settings = LeaseSettings(duration or self.lease_duration, interval)
+        if settings.interval >= settings.duration:
+            raise configuration_error("heartbeat_interval must be shorter than lease_duration.")
+        return settings
+
+    async def execute_next(
+        self,
+        *,
+        queues: Sequence[QueueDef | str] | None = None,
+        lease_duration: Duration | None = None,
+        worker_id: str | None = None,
+    ) -> Run | None:
+        """Claim one due run, execute one attempt, and return it as settled (or ``None``)."""
+        policies = self.registry.policies_for(queues)
+        settings = self.lease_settings(lease_duration, None)
+        owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
+        await self.open()
+        claimed = await self.storage.claim_due_runs(
+            self.environment,
+            policies,
+            1,
+            self._attempts.lease_request(owner, settings),
+            self.clock.now(),
+        )
+        if not claimed:
+            return None
+        return await self._attempts.execute(claimed[0], settings)
+
+    async def run_now(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any = None,
+        *,
+        queue: QueueDef | str | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+        lease_duration: Duration | None = None,
+    ) -> Run:
+        """Create a run leased to this process and execute one attempt inline.
+
+        It never picks up another run. If the keys return an existing run, that
+        run is returned untouched.
+        """
+        new = self._new_run(
+            task,
+            payload,
+            queue=queue,
+            delay=None,
+            run_at=None,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=RunSource(RunSourceType.RUN_NOW),
+        )
+        settings = self.lease_settings(lease_duration, None)
+        await self.open()
+        (outcome,) = await self.storage.create_runs(
+            self.environment,
+            [new],
+            self.clock.now(),
+            lease=self._attempts.lease_request(self.worker_id, settings),
+        )
+        if not outcome.created:
+            return outcome.run
+        return await self._attempts.execute(outcome.run, settings)
+
+    def worker(
+        self,
+        *,
+        queues: Sequence[QueueDef | str] | None = None,
+        concurrency: int = 10,
+        mode: WorkerMode | str | None = None,
+        lease_duration: Duration | None = None,
+        heartbeat_interval: Duration | None = None,
+        worker_id: str | None = None,
+        poll_interval: Duration = "500ms",
+        handle_signals: bool = True,
+        on_progress: Callable[[Run], None] | None = None,
+    ) -> Worker:
+        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode)."""
+        from runlane.core.worker import Worker, WorkerMode
+
+        return Worker(
+            self,
+            queues=self.registry.policies_for(queues),
+            concurrency=concurrency,
+            mode=WorkerMode(mode or WorkerMode.POLL),
+            lease=self.lease_settings(lease_duration, heartbeat_interval),
+            worker_id=validate_identifier(worker_id or self.worker_id, name="worker_id"),
+            poll_interval=parse_duration(poll_interval, name="poll_interval", allow_zero=False),
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+        )
+
+    @property
+    def attempts(self) -> AttemptRunner:
+        """The attempt runner (used by workers)."""
+        return self._attempts
+
+    def subscribe_work(self) -> asyncio.Event:
+        """An event set whenever this process creates runnable work (wakes idle workers)."""
+        event = asyncio.Event()
+        self._work_available.append(event)
+        return event
+
+    def unsubscribe_work(self, event: asyncio.Event) -> None:
+        """Stop notifying ``event``."""
+        if event in self._work_available:
+            self._work_available.remove(event)
+
+    def _notify_work(self) -> None:
+        for event in self._work_available:
+            event.set()
+
+    # -- maintenance and operating ---------------------------------------------------
+
+    async def tick(self) -> TickReport:
+        """One maintenance pass; safe to run from many processes at once."""
+        from runlane.core.maintenance import run_maintenance
+
+        await self.open()
+        return await run_maintenance(self)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        """Counts per registered queue (and per concurrency key on bounded queues)."""
+        await self.open()
+        return await self.storage.queue_stats(self.environment, self.registry.queue_policies)
+
+    def require(self, capability: str) -> None:
+        """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
+        if not getattr(self.storage.capabilities, capability):
+            raise RunlaneError(
+                ErrorCode.CAPABILITY_UNSUPPORTED,
+                f"this lane's storage does not support {capability.replace('_', ' ')}.",
+                meta={"capability": capability},
+            )
+
+
+def _key_from(option: Any, payload: Any, name: str) -> str | None:
+    if option is None or isinstance(option, str):
+        return option
+    value = option(payload)
+    if value is None:
+        return None
+    return validate_identifier(value, name=name)
+
+
+def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | None:
+    if carrier is None:
+        return None
+    if not isinstance(carrier, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        raise configuration_error("trace_carrier must map strings to strings.")
+    return dict(carrier)

@@ -1,0 +1,190 @@
+"""Schedule definitions and slot arithmetic (pure functions over datetimes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from runlane.core.durations import Duration, parse_duration
+from runlane.core.errors import RunlaneError, configuration_error
+from runlane.core.ids import validate_identifier
+
+if TYPE_CHECKING:
+    from runlane.core.definitions import QueueDef, TaskDef
+
+#: With ``catch_up=True`` at most this many missed slots are materialised per tick.
+MAX_CATCH_UP_SLOTS = 100
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduleDef:
+    """A recurring (cron, every) or one-off (run_at) trigger of a task.
+
+    Build it with :func:`schedule`.
+    """
+
+    id: str
+    cron: str | None
+    every: float | None
+    run_at: datetime | None
+    timezone: str
+    payload: Any
+    queue: QueueDef | None
+    enabled: bool
+    catch_up: bool
+
+    def validate_for(self, task: TaskDef[Any]) -> None:
+        """Check the static payload against the task's schema at definition time."""
+        from runlane.core.payloads import validate_payload
+
+        try:
+            validate_payload(task, self.payload)
+        except RunlaneError as error:
+            raise configuration_error(
+                f"schedule {self.id!r}: its payload does not fit task {task.id!r}: {error.message}"
+            ) from None
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The schedule's time zone."""
+        return ZoneInfo(self.timezone)
+
+    def slots_between(self, after: datetime | None, until: datetime) -> list[datetime]:
+        """Slots in ``(after, until]`` oldest first, or the latest one when ``after`` is None.
+
+        Without ``catch_up`` only the latest slot is returned; with it, at most
+        :data:`MAX_CATCH_UP_SLOTS` of the most recent ones.
+        """
+        if self.run_at is not None:
+            due = self.run_at <= until and (after is None or self.run_at > after)
+            return [self.run_at] if due else []
+        latest = self.latest_slot_at_or_before(until)
+        if latest is None or (after is not None and latest <= after):
+            return []
+        if after is None or not self.catch_up:
+            return [latest]
+        slots: list[datetime] = []
+        for slot in self._slots_descending(until):
+            if slot <= after or len(slots) >= MAX_CATCH_UP_SLOTS:
+                break
+            slots.append(slot)
+        return sorted(slots)
+
+    def latest_slot_at_or_before(self, moment: datetime) -> datetime | None:
+        """The newest slot not later than ``moment``."""
+        if self.run_at is not None:
+            return self.run_at if self.run_at <= moment else None
+        return next(self._slots_descending(moment), None)
+
+    def next_slot_after(self, moment: datetime) -> datetime | None:
+        """The first slot strictly after ``moment`` (the next fire time)."""
+        if self.run_at is not None:
+            return self.run_at if self.run_at > moment else None
+        if self.every is not None:
+            step = timedelta(seconds=self.every)
+            count = (moment - _EPOCH) // step
+            return _EPOCH + step * (count + 1)
+        assert self.cron is not None
+        local = moment.astimezone(self.zone).replace(tzinfo=None)
+        iterator = croniter(self.cron, local)
+        while True:
+            candidate = _wall_to_utc(iterator.get_next(datetime), self.zone)
+            if candidate > moment:
+                return candidate
+
+    def _slots_descending(self, moment: datetime) -> Iterator[datetime]:
+        if self.every is not None:
+            step = timedelta(seconds=self.every)
+            slot = _EPOCH + step * ((moment - _EPOCH) // step)
+            while True:
+                yield slot
+                slot -= step
+        assert self.cron is not None
+        zone = self.zone
+        # Iterate in wall-clock time so a daily 03:00 stays at 03:00 across DST; a
+        # wall time that occurs twice fires once, one that does not exist fires at
+        # the first valid instant after it.
+        local = moment.astimezone(zone).replace(tzinfo=None) + timedelta(microseconds=1)
+        iterator = croniter(self.cron, local)
+        previous: datetime | None = None
+        while True:
+            slot = _wall_to_utc(iterator.get_prev(datetime), zone)
+            if slot > moment or slot == previous:
+                continue
+            previous = slot
+            yield slot
+
+
+def _wall_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
+    aware = wall.replace(tzinfo=zone, fold=0)
+    utc = aware.astimezone(UTC)
+    if utc.astimezone(zone).replace(tzinfo=None) != wall:
+        # Nonexistent wall time (spring forward): fire when the clock jumps past it.
+        utc = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    return utc
+
+
+def schedule(
+    id: str,
+    *,
+    cron: str | None = None,
+    every: Duration | None = None,
+    run_at: datetime | None = None,
+    timezone: str = "UTC",
+    payload: Any = None,
+    queue: QueueDef | None = None,
+    enabled: bool = True,
+    catch_up: bool = False,
+) -> ScheduleDef:
+    """Define a schedule; attach it with ``task(..., schedules=[...])``.
+
+    Exactly one of ``cron`` (five fields, in ``timezone``), ``every`` (a duration;
+    slots are multiples of it since the Unix epoch) or ``run_at`` (one occurrence).
+
+    >>> schedule("invoices.nightly", cron="0 3 * * *", timezone="Europe/Berlin")
+    """
+    from runlane.core.definitions import QueueDef
+
+    validate_identifier(id, name="schedule id")
+    given = [
+        name
+        for name, value in (("cron", cron), ("every", every), ("run_at", run_at))
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise configuration_error(
+            f"schedule {id!r} needs exactly one of cron, every or run_at (got {given or 'none'})."
+        )
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise configuration_error(f"schedule {id!r}: unknown time zone {timezone!r}.") from None
+    if cron is not None and (
+        not isinstance(cron, str) or not croniter.is_valid(cron) or len(cron.split()) != 5
+    ):
+        raise configuration_error(
+            f"schedule {id!r}: {cron!r} is not a valid five-field cron expression."
+        )
+    every_s = None if every is None else parse_duration(every, name="every", allow_zero=False)
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise configuration_error(f"schedule {id!r}: run_at must be a timezone-aware datetime.")
+    if queue is not None and not isinstance(queue, QueueDef):
+        raise configuration_error(f"schedule {id!r}: queue must be a queue(...) definition.")
+    return ScheduleDef(
+        id=id,
+        cron=cron,
+        every=every_s,
+        run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        timezone=timezone,
+        payload=payload,
+        queue=queue,
+        enabled=bool(enabled),
+        catch_up=bool(catch_up),
+    )

@@ -1,0 +1,98 @@
+"""``rl.sync``: the blocking facade for sync apps (Flask, Django, scripts).
+
+The runtime runs on an event loop in a daemon thread; each blocking call
+submits the matching coroutine there and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="runlane-sync", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("rl.sync cannot be used from inside a task run by rl.sync itself")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class _BlockingProxy:
+    """Wraps an object so its coroutine methods block and its sub-APIs are wrapped too."""
+
+    def __init__(self, target: Any, portal: Callable[[], _LoopThread]) -> None:
+        self._target = target
+        self._portal = portal
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if inspect.iscoroutinefunction(value):
+
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                return self._portal().call(value(*args, **kwargs))
+
+            blocking.__name__ = name
+            blocking.__doc__ = value.__doc__
+            return blocking
+        if name in _SUB_APIS:
+            return _BlockingProxy(value, self._portal)
+        return value
+
+
+_SUB_APIS = frozenset({"runs", "idempotency_keys", "schedules"})
+
+
+class SyncRunlane(_BlockingProxy):
+    """Blocking twins of every producer and operator coroutine: ``rl.sync.trigger(...)``,
+    ``rl.sync.runs.get(...)``. ``rl.sync.close()`` closes the runtime and its thread."""
+
+    def __init__(self, runtime: Runlane) -> None:
+        self._thread: _LoopThread | None = None
+        self._lock = threading.Lock()
+        super().__init__(runtime, self._loop_thread)
+
+    def _loop_thread(self) -> _LoopThread:
+        with self._lock:
+            if self._thread is None:
+                self._thread = _LoopThread()
+            return self._thread
+
+    def run_worker(self, **options: Any) -> None:
+        """Run a worker until it stops (DRAIN mode returns when no due work is left)."""
+        runtime = self._target
+
+        async def go() -> None:
+            await runtime.worker(handle_signals=False, **options).run()
+
+        self._loop_thread().call(go())
+
+    def close(self) -> None:
+        """Close the runtime and stop the background loop."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.call(self._target.close())
+            thread.stop()

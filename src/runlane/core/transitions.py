@@ -1,0 +1,166 @@
+"""The pure state-transition rules: (run, what happened) → the write storage applies.
+
+Nothing here does I/O. Storage applies the returned :class:`Transition` as a
+compare-and-set, so a rule computed from a stale read never lands.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.models import CLAIMABLE_STATUSES, Run, RunEventType, RunFailure, RunStatus
+from runlane.core.retry import RetryPolicy
+from runlane.storage.protocol import NewEvent, RunChanges, Transition
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """The handler returned a value."""
+
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The handler raised (or timed out); ``failure`` is already sanitised."""
+
+    failure: RunFailure
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The handler returned ``ctx.release(...)``."""
+
+    delay: float
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExpired:
+    """Maintenance found the lease expired: the owner is gone."""
+
+
+AttemptOutcome = Succeeded | Failed | Released | LeaseExpired
+
+LEASE_EXPIRED_FAILURE = RunFailure(
+    code=ErrorCode.LEASE_EXPIRED.value,
+    message="The worker's lease expired before the attempt finished.",
+    retryable=True,
+)
+
+
+def settle_attempt(
+    run: Run,
+    outcome: AttemptOutcome,
+    policy: RetryPolicy,
+    now: datetime,
+    rng: random.Random | None = None,
+) -> Transition:
+    """The transition that ends the attempt a leased ``run`` is in."""
+    if run.status not in (RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED) or run.lease is None:
+        raise RunlaneError(
+            ErrorCode.INVALID_STATE,
+            f"run {run.id} holds no lease (status {run.status.value}); no attempt to settle.",
+        )
+    events: list[NewEvent] = []
+    expired = isinstance(outcome, LeaseExpired)
+    if expired:
+        events.append(
+            NewEvent(
+                RunEventType.LEASE_EXPIRED, {"attempt": run.attempt, "worker_id": run.lease.owner}
+            )
+        )
+    if run.status is RunStatus.CANCELLATION_REQUESTED:
+        # Once cancellation is requested, however the attempt ends, the run ends cancelled.
+        changes = RunChanges(status=RunStatus.CANCELLED, cancel_reason=run.cancel_reason)
+        events.append(
+            NewEvent(RunEventType.CANCELLED, {"reason": run.cancel_reason, "attempt": run.attempt})
+        )
+    elif isinstance(outcome, Succeeded):
+        changes = RunChanges(status=RunStatus.SUCCEEDED, result=outcome.result)
+        events.append(NewEvent(RunEventType.SUCCEEDED, {"attempt": run.attempt}))
+    elif isinstance(outcome, Released):
+        run_at = now + timedelta(seconds=outcome.delay)
+        changes = RunChanges(status=RunStatus.RELEASED, run_at=run_at, failure=run.failure)
+        events.append(
+            NewEvent(
+                RunEventType.RELEASED,
+                {"attempt": run.attempt, "reason": outcome.reason, "run_at": run_at.isoformat()},
+            )
+        )
+    else:
+        failure = LEASE_EXPIRED_FAILURE if isinstance(outcome, LeaseExpired) else outcome.failure
+        changes, event = _failure_changes(run, failure, policy, now, rng)
+        events.append(event)
+    return Transition(
+        run_id=run.id,
+        expected_sequence=run.event_sequence,
+        changes=changes,
+        events=tuple(events),
+        lease_token=run.lease.token,
+        lease_expired_by=now if expired else None,
+    )
+
+
+def _failure_changes(
+    run: Run, failure: RunFailure, policy: RetryPolicy, now: datetime, rng: random.Random | None
+) -> tuple[RunChanges, NewEvent]:
+    failures = run.failure_count + 1
+    data: dict[str, Any] = {"attempt": run.attempt, "failure": failure.to_json()}
+    if failure.retryable and policy.has_budget(failures):
+        run_at = now + timedelta(seconds=policy.delay_after(failures, rng))
+        data["retry_at"] = run_at.isoformat()
+        changes = RunChanges(
+            status=RunStatus.RETRYING, run_at=run_at, failure=failure, add_failure=True
+        )
+        return changes, NewEvent(RunEventType.RETRY_SCHEDULED, data)
+    changes = RunChanges(status=RunStatus.FAILED, failure=failure, add_failure=True)
+    return changes, NewEvent(RunEventType.FAILED, data)
+
+
+def request_cancellation(run: Run, reason: str | None) -> Transition | None:
+    """Cancel a waiting run at once, or ask a running one to stop; ``None`` if already asked."""
+    if run.status.is_terminal:
+        raise RunlaneError(
+            ErrorCode.INVALID_STATE,
+            f"run {run.id} is already {run.status.value}; a finished run cannot be cancelled.",
+            meta={"run_id": run.id, "status": run.status.value},
+        )
+    if run.status is RunStatus.CANCELLATION_REQUESTED:
+        return None
+    data = {"reason": reason}
+    if run.status in CLAIMABLE_STATUSES:
+        changes = RunChanges(status=RunStatus.CANCELLED, cancel_reason=reason, failure=run.failure)
+        event = NewEvent(RunEventType.CANCELLED, data)
+    else:
+        changes = RunChanges(
+            status=RunStatus.CANCELLATION_REQUESTED, cancel_reason=reason, keep_lease=True
+        )
+        event = NewEvent(RunEventType.CANCELLATION_REQUESTED, data)
+    return Transition(
+        run_id=run.id, expected_sequence=run.event_sequence, changes=changes, events=(event,)
+    )
+
+
+def sanitize_exception(error: BaseException) -> RunFailure:
+    """Turn whatever a handler raised into a failure safe to store and show.
+
+    A :class:`RunlaneError` keeps its code, message and retryable flag. Anything
+    else becomes ``task_failed`` (retryable) with the exception type in ``meta``;
+    its text is kept in ``meta`` too, since task code owns it, but is cut short.
+    """
+    if isinstance(error, RunlaneError):
+        return RunFailure(
+            code=error.code.value, message=error.message, retryable=error.retryable, meta=error.meta
+        )
+    text = str(error)
+    return RunFailure(
+        code=ErrorCode.TASK_FAILED.value,
+        message=f"Task raised {type(error).__name__}.",
+        retryable=True,
+        meta={"exception_type": type(error).__qualname__, "detail": text[:2000]},
+    )

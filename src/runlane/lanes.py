@@ -1,0 +1,37 @@
+"""Lane builders: one storage (and later an optional transport) per lane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runlane.core.errors import configuration_error
+from runlane.core.lane import Lane
+
+
+def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **options: Any) -> Lane:
+    """The embedded default: one SQLite file, created with its schema on first use.
+
+    >>> lane = sqlite_lane("var/runlane.db")
+    """
+    from runlane.storage.sqlite import SqliteStorage
+
+    if not isinstance(path, str | Path) or not str(path):
+        raise configuration_error("sqlite_lane needs a file path.")
+    return Lane(SqliteStorage(path, **options), transport, name="sqlite")
+
+
+def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
+    """The production lane: PostgreSQL (``pip install 'runlane[postgres]'``).
+
+    >>> lane = postgres_lane("postgresql://app@db/app")
+    """
+    try:
+        from runlane.storage.postgres import PostgresStorage
+    except ImportError as error:  # pragma: no cover - depends on the install
+        raise configuration_error(
+            "postgres_lane needs psycopg; install runlane[postgres].", missing=str(error)
+        ) from None
+    if not isinstance(dsn, str) or not dsn:
+        raise configuration_error("postgres_lane needs a connection string.")
+    return Lane(PostgresStorage(dsn, **options), transport, name="postgres")

@@ -1,0 +1,1 @@
+"""Storage: the protocol core speaks to, and one package per driver."""

@@ -1,0 +1,236 @@
+"""The storage protocol: the atomic operations core asks a driver for.
+
+Core never hands a driver SQL. It asks for whole operations (create runs with
+their ownership rows, claim due runs under a lease, apply a fenced transition,
+...) and a driver performs each one atomically. Every driver must pass the
+conformance suite in :mod:`runlane.testing.conformance`.
+
+All times cross this boundary as aware UTC datetimes; drivers choose their own
+storage format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from runlane.core.models import (
+    JsonValue,
+    Page,
+    QueueStats,
+    Run,
+    RunEvent,
+    RunEventType,
+    RunFailure,
+    RunSource,
+    RunStatus,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageCapabilities:
+    """Honest promises a driver makes; core refuses what a driver cannot honour."""
+
+    durable_state: bool
+    process_local_state: bool
+    reads_run_history: bool
+    prunes_runs: bool
+    leases_runs: bool
+    claims_schedule_occurrences: bool
+    persists_outbox: bool
+    enforces_idempotency: bool
+    enforces_singleton: bool
+    enforces_queue_concurrency: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append; the driver assigns its sequence number."""
+
+    type: RunEventType
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to create, with the ownership rules it must respect."""
+
+    id: str
+    task_id: str
+    queue: str
+    status: RunStatus
+    payload: JsonValue
+    #: ``payload`` already serialised (the size cap was checked on this text).
+    payload_json: str
+    run_at: datetime
+    source: RunSource
+    idempotency_key: str | None = None
+    #: ``None`` with an idempotency key means ownership lasts only while the run is active.
+    idempotency_expires_at: datetime | None = None
+    singleton_key: str | None = None
+    concurrency_key: str | None = None
+    trace_carrier: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """Ask to take a run's lease for ``worker_id`` until ``expires_at``."""
+
+    worker_id: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOutcome:
+    """The run a create call produced, or the existing owner it returned instead."""
+
+    run: Run
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunChanges:
+    """The new values a transition writes; the lease is always cleared unless kept."""
+
+    status: RunStatus
+    run_at: datetime | None = None
+    result: JsonValue = None
+    failure: RunFailure | None = None
+    cancel_reason: str | None = None
+    #: Count one more failed attempt (drives the retry budget).
+    add_failure: bool = False
+    #: Keep the current lease (cancellation requested on a running run).
+    keep_lease: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A compare-and-set write of one run.
+
+    It applies only while the run's ``event_sequence`` equals ``expected_sequence``
+    and, when ``lease_token`` is given, the run still holds that lease (fencing).
+    ``lease_expired_by`` additionally requires the lease to have expired at that
+    time (maintenance recovering a lost worker's run).
+    """
+
+    run_id: str
+    expected_sequence: int
+    changes: RunChanges
+    events: tuple[NewEvent, ...]
+    lease_token: str | None = None
+    lease_expired_by: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a listing returns."""
+
+    statuses: Sequence[RunStatus] = ()
+    task_ids: Sequence[str] = ()
+    queues: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """The durable capacity policy of one queue, as storage enforces it."""
+
+    name: str
+    concurrency_limit: int | None = None
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """What a storage driver provides. All methods are scoped to one environment."""
+
+    capabilities: StorageCapabilities
+
+    async def open(self) -> None:
+        """Connect (and, where the driver does so, create its schema)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def migrate(self) -> list[str]:
+        """Apply pending schema migrations idempotently; return the ones applied."""
+
+    async def create_runs(
+        self,
+        environment: str,
+        runs: Sequence[NewRun],
+        now: datetime,
+        *,
+        lease: LeaseRequest | None = None,
+        connection: Any = None,
+    ) -> list[CreateOutcome]:
+        """Create runs atomically with their ``run.created`` events and ownership rows.
+
+        A run whose idempotency key is owned, or whose singleton key has an active
+        run, is not created: the outcome carries the owner with ``created=False``.
+        With ``lease``, created runs start RUNNING under that lease (``run_now``).
+        With ``connection``, the write joins the caller's open transaction.
+        """
+
+    async def claim_due_runs(
+        self,
+        environment: str,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+        now: datetime,
+    ) -> list[Run]:
+        """Lease up to ``limit`` claimable runs whose ``run_at`` has passed.
+
+        No run is handed to two callers. Claimed runs are RUNNING with a fresh
+        lease token and one more attempt, with a ``run.started`` event each.
+        """
+
+    async def claim_run(
+        self, environment: str, run_id: str, lease: LeaseRequest, now: datetime
+    ) -> Run | None:
+        """Lease one specific run if it is claimable and due now; else ``None``."""
+
+    async def heartbeat(
+        self, environment: str, run_id: str, lease_token: str, expires_at: datetime
+    ) -> RunStatus | None:
+        """Extend a held lease; return the run's status, or ``None`` if the lease is lost."""
+
+    async def apply_transitions(
+        self, environment: str, transitions: Sequence[Transition], now: datetime
+    ) -> list[Run | None]:
+        """Apply each transition (compare-and-set); ``None`` where its condition failed."""
+
+    async def get_run(self, environment: str, run_id: str) -> Run | None:
+        """Read one run."""
+
+    async def list_runs(
+        self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
+    ) -> Page[Run]:
+        """List runs newest first, ``limit`` at a time."""
+
+    async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
+        """A run's history, oldest first."""
+
+    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
+        """Runs whose lease expired before ``now``, for maintenance to recover."""
+
+    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
+        """Drop idempotency ownership whose retention ended; return how many."""
+
+    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
+        """Drop one key's ownership; return whether there was one."""
+
+    async def prune_runs(
+        self,
+        environment: str,
+        older_than: datetime,
+        statuses: Sequence[RunStatus],
+        limit: int,
+    ) -> int:
+        """Delete up to ``limit`` terminal runs last updated before ``older_than``."""
+
+    async def queue_stats(
+        self, environment: str, queues: Sequence[QueuePolicy]
+    ) -> list[QueueStats]:
+        """Counts per queue (and per concurrency key on bounded queues)."""

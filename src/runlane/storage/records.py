@@ -1,0 +1,134 @@
+"""Shared helpers for SQL drivers: named-query files and the run row codec.
+
+Both SQL drivers store times as integer microseconds since the Unix epoch and
+JSON as text (SQLite) or jsonb (PostgreSQL); this module turns their rows into
+core records the same way, so both drivers hand core identical values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from runlane.core.clock import from_micros
+from runlane.core.models import (
+    LEASED_STATUSES,
+    Lease,
+    QueueStats,
+    Run,
+    RunEvent,
+    RunEventType,
+    RunFailure,
+    RunSource,
+    RunStatus,
+)
+from runlane.storage.protocol import QueuePolicy
+
+#: A database row read by column name (sqlite3.Row, psycopg dict rows).
+Row = Mapping[str, Any] | Any
+
+_QUERY_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
+    """Load an annotated SQL file: each query starts with a ``-- name: xyz`` line."""
+    text = resources.files(package).joinpath(filename).read_text()
+    parts = _QUERY_HEADER.split(text)
+    queries = {
+        name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+    if not queries:
+        raise RuntimeError(f"no named queries in {package}/{filename}")
+    return queries
+
+
+def load_migrations(package: str) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` for every ``NNN_name.sql`` in a migrations package, in order."""
+    found = []
+    for entry in resources.files(package).iterdir():
+        match = re.match(r"^(\d+)_(\w+)\.sql$", entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(found)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json(value: Any) -> Any:
+    # psycopg decodes jsonb already; sqlite3 hands back text.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def run_from_row(row: Row) -> Run:
+    """Build a :class:`Run` from a ``runs`` row."""
+    token = row["lease_token"]
+    failure = _json(row["failure"])
+    return Run(
+        id=row["id"],
+        environment=row["environment"],
+        task_id=row["task_id"],
+        queue=row["queue"],
+        status=RunStatus(row["status"]),
+        payload=_json(row["payload"]),
+        attempt=row["attempt"],
+        failure_count=row["failure_count"],
+        run_at=from_micros(row["run_at"]),
+        created_at=from_micros(row["created_at"]),
+        updated_at=from_micros(row["updated_at"]),
+        event_sequence=row["event_sequence"],
+        source=RunSource.from_json(_json(row["source"])),
+        result=_json(row["result"]) if row["result"] is not None else None,
+        failure=RunFailure.from_json(failure) if failure is not None else None,
+        idempotency_key=row["idempotency_key"],
+        singleton_key=row["singleton_key"],
+        concurrency_key=row["concurrency_key"],
+        trace_carrier=_json(row["trace_carrier"]) if row["trace_carrier"] is not None else None,
+        lease=(
+            Lease(row["lease_owner"], token, from_micros(row["lease_expires_at"]))
+            if token is not None
+            else None
+        ),
+        cancel_reason=row["cancel_reason"],
+    )
+
+
+def event_from_row(row: Row) -> RunEvent:
+    """Build a :class:`RunEvent` from a ``run_events`` row."""
+    return RunEvent(
+        run_id=row["run_id"],
+        sequence=row["sequence"],
+        type=RunEventType(row["type"]),
+        occurred_at=from_micros(row["occurred_at"]),
+        data=_json(row["data"]) or {},
+    )
+
+
+def build_queue_stats(
+    queues: Sequence[QueuePolicy], rows: Iterable[tuple[str, str | None, str, int]]
+) -> list[QueueStats]:
+    """Fold ``(queue, concurrency_key, status, count)`` rows into per-queue stats.
+
+    Unbounded queues fold all keys into one row; bounded queues keep a row per key.
+    """
+    limits = {q.name: q.concurrency_limit for q in queues}
+    counts: dict[tuple[str, str | None], dict[RunStatus, int]] = {
+        (q.name, None): {} for q in queues
+    }
+    for queue_name, key, status, count in rows:
+        bucket_key = key if limits.get(queue_name) is not None else None
+        bucket = counts.setdefault((queue_name, bucket_key), {})
+        status_value = RunStatus(status)
+        bucket[status_value] = bucket.get(status_value, 0) + int(count)
+    stats = []
+    for (queue_name, key), by_status in sorted(
+        counts.items(), key=lambda item: (item[0][0], item[0][1] or "")
+    ):
+        occupied = sum(by_status.get(s, 0) for s in LEASED_STATUSES)
+        stats.append(QueueStats(queue_name, key, limits.get(queue_name), by_status, occupied))
+    return stats

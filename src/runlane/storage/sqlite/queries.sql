@@ -1,0 +1,151 @@
+-- Named queries of the SQLite driver. Parameters are :named.
+
+-- name: insert_run
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, idempotency_key,
+    singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
+    :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
+    :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at
+)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: insert_event
+INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
+VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);
+
+-- name: get_run
+SELECT * FROM runlane_runs WHERE environment = :environment AND id = :id;
+
+-- name: get_active_singleton_owner
+SELECT * FROM runlane_runs
+WHERE environment = :environment AND task_id = :task_id AND singleton_key = :singleton_key
+  AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
+
+-- name: get_idempotency_owner
+SELECT k.expires_at AS key_expires_at, r.*
+FROM runlane_idempotency_keys k
+LEFT JOIN runlane_runs r ON r.environment = k.environment AND r.id = k.run_id
+WHERE k.environment = :environment AND k.task_id = :task_id AND k.key = :key;
+
+-- name: upsert_idempotency_key
+INSERT INTO runlane_idempotency_keys (environment, task_id, key, run_id, expires_at)
+VALUES (:environment, :task_id, :key, :run_id, :expires_at)
+ON CONFLICT (environment, task_id, key) DO UPDATE
+    SET run_id = excluded.run_id, expires_at = excluded.expires_at;
+
+-- name: claim_due_runs
+UPDATE runlane_runs
+SET status = 'running',
+    attempt = attempt + 1,
+    event_sequence = event_sequence + 1,
+    lease_owner = :worker_id,
+    lease_token = :lease_token,
+    lease_expires_at = :lease_expires_at,
+    updated_at = :now
+WHERE environment = :environment AND id IN (
+    SELECT id FROM runlane_runs
+    WHERE environment = :environment
+      AND queue IN (SELECT value FROM json_each(:queues))
+      AND status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND run_at <= :now
+    ORDER BY run_at, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: claim_run
+UPDATE runlane_runs
+SET status = 'running',
+    attempt = attempt + 1,
+    event_sequence = event_sequence + 1,
+    lease_owner = :worker_id,
+    lease_token = :lease_token,
+    lease_expires_at = :lease_expires_at,
+    updated_at = :now
+WHERE environment = :environment AND id = :id
+  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at <= :now
+RETURNING *;
+
+-- name: heartbeat
+UPDATE runlane_runs
+SET lease_expires_at = :lease_expires_at
+WHERE environment = :environment AND id = :id AND lease_token = :lease_token
+  AND status IN ('running', 'cancellation_requested')
+RETURNING status;
+
+-- name: apply_transition
+UPDATE runlane_runs
+SET status = :status,
+    run_at = COALESCE(:run_at, run_at),
+    result = :result,
+    failure = :failure,
+    cancel_reason = :cancel_reason,
+    failure_count = failure_count + :add_failure,
+    event_sequence = event_sequence + :event_count,
+    updated_at = :now,
+    lease_owner = CASE WHEN :keep_lease THEN lease_owner END,
+    lease_token = CASE WHEN :keep_lease THEN lease_token END,
+    lease_expires_at = CASE WHEN :keep_lease THEN lease_expires_at END
+WHERE environment = :environment AND id = :id
+  AND event_sequence = :expected_sequence
+  AND (:lease_token IS NULL OR lease_token = :lease_token)
+  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by)
+RETURNING *;
+
+-- name: list_run_events
+SELECT * FROM runlane_run_events
+WHERE environment = :environment AND run_id = :run_id
+ORDER BY sequence;
+
+-- name: list_expired_leases
+SELECT * FROM runlane_runs
+WHERE environment = :environment
+  AND status IN ('running', 'cancellation_requested')
+  AND lease_expires_at <= :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: release_expired_idempotency_keys
+DELETE FROM runlane_idempotency_keys
+WHERE environment = :environment AND (task_id, key) IN (
+    SELECT k.task_id, k.key FROM runlane_idempotency_keys k
+    LEFT JOIN runlane_runs r ON r.environment = k.environment AND r.id = k.run_id
+    WHERE k.environment = :environment
+      AND (r.id IS NULL
+           OR (r.status IN ('succeeded', 'failed', 'cancelled')
+               AND (r.status = 'failed' OR k.expires_at IS NULL OR k.expires_at <= :now)))
+);
+
+-- name: reset_idempotency_key
+DELETE FROM runlane_idempotency_keys
+WHERE environment = :environment AND task_id = :task_id AND key = :key;
+
+-- name: prune_runs
+DELETE FROM runlane_runs
+WHERE environment = :environment AND id IN (
+    SELECT id FROM runlane_runs
+    WHERE environment = :environment
+      AND status IN (SELECT value FROM json_each(:statuses))
+      AND updated_at < :older_than
+    LIMIT :limit
+)
+RETURNING id;
+
+-- name: delete_run_events
+DELETE FROM runlane_run_events
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_idempotency_keys_of_runs
+DELETE FROM runlane_idempotency_keys
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: queue_stats
+SELECT queue, concurrency_key, status, count(*) AS count
+FROM runlane_runs
+WHERE environment = :environment
+GROUP BY queue, concurrency_key, status;
