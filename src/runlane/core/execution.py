@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -126,23 +125,32 @@ class AttemptRunner:
             heartbeat=heartbeat.beat,
             worker_id=run.lease.owner,
         )
+        loop = asyncio.get_running_loop()
+        job: asyncio.Future[Any]
+        if task.is_async:
+            job = asyncio.ensure_future(task.fn(payload, ctx))
+        else:
+            job = loop.run_in_executor(rt.thread_pool, lambda: task.fn(payload, ctx))
         try:
-            if task.is_async:
-                coro = task.fn(payload, ctx)
-                value = await (asyncio.wait_for(coro, time_limit) if time_limit else coro)
-            else:
-                call: Callable[[], Any] = lambda: task.fn(payload, ctx)  # noqa: E731
-                future = asyncio.get_running_loop().run_in_executor(rt.thread_pool, call)
-                value = await (asyncio.wait_for(future, time_limit) if time_limit else future)
-        except TimeoutError:
-            signal.set(SignalReason.TIMEOUT)
-            return Failed(
-                RunFailure(
-                    ErrorCode.TASK_TIMEOUT.value,
-                    f"Task {run.task_id!r} ran longer than its {time_limit:g}s time limit.",
-                    retryable=True,
+            done, _ = await asyncio.wait({job}, timeout=time_limit)
+            if not done:
+                # Signal first so the task's cleanup sees why it is being stopped; a sync
+                # task's thread cannot be interrupted and is left to notice the signal.
+                signal.set(SignalReason.TIMEOUT)
+                job.cancel()
+                with contextlib.suppress(BaseException):
+                    await job
+                return Failed(
+                    RunFailure(
+                        ErrorCode.TASK_TIMEOUT.value,
+                        f"Task {run.task_id!r} ran longer than its {time_limit:g}s time limit.",
+                        retryable=True,
+                    )
                 )
-            )
+            value = job.result()
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
         except Exception as error:
             logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
             return Failed(sanitize_exception(error))

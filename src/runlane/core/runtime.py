@@ -277,10 +277,16 @@ class Runlane:
             due = run_at
         else:
             due = now + timedelta(seconds=parse_duration(delay or 0, name="delay"))
-        idem = idempotency_key or _key_from(definition.idempotency_key, instance, "idempotency_key")
-        single = singleton_key or _key_from(definition.singleton_key, instance, "singleton_key")
-        validate_optional_identifier(idem, name="idempotency_key")
-        validate_optional_identifier(single, name="singleton_key")
+        idem = _key_from(
+            definition.idempotency_key if idempotency_key is None else idempotency_key,
+            instance,
+            "idempotency_key",
+        )
+        single = _key_from(
+            definition.singleton_key if singleton_key is None else singleton_key,
+            instance,
+            "singleton_key",
+        )
         validate_optional_identifier(concurrency_key, name="concurrency_key")
         carrier = _validate_carrier(trace_carrier)
         ttl = definition.idempotency_key_ttl
@@ -472,12 +478,10 @@ class Runlane:
 
 
 def _key_from(option: Any, payload: Any, name: str) -> str | None:
-    if option is None or isinstance(option, str):
-        return option
-    value = option(payload)
-    if value is None:
+    if option is None:
         return None
-    return validate_identifier(value, name=name)
+    value = option if isinstance(option, str) else option(payload)
+    return None if value is None else validate_identifier(value, name=name)
 
 
 def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | None:

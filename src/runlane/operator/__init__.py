@@ -1,0 +1,36 @@
+"""The operator layer: what the CLI, the dashboard and metrics build on.
+
+It loads the user's runtime from an import path and turns runtime records into
+presentation-neutral views. Surfaces call the runtime's public API
+(``rl.runs``, ``rl.queue_stats()``, ``rl.tick()``) and render these views; they
+never reach into storage.
+"""
+
+from runlane.core.durations import parse_duration
+from runlane.operator.loading import APP_ENV_VAR, load_runtime
+from runlane.operator.views import (
+    RUN_ROW_FIELDS,
+    View,
+    active_run_count,
+    event_view,
+    iso,
+    queue_stats_view,
+    run_row,
+    run_view,
+    tick_report_view,
+)
+
+__all__ = [
+    "APP_ENV_VAR",
+    "RUN_ROW_FIELDS",
+    "View",
+    "active_run_count",
+    "event_view",
+    "iso",
+    "load_runtime",
+    "parse_duration",
+    "queue_stats_view",
+    "run_row",
+    "run_view",
+    "tick_report_view",
+]

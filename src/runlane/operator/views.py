@@ -1,0 +1,105 @@
+"""Presentation-neutral views: runs, events, queue stats and tick reports as plain dicts.
+
+Every value is JSON-ready (times as ISO 8601 strings in UTC, enums as their
+values), so a CLI table, a JSON dump and a dashboard page all show the same
+fields under the same names. Lease tokens are fencing secrets and never shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from runlane.core.models import (
+    ACTIVE_STATUSES,
+    QueueStats,
+    Run,
+    RunEvent,
+    RunStatus,
+    TickReport,
+)
+
+View = dict[str, Any]
+
+#: Columns of a run listing, in display order (a subset of :func:`run_view`).
+RUN_ROW_FIELDS = ("id", "task_id", "queue", "status", "attempt", "run_at", "updated_at")
+
+
+def iso(moment: datetime | None) -> str | None:
+    """A time as ISO 8601 in UTC, or ``None``."""
+    return moment.astimezone(UTC).isoformat() if moment is not None else None
+
+
+def run_view(run: Run) -> View:
+    """Everything an operator may see about one run.
+
+    >>> run_view(run)["status"]
+    'succeeded'
+    """
+    return {
+        "id": run.id,
+        "environment": run.environment,
+        "task_id": run.task_id,
+        "queue": run.queue,
+        "status": run.status.value,
+        "attempt": run.attempt,
+        "failure_count": run.failure_count,
+        "run_at": iso(run.run_at),
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "payload": run.payload,
+        "result": run.result,
+        "failure": run.failure.to_json() if run.failure is not None else None,
+        "source": run.source.to_json(),
+        "idempotency_key": run.idempotency_key,
+        "singleton_key": run.singleton_key,
+        "concurrency_key": run.concurrency_key,
+        "trace_carrier": run.trace_carrier,
+        "lease": (
+            {"owner": run.lease.owner, "expires_at": iso(run.lease.expires_at)}
+            if run.lease is not None
+            else None
+        ),
+        "cancel_reason": run.cancel_reason,
+    }
+
+
+def run_row(run: Run) -> View:
+    """The short form of a run for listings (:data:`RUN_ROW_FIELDS`)."""
+    view = run_view(run)
+    return {name: view[name] for name in RUN_ROW_FIELDS}
+
+
+def event_view(event: RunEvent) -> View:
+    """One history entry."""
+    return {
+        "run_id": event.run_id,
+        "sequence": event.sequence,
+        "type": event.type.value,
+        "occurred_at": iso(event.occurred_at),
+        "data": event.data,
+    }
+
+
+def queue_stats_view(stats: QueueStats) -> View:
+    """Counts for one queue (or one concurrency key of a bounded queue), every status present."""
+    return {
+        "queue": stats.queue,
+        "concurrency_key": stats.concurrency_key,
+        "concurrency_limit": stats.concurrency_limit,
+        "waiting": stats.waiting,
+        "running": stats.running,
+        "occupied": stats.occupied,
+        "counts": {status.value: stats.counts.get(status, 0) for status in RunStatus},
+    }
+
+
+def active_run_count(stats: list[QueueStats]) -> int:
+    """Runs not yet finished across ``stats`` (waiting, running or being cancelled)."""
+    return sum(s.counts.get(status, 0) for s in stats for status in ACTIVE_STATUSES)
+
+
+def tick_report_view(report: TickReport) -> View:
+    """What one maintenance pass did, duty by duty, plus the total."""
+    return {**asdict(report), "total": report.total()}

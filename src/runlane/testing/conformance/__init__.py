@@ -1,0 +1,1 @@
+"""Conformance suites: import one into a test module and provide its fixtures."""

@@ -1,0 +1,869 @@
+"""The storage conformance suite: every storage driver must pass all of it.
+
+Use it from a test module of your own::
+
+    from runlane.testing.conformance.storage import *  # noqa: F403
+
+and provide two fixtures: ``lane_factory`` (a callable returning a new
+:class:`runlane.Lane` on the same store each time it is called) and
+``environment`` (a fresh environment name per test). The tests are async and
+expect pytest-asyncio in ``auto`` mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from runlane import (
+    Context,
+    ErrorCode,
+    Lane,
+    ManualClock,
+    RetryPolicy,
+    Runlane,
+    RunlaneError,
+    RunStatus,
+    SignalReason,
+    TaskDef,
+    WorkerMode,
+    queue,
+    task,
+)
+from runlane.core.models import Run, RunEventType, RunSourceType
+from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.testing import drain, wait_for_status
+
+__all__ = [name for name in dir() if name.startswith("test_")]
+
+MAIN = queue("main", default=True)
+OTHER = queue("other")
+
+
+class Order(BaseModel):
+    """Payload schema used across the suite."""
+
+    order_id: int
+    note: str = ""
+
+
+Factory = Callable[..., Runlane]
+
+
+@pytest.fixture
+async def make_runtime(
+    lane_factory: Callable[[], Lane], environment: str
+) -> AsyncIterator[Factory]:
+    """Build opened runtimes on the store under test; all are closed afterwards."""
+    opened: list[Runlane] = []
+
+    async def build(
+        tasks: Sequence[TaskDef[Any]],
+        *,
+        queues: Sequence[Any] = (MAIN, OTHER),
+        clock: ManualClock | None = None,
+        env: str | None = None,
+        **options: Any,
+    ) -> Runlane:
+        rl = Runlane(
+            lane=lane_factory(),
+            queues=list(queues),
+            tasks=list(tasks),
+            environment=env or environment,
+            clock=clock,
+            **options,
+        )
+        await rl.migrate()
+        await rl.open()
+        opened.append(rl)
+        return rl
+
+    yield build  # type: ignore[misc]
+    for rl in opened:
+        await rl.close()
+
+
+def _recorder() -> tuple[list[Any], TaskDef[Any]]:
+    seen: list[Any] = []
+
+    @task("orders.record", schema=Order)
+    async def record(payload: Order, ctx: Context) -> dict[str, Any]:
+        seen.append(payload)
+        return {"order_id": payload.order_id, "attempt": ctx.attempt}
+
+    return seen, record
+
+
+async def _event_types(rl: Runlane, run_id: str) -> list[str]:
+    return [event.type.value for event in await rl.runs.events(run_id)]
+
+
+async def _all_runs(rl: Runlane) -> list[Run]:
+    return (await rl.runs.list(limit=1000)).data
+
+
+# -- producing -----------------------------------------------------------------------
+
+
+async def test_trigger_commits_a_queued_run_with_its_created_event(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    run = await rl.trigger(record, {"order_id": 7}, trace_carrier={"traceparent": "00-abc-def-01"})
+    stored = await rl.runs.get(run.id)
+    assert stored.status is RunStatus.QUEUED
+    assert stored.payload == {"order_id": 7, "note": ""}
+    assert stored.queue == "main" and stored.task_id == "orders.record"
+    assert stored.attempt == 0 and stored.source.type is RunSourceType.TRIGGER
+    assert stored.trace_carrier == {"traceparent": "00-abc-def-01"}
+    assert await _event_types(rl, run.id) == ["run.created"]
+
+
+async def test_trigger_accepts_a_schema_instance_and_the_handler_gets_one(
+    make_runtime: Factory,
+) -> None:
+    seen, record = _recorder()
+    rl = await make_runtime([record])
+    await rl.trigger(record, Order(order_id=3, note="x"))
+    (done,) = await drain(rl)
+    assert done.status is RunStatus.SUCCEEDED
+    assert seen == [Order(order_id=3, note="x")]
+    assert done.result == {"order_id": 3, "attempt": 1}
+
+
+async def test_delay_and_run_at_make_a_scheduled_run_that_waits(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    delayed = await rl.trigger(record, {"order_id": 1}, delay="10s")
+    later = await rl.trigger(record, {"order_id": 2}, run_at=clock.now() + timedelta(minutes=1))
+    assert delayed.status is RunStatus.SCHEDULED and later.status is RunStatus.SCHEDULED
+    assert await rl.execute_next() is None
+    clock.advance("10s")
+    first = await rl.execute_next()
+    assert first is not None and first.id == delayed.id
+    assert await rl.execute_next() is None
+    clock.advance("1m")
+    second = await rl.execute_next()
+    assert second is not None and second.id == later.id
+
+
+async def test_queue_override_routes_the_run_and_workers_filter_by_queue(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    run = await rl.trigger(record, {"order_id": 1}, queue=OTHER)
+    assert run.queue == "other"
+    assert await rl.execute_next(queues=[MAIN]) is None
+    done = await rl.execute_next(queues=[OTHER])
+    assert done is not None and done.id == run.id
+
+
+async def test_trigger_many_creates_every_run_in_order(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    runs = await rl.trigger_many(record, [{"order_id": i} for i in range(2500)])
+    assert len(runs) == 2500 and len({r.id for r in runs}) == 2500
+    assert [r.payload["order_id"] for r in runs] == list(range(2500))
+    assert all(r.status is RunStatus.QUEUED for r in runs)
+    stats = await rl.queue_stats()
+    main_stats = next(s for s in stats if s.queue == "main")
+    assert main_stats.counts[RunStatus.QUEUED] == 2500
+
+
+# -- bad input changes nothing -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda rl, t: rl.trigger(t, {"order_id": "seven"}), ErrorCode.PAYLOAD_INVALID),
+        (lambda rl, t: rl.trigger(t, {"note": "no id"}), ErrorCode.PAYLOAD_INVALID),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1, "note": "x" * 300_000}),
+            ErrorCode.PAYLOAD_TOO_LARGE,
+        ),
+        (lambda rl, t: rl.trigger("no.such.task", {}), ErrorCode.TASK_NOT_FOUND),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, queue=queue("nowhere")),
+            ErrorCode.QUEUE_NOT_FOUND,
+        ),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, queue=queue("main", concurrency_limit=2)),
+            ErrorCode.QUEUE_POLICY_DRIFT,
+        ),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, delay="soon"),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
+        (lambda rl, t: rl.trigger(t, {"order_id": 1}, delay=-5), ErrorCode.CONFIGURATION_INVALID),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, idempotency_key="a:b"),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, singleton_key=""),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
+        (
+            lambda rl, t: rl.trigger_many(t, [{"order_id": 1}, {"order_id": "bad"}]),
+            ErrorCode.PAYLOAD_INVALID,
+        ),
+        (lambda rl, t: rl.runs.get("missing-run"), ErrorCode.RUN_NOT_FOUND),
+        (lambda rl, t: rl.runs.cancel("missing-run"), ErrorCode.RUN_NOT_FOUND),
+        (lambda rl, t: rl.execute_next(queues=[queue("nowhere")]), ErrorCode.QUEUE_NOT_FOUND),
+        (
+            lambda rl, t: rl.runs.prune(older_than="1d", statuses=["queued"]),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
+    ],
+)
+async def test_bad_input_raises_a_typed_error_and_writes_nothing(
+    make_runtime: Factory, call: Callable[[Runlane, TaskDef[Any]], Any], code: ErrorCode
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    existing = await rl.trigger(record, {"order_id": 0})
+    with pytest.raises(RunlaneError) as caught:
+        await call(rl, record)
+    assert caught.value.code is code
+    assert caught.value.message
+    runs = await _all_runs(rl)
+    assert [r.id for r in runs] == [existing.id]
+    assert runs[0].status is RunStatus.QUEUED
+    assert await _event_types(rl, existing.id) == ["run.created"]
+
+
+async def test_a_task_without_queue_and_no_default_queue_is_a_configuration_error(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record], queues=[OTHER])
+    with pytest.raises(RunlaneError) as caught:
+        await rl.trigger(record, {"order_id": 1})
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert await _all_runs(rl) == []
+
+
+# -- executing -------------------------------------------------------------------------
+
+
+async def test_execute_next_runs_one_attempt_and_stores_the_result(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    run = await rl.trigger(record, {"order_id": 5})
+    done = await rl.execute_next()
+    assert done is not None and done.id == run.id
+    assert done.status is RunStatus.SUCCEEDED and done.result == {"order_id": 5, "attempt": 1}
+    assert done.lease is None and done.attempt == 1
+    assert await _event_types(rl, run.id) == ["run.created", "run.started", "run.succeeded"]
+    assert await rl.execute_next() is None
+
+
+async def test_sync_task_functions_run_in_threads(make_runtime: Factory) -> None:
+    threads: list[str] = []
+
+    @task("sync.echo")
+    def echo(payload: Any, ctx: Context) -> Any:
+        threads.append(threading.current_thread().name)
+        return payload
+
+    rl = await make_runtime([echo])
+    await rl.trigger(echo, [1, "two", {"three": 3}])
+    (done,) = await drain(rl)
+    assert done.result == [1, "two", {"three": 3}]
+    assert threads and threads[0] != threading.main_thread().name
+
+
+async def test_failures_retry_with_backoff_until_the_budget_is_spent(make_runtime: Factory) -> None:
+    clock = ManualClock()
+
+    @task("always.fails", retry=RetryPolicy(max_attempts=3, initial_delay="10s", max_delay="15s"))
+    async def fails(payload: Any, ctx: Context) -> None:
+        raise ValueError(f"secret-ish detail {ctx.attempt}")
+
+    rl = await make_runtime([fails], clock=clock)
+    run = await rl.trigger(fails, None)
+    first = await rl.execute_next()
+    assert first is not None and first.status is RunStatus.RETRYING
+    assert first.failure is not None and first.failure.code == "task_failed"
+    assert "ValueError" in first.failure.message and first.failure.retryable
+    delay = (first.run_at - clock.now()).total_seconds()
+    assert 5 <= delay <= 10
+    assert await rl.execute_next() is None
+    clock.advance("10s")
+    second = await rl.execute_next()
+    assert second is not None and second.status is RunStatus.RETRYING and second.attempt == 2
+    assert 7.5 <= (second.run_at - clock.now()).total_seconds() <= 15
+    clock.advance("15s")
+    third = await rl.execute_next()
+    assert third is not None and third.status is RunStatus.FAILED and third.attempt == 3
+    assert await _event_types(rl, run.id) == [
+        "run.created",
+        "run.started",
+        "run.retry_scheduled",
+        "run.started",
+        "run.retry_scheduled",
+        "run.started",
+        "run.failed",
+    ]
+    clock.advance("1h")
+    assert await rl.execute_next() is None
+
+
+async def test_a_non_retryable_runlane_error_fails_the_run_at_once(make_runtime: Factory) -> None:
+    @task("fatal")
+    async def fatal(payload: Any, ctx: Context) -> None:
+        raise RunlaneError(ErrorCode.TASK_FAILED, "card declined", retryable=False, meta={"c": 1})
+
+    rl = await make_runtime([fatal])
+    await rl.trigger(fatal, None)
+    done = await rl.execute_next()
+    assert done is not None and done.status is RunStatus.FAILED
+    assert done.failure is not None and done.failure.message == "card declined"
+    assert done.failure.meta == {"c": 1}
+
+
+async def test_release_waits_and_runs_again_without_spending_retries(make_runtime: Factory) -> None:
+    clock = ManualClock()
+
+    @task("polls", retry=RetryPolicy(max_attempts=1))
+    async def polls(payload: Any, ctx: Context) -> Any:
+        if ctx.attempt < 3:
+            return ctx.release("30s", reason="not ready")
+        return "ready"
+
+    rl = await make_runtime([polls], clock=clock)
+    run = await rl.trigger(polls, None)
+    first = await rl.execute_next()
+    assert first is not None and first.status is RunStatus.RELEASED
+    assert first.run_at == clock.now() + timedelta(seconds=30)
+    assert first.failure_count == 0
+    assert await rl.execute_next() is None
+    clock.advance("30s")
+    second = await rl.execute_next()
+    assert second is not None and second.status is RunStatus.RELEASED
+    clock.advance("30s")
+    third = await rl.execute_next()
+    assert third is not None and third.status is RunStatus.SUCCEEDED and third.result == "ready"
+    events = await rl.runs.events(run.id)
+    released = [e for e in events if e.type is RunEventType.RELEASED]
+    assert len(released) == 2 and released[0].data["reason"] == "not ready"
+
+
+async def test_the_handler_gets_a_revalidated_payload(make_runtime: Factory) -> None:
+    seen, record = _recorder()
+    rl = await make_runtime([record])
+    await rl.trigger(record, {"order_id": "12"})
+    await drain(rl)
+    assert seen == [Order(order_id=12)]
+
+
+async def test_a_task_timeout_fails_the_attempt_and_signals_the_task(make_runtime: Factory) -> None:
+    reasons: list[Any] = []
+
+    @task(
+        "slow",
+        timeout="100ms",
+        retry=RetryPolicy(max_attempts=2, initial_delay="0s", max_delay="0s"),
+    )
+    async def slow(payload: Any, ctx: Context) -> None:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            reasons.append(ctx.signal.reason)
+
+    rl = await make_runtime([slow])
+    await rl.trigger(slow, None)
+    first = await rl.execute_next()
+    assert first is not None and first.status is RunStatus.RETRYING
+    assert first.failure is not None and first.failure.code == ErrorCode.TASK_TIMEOUT.value
+    assert reasons == [SignalReason.TIMEOUT]
+    second = await rl.execute_next()
+    assert second is not None and second.status is RunStatus.FAILED
+
+
+async def test_run_now_executes_inline_and_never_picks_up_another_run(
+    make_runtime: Factory,
+) -> None:
+    seen, record = _recorder()
+    rl = await make_runtime([record])
+    waiting = await rl.trigger(record, {"order_id": 1})
+    done = await rl.run_now(record, {"order_id": 2})
+    assert done.status is RunStatus.SUCCEEDED and done.source.type is RunSourceType.RUN_NOW
+    assert seen == [Order(order_id=2)]
+    assert (await rl.runs.get(waiting.id)).status is RunStatus.QUEUED
+    assert await _event_types(rl, done.id) == ["run.created", "run.started", "run.succeeded"]
+
+
+async def test_a_worker_never_exceeds_its_local_concurrency(make_runtime: Factory) -> None:
+    active = 0
+    peak = 0
+
+    @task("busy")
+    async def busy(payload: Any, ctx: Context) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.02)
+        active -= 1
+
+    rl = await make_runtime([busy])
+    await rl.trigger_many(busy, [None] * 40)
+    worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=4, handle_signals=False)
+    await worker.run()
+    assert peak == 4
+    stats = next(s for s in await rl.queue_stats() if s.queue == "main")
+    assert stats.counts == {RunStatus.SUCCEEDED: 40}
+
+
+async def test_a_polling_worker_picks_up_new_work_and_stops_gracefully(
+    make_runtime: Factory,
+) -> None:
+    seen, record = _recorder()
+    rl = await make_runtime([record])
+    worker = rl.worker(concurrency=2, poll_interval="50ms", handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    run = await rl.trigger(record, {"order_id": 9})
+    await wait_for_status(rl, run.id, RunStatus.SUCCEEDED)
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert seen == [Order(order_id=9)]
+
+
+async def test_worker_shutdown_signals_in_flight_tasks_and_releases_what_gives_up(
+    make_runtime: Factory,
+) -> None:
+    started = asyncio.Event()
+    reasons: list[Any] = []
+
+    @task("long")
+    async def long_task(payload: Any, ctx: Context) -> None:
+        started.set()
+        reason = await ctx.signal.wait()
+        reasons.append(reason)
+        raise RuntimeError("interrupted")
+
+    rl = await make_runtime([long_task])
+    run = await rl.trigger(long_task, None)
+    worker = rl.worker(concurrency=1, handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 5)
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert reasons == [SignalReason.SHUTDOWN]
+    stored = await rl.runs.get(run.id)
+    assert stored.status is RunStatus.RELEASED and stored.failure_count == 0
+
+
+async def test_heartbeats_keep_a_long_attempt_leased(make_runtime: Factory) -> None:
+    @task("lengthy")
+    async def lengthy(payload: Any, ctx: Context) -> str:
+        await asyncio.sleep(1.2)
+        return "done"
+
+    rl = await make_runtime([lengthy])
+    run = await rl.trigger(lengthy, None)
+    worker = rl.worker(
+        concurrency=1,
+        lease_duration="500ms",
+        heartbeat_interval="100ms",
+        handle_signals=False,
+        mode=WorkerMode.DRAIN,
+    )
+    running = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.8)
+    report = await rl.tick()
+    assert report.leases_recovered == 0
+    await asyncio.wait_for(running, 5)
+    assert (await rl.runs.get(run.id)).status is RunStatus.SUCCEEDED
+
+
+# -- leases, fencing and recovery --------------------------------------------------------
+
+
+async def test_claims_never_hand_one_run_to_two_workers(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    first = await make_runtime([record])
+    second = await make_runtime([record])
+    await first.trigger_many(record, [{"order_id": i} for i in range(300)])
+    policies = [QueuePolicy("main")]
+
+    async def claim_all(rl: Runlane, worker: str) -> list[str]:
+        ids: list[str] = []
+        while True:
+            lease = LeaseRequest(worker, rl.clock.now() + timedelta(seconds=30))
+            batch = await rl.storage.claim_due_runs(
+                rl.environment, policies, 7, lease, rl.clock.now()
+            )
+            if not batch:
+                return ids
+            ids.extend(run.id for run in batch)
+
+    a, b = await asyncio.gather(claim_all(first, "worker-a"), claim_all(second, "worker-b"))
+    assert not set(a) & set(b)
+    assert len(a) + len(b) == 300
+
+
+async def test_an_expired_lease_is_recovered_by_tick_and_counts_as_a_failed_attempt(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    seen, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    run = await rl.trigger(record, {"order_id": 1})
+    lease = LeaseRequest("ghost-worker", clock.now() + timedelta(seconds=30))
+    (claimed,) = await rl.storage.claim_due_runs(
+        rl.environment, [QueuePolicy("main")], 1, lease, clock.now()
+    )
+    assert claimed.status is RunStatus.RUNNING and claimed.lease is not None
+    assert (await rl.tick()).leases_recovered == 0
+    clock.advance("31s")
+    report = await rl.tick()
+    assert report.leases_recovered == 1
+    recovered = await rl.runs.get(run.id)
+    assert recovered.status is RunStatus.RETRYING and recovered.lease is None
+    assert recovered.failure is not None and recovered.failure.code == "lease_expired"
+    assert "run.lease_expired" in await _event_types(rl, run.id)
+    clock.advance("5m")
+    done = await rl.execute_next()
+    assert done is not None and done.status is RunStatus.SUCCEEDED and done.attempt == 2
+    assert (await rl.tick()).leases_recovered == 0
+
+
+async def test_a_worker_that_lost_its_lease_cannot_write_an_outcome(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    run = await rl.trigger(record, {"order_id": 1})
+    lease = LeaseRequest("slow-worker", clock.now() + timedelta(seconds=30))
+    (stale,) = await rl.storage.claim_due_runs(
+        rl.environment, [QueuePolicy("main")], 1, lease, clock.now()
+    )
+    clock.advance("31s")
+    await rl.tick()
+    clock.advance("5m")
+    fresh = await rl.execute_next()
+    assert fresh is not None and fresh.status is RunStatus.SUCCEEDED
+    from runlane.core.transitions import Succeeded, settle_attempt
+
+    late = settle_attempt(stale, Succeeded("late"), record.retry, clock.now())
+    assert await rl.storage.apply_transitions(rl.environment, [late], clock.now()) == [None]
+    assert stale.lease is not None
+    beat = await rl.storage.heartbeat(
+        rl.environment, run.id, stale.lease.token, clock.now() + timedelta(seconds=30)
+    )
+    assert beat is None
+    assert (await rl.runs.get(run.id)).result == {"order_id": 1, "attempt": 2}
+
+
+async def test_concurrent_ticks_recover_each_expired_lease_once(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    runtimes = [await make_runtime([record], clock=clock) for _ in range(3)]
+    await runtimes[0].trigger_many(record, [{"order_id": i} for i in range(20)])
+    lease = LeaseRequest("ghost", clock.now() + timedelta(seconds=30))
+    await runtimes[0].storage.claim_due_runs(
+        runtimes[0].environment, [QueuePolicy("main")], 20, lease, clock.now()
+    )
+    clock.advance("1m")
+    reports = await asyncio.gather(*(rl.tick() for rl in runtimes))
+    assert sum(r.leases_recovered for r in reports) == 20
+    for run in await _all_runs(runtimes[0]):
+        types = await _event_types(runtimes[0], run.id)
+        assert types.count("run.lease_expired") == 1
+
+
+# -- cancellation ------------------------------------------------------------------------
+
+
+async def test_cancelling_a_waiting_run_cancels_it_at_once(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    run = await rl.trigger(record, {"order_id": 1}, delay="1h")
+    cancelled = await rl.runs.cancel(run.id, reason="customer left")
+    assert cancelled.status is RunStatus.CANCELLED and cancelled.cancel_reason == "customer left"
+    assert await _event_types(rl, run.id) == ["run.created", "run.cancelled"]
+    with pytest.raises(RunlaneError) as caught:
+        await rl.runs.cancel(run.id)
+    assert caught.value.code is ErrorCode.INVALID_STATE
+    assert await rl.execute_next() is None
+
+
+async def test_cancelling_a_running_run_signals_its_task_and_ends_cancelled(
+    make_runtime: Factory,
+) -> None:
+    started = asyncio.Event()
+    reasons: list[Any] = []
+
+    @task("cancellable")
+    async def cancellable(payload: Any, ctx: Context) -> str:
+        started.set()
+        reasons.append(await ctx.signal.wait())
+        assert ctx.is_cancellation_requested()
+        return "stopped early"
+
+    rl = await make_runtime([cancellable])
+    run = await rl.trigger(cancellable, None)
+    worker = rl.worker(
+        concurrency=1,
+        lease_duration="3s",
+        heartbeat_interval="100ms",
+        handle_signals=False,
+        mode=WorkerMode.DRAIN,
+    )
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 5)
+    requested = await rl.runs.cancel(run.id, reason="operator")
+    assert requested.status is RunStatus.CANCELLATION_REQUESTED
+    await asyncio.wait_for(running, 5)
+    assert reasons == [SignalReason.CANCELLED]
+    final = await rl.runs.get(run.id)
+    assert final.status is RunStatus.CANCELLED
+    assert await _event_types(rl, run.id) == [
+        "run.created",
+        "run.started",
+        "run.cancellation_requested",
+        "run.cancelled",
+    ]
+
+
+async def test_tick_finishes_a_cancellation_whose_worker_died(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    run = await rl.trigger(record, {"order_id": 1})
+    lease = LeaseRequest("dead-worker", clock.now() + timedelta(seconds=30))
+    await rl.storage.claim_due_runs(rl.environment, [QueuePolicy("main")], 1, lease, clock.now())
+    assert (await rl.runs.cancel(run.id)).status is RunStatus.CANCELLATION_REQUESTED
+    clock.advance("31s")
+    report = await rl.tick()
+    assert report.cancellations_finished == 1
+    assert (await rl.runs.get(run.id)).status is RunStatus.CANCELLED
+
+
+# -- idempotency and singletons ---------------------------------------------------------------
+
+
+async def test_an_idempotency_key_returns_the_owning_run(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    first = await rl.trigger(record, {"order_id": 1}, idempotency_key="order-1")
+    again = await rl.trigger(record, {"order_id": 1}, idempotency_key="order-1")
+    assert again.id == first.id
+    await drain(rl)
+    clock.advance("29d")
+    retained = await rl.trigger(record, {"order_id": 1}, idempotency_key="order-1")
+    assert retained.id == first.id and retained.status is RunStatus.SUCCEEDED
+    clock.advance("2d")
+    fresh = await rl.trigger(record, {"order_id": 1}, idempotency_key="order-1")
+    assert fresh.id != first.id and fresh.status is RunStatus.QUEUED
+    assert len(await _all_runs(rl)) == 2
+
+
+async def test_idempotency_keys_can_come_from_the_payload_and_be_reset(
+    make_runtime: Factory,
+) -> None:
+    @task("keyed", schema=Order, idempotency_key=lambda p: f"order-{p.order_id}")
+    async def keyed(payload: Order, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([keyed])
+    first = await rl.trigger(keyed, {"order_id": 4})
+    assert first.idempotency_key == "order-4"
+    assert (await rl.trigger(keyed, {"order_id": 4})).id == first.id
+    assert (await rl.trigger(keyed, {"order_id": 5})).id != first.id
+    assert await rl.idempotency_keys.reset(keyed, "order-4") is True
+    assert await rl.idempotency_keys.reset(keyed, "order-4") is False
+    assert (await rl.trigger(keyed, {"order_id": 4})).id != first.id
+
+
+async def test_a_failed_owner_releases_its_idempotency_key_at_once(make_runtime: Factory) -> None:
+    @task("breaks", retry=RetryPolicy(max_attempts=1))
+    async def breaks(payload: Any, ctx: Context) -> None:
+        raise RuntimeError("no")
+
+    rl = await make_runtime([breaks])
+    first = await rl.trigger(breaks, None, idempotency_key="k")
+    (failed,) = await drain(rl)
+    assert failed.status is RunStatus.FAILED
+    second = await rl.trigger(breaks, None, idempotency_key="k")
+    assert second.id != first.id
+
+
+async def test_active_only_idempotency_releases_when_the_owner_finishes(
+    make_runtime: Factory,
+) -> None:
+    @task("active.keyed", idempotency_key="only-one", idempotency_key_ttl="active")
+    async def active_keyed(payload: Any, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([active_keyed])
+    first = await rl.trigger(active_keyed, None)
+    assert (await rl.trigger(active_keyed, None)).id == first.id
+    await drain(rl)
+    assert (await rl.tick()).idempotency_keys_released == 1
+    assert (await rl.trigger(active_keyed, None)).id != first.id
+
+
+async def test_a_singleton_key_allows_one_active_run(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    first = await rl.trigger(record, {"order_id": 1}, singleton_key="sync-account-9")
+    second = await rl.trigger(record, {"order_id": 2}, singleton_key="sync-account-9")
+    other = await rl.trigger(record, {"order_id": 3}, singleton_key="sync-account-10")
+    assert second.id == first.id and other.id != first.id
+    await drain(rl)
+    after = await rl.trigger(record, {"order_id": 4}, singleton_key="sync-account-9")
+    assert after.id != first.id and after.status is RunStatus.QUEUED
+
+
+async def test_concurrent_triggers_with_one_key_create_one_run(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    runtimes = [await make_runtime([record]) for _ in range(4)]
+    idem = await asyncio.gather(
+        *(rl.trigger(record, {"order_id": 1}, idempotency_key="same") for rl in runtimes * 3)
+    )
+    single = await asyncio.gather(
+        *(rl.trigger(record, {"order_id": 1}, singleton_key="same") for rl in runtimes * 3)
+    )
+    assert len({r.id for r in idem}) == 1
+    assert len({r.id for r in single}) == 1
+
+
+# -- operating ---------------------------------------------------------------------------
+
+
+async def test_environments_on_one_store_never_see_each_other(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    blue = await make_runtime([record], env="blue-" + str(id(record)))
+    green = await make_runtime([record], env="green-" + str(id(record)))
+    run = await blue.trigger(record, {"order_id": 1})
+    with pytest.raises(RunlaneError) as caught:
+        await green.runs.get(run.id)
+    assert caught.value.code is ErrorCode.RUN_NOT_FOUND
+    assert await green.execute_next() is None
+    assert (await green.runs.list()).data == []
+    assert (await blue.execute_next()) is not None
+
+
+async def test_runs_list_pages_newest_first_with_filters(make_runtime: Factory) -> None:
+    seen, record = _recorder()
+
+    @task("other.task")
+    async def other_task(payload: Any, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([record, other_task])
+    created = [await rl.trigger(record, {"order_id": i}) for i in range(5)]
+    other = await rl.trigger(other_task, None, queue=OTHER)
+    page = await rl.runs.list(limit=2)
+    assert [r.id for r in page.data] == [other.id, created[4].id]
+    assert page.next_cursor is not None
+    rest = await rl.runs.list(limit=10, cursor=page.next_cursor)
+    assert [r.id for r in rest.data] == [r.id for r in reversed(created[:4])]
+    assert rest.next_cursor is None
+    by_task = await rl.runs.list(tasks=[other_task])
+    assert [r.id for r in by_task.data] == [other.id]
+    by_queue = await rl.runs.list(queues=[MAIN])
+    assert len(by_queue.data) == 5
+    await rl.execute_next(queues=[OTHER])
+    by_status = await rl.runs.list(statuses=[RunStatus.SUCCEEDED])
+    assert [r.id for r in by_status.data] == [other.id]
+
+
+async def test_retry_and_rerun_create_linked_child_runs(make_runtime: Factory) -> None:
+    @task("flaky", retry=RetryPolicy(max_attempts=1))
+    async def flaky(payload: Any, ctx: Context) -> str:
+        if payload == "fail":
+            raise RuntimeError("nope")
+        return "ok"
+
+    rl = await make_runtime([flaky])
+    bad = await rl.trigger(flaky, "fail")
+    good = await rl.trigger(flaky, "fine")
+    await drain(rl)
+    child = await rl.runs.retry(bad.id)
+    assert child.source.type is RunSourceType.MANUAL_RETRY and child.source.run_id == bad.id
+    assert child.status is RunStatus.QUEUED and child.payload == "fail"
+    with pytest.raises(RunlaneError) as caught:
+        await rl.runs.retry(good.id)
+    assert caught.value.code is ErrorCode.INVALID_STATE
+    rerun = await rl.runs.rerun(good.id)
+    assert rerun.source.type is RunSourceType.RERUN and rerun.source.run_id == good.id
+    with pytest.raises(RunlaneError) as active:
+        await rl.runs.rerun(rerun.id)
+    assert active.value.code is ErrorCode.INVALID_STATE
+
+
+async def test_prune_deletes_old_finished_runs_with_their_history(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    old = await rl.trigger(record, {"order_id": 1})
+    await drain(rl)
+    clock.advance("2d")
+    recent = await rl.trigger(record, {"order_id": 2})
+    await drain(rl)
+    waiting = await rl.trigger(record, {"order_id": 3})
+    assert await rl.runs.prune(older_than="1d") == 1
+    remaining = {r.id for r in await _all_runs(rl)}
+    assert remaining == {recent.id, waiting.id}
+    with pytest.raises(RunlaneError):
+        await rl.runs.get(old.id)
+    assert await rl.storage.list_run_events(rl.environment, old.id) == []
+
+
+async def test_tick_prunes_past_the_retention_setting(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock, retention="7d")
+    await rl.trigger(record, {"order_id": 1})
+    await drain(rl)
+    assert (await rl.tick()).runs_pruned == 0
+    clock.advance("8d")
+    assert (await rl.tick()).runs_pruned == 1
+    assert await _all_runs(rl) == []
+
+
+async def test_queue_stats_count_runs_per_queue_and_status(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    await rl.trigger_many(record, [{"order_id": i} for i in range(3)])
+    await rl.trigger(record, {"order_id": 9}, queue=OTHER, delay="1h")
+    await rl.execute_next()
+    stats = {s.queue: s for s in await rl.queue_stats()}
+    assert stats["main"].counts == {RunStatus.SUCCEEDED: 1, RunStatus.QUEUED: 2}
+    assert stats["main"].waiting == 2 and stats["main"].running == 0
+    assert stats["other"].counts == {RunStatus.SCHEDULED: 1}
+
+
+async def test_the_sync_facade_blocks_for_results(
+    make_runtime: Factory, lane_factory: Any, environment: str
+) -> None:
+    _, record = _recorder()
+    rl = Runlane(lane=lane_factory(), queues=[MAIN, OTHER], tasks=[record], environment=environment)
+    await asyncio.to_thread(rl.sync.migrate)
+
+    def use() -> tuple[Run, Run]:
+        run = rl.sync.trigger(record, {"order_id": 1})
+        done = rl.sync.execute_next()
+        assert done is not None
+        return run, rl.sync.runs.get(run.id)
+
+    try:
+        run, stored = await asyncio.to_thread(use)
+        assert stored.id == run.id and stored.status is RunStatus.SUCCEEDED
+    finally:
+        await asyncio.to_thread(rl.sync.close)
+
+
+__all__ = [name for name in dir() if name.startswith("test_")] + ["make_runtime", "pytestmark"]
+pytestmark = pytest.mark.asyncio

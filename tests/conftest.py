@@ -1,0 +1,74 @@
+"""Shared fixtures: a runtime on each storage driver, against real servers."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.postgres_server import PostgresServer, PostgresUnavailable
+
+from runlane import Lane, postgres_lane, sqlite_lane
+
+DRIVERS = ["sqlite", "postgres"]
+
+
+def _postgres_missing(reason: str) -> None:
+    message = f"PostgreSQL tests need a server and none could be started: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: a skip would hide the missing service)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | None]:
+    """A throwaway cluster, or ``None`` when RUNLANE_TEST_DATABASE_URL names a server."""
+    if os.environ.get("RUNLANE_TEST_DATABASE_URL"):
+        yield None
+        return
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as error:
+        _postgres_missing(error.reason)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(postgres_server: PostgresServer | None) -> str:
+    """One migrated database for the session; tests isolate by environment name."""
+    external = os.environ.get("RUNLANE_TEST_DATABASE_URL")
+    if external:
+        return external
+    assert postgres_server is not None
+    return postgres_server.create_database("runlane_test")
+
+
+@pytest.fixture
+def environment() -> str:
+    """A fresh environment name: runs of other tests are invisible to this one."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+LaneFactory = Callable[[], Lane]
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> str:
+    """The storage driver under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def lane_factory(driver: str, tmp_path: Path, request: pytest.FixtureRequest) -> LaneFactory:
+    """Builds lanes that all point at the same store (one per runtime under test)."""
+    if driver == "sqlite":
+        path = tmp_path / "runlane.db"
+        return lambda: sqlite_lane(path)
+    dsn = request.getfixturevalue("postgres_dsn")
+    return lambda: postgres_lane(dsn)
