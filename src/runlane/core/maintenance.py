@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from runlane.core.models import TERMINAL_STATUSES, RunStatus, TickReport
 from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.scheduling import materialize_due_schedules
 from runlane.core.transitions import LeaseExpired, settle_attempt
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ PRUNE_BATCH = 1000
 async def run_maintenance(rt: Runlane) -> TickReport:
     """Run every duty once and report what each did."""
     report = TickReport()
+    report.schedules_materialized = await materialize_due_schedules(rt)
     await recover_expired_leases(rt, report)
     report.idempotency_keys_released = await rt.storage.release_expired_idempotency_keys(
         rt.environment, rt.clock.now()

@@ -101,6 +101,9 @@ class Runlane:
 
         self.runs: Runs = Runs(self)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
+        from runlane.core.scheduling import Schedules
+
+        self.schedules: Schedules = Schedules(self)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -187,7 +190,7 @@ class Runlane:
         With an owned ``idempotency_key`` or an active ``singleton_key`` the
         existing run is returned instead of a new one.
         """
-        new = self._new_run(
+        new = self.build_new_run(
             task,
             payload,
             queue=queue,
@@ -222,7 +225,7 @@ class Runlane:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, one round trip each."""
         new_runs = [
-            self._new_run(
+            self.build_new_run(
                 task,
                 payload,
                 queue=queue,
@@ -250,20 +253,21 @@ class Runlane:
             self._notify_work()
         return runs
 
-    def _new_run(
+    def build_new_run(
         self,
         task: TaskDef[Any] | str,
         payload: Any,
         *,
-        queue: QueueDef | str | None,
-        delay: Duration | None,
-        run_at: datetime | None,
-        idempotency_key: str | None,
-        singleton_key: str | None,
-        concurrency_key: str | None,
-        trace_carrier: Mapping[str, str] | None,
         source: RunSource,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
     ) -> NewRun:
+        """Validate everything about a run to create; nothing is written here."""
         definition = self.registry.resolve_task(task)
         target = self.registry.queue_for(definition, queue)
         instance, value = validate_payload(definition, payload)
@@ -310,7 +314,7 @@ class Runlane:
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
     ) -> Run:
         """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
-        new = self._new_run(
+        new = self.build_new_run(
             source.task_id,
             source.payload,
             queue=queue or source.queue,
@@ -381,7 +385,7 @@ class Runlane:
         It never picks up another run. If the keys return an existing run, that
         run is returned untouched.
         """
-        new = self._new_run(
+        new = self.build_new_run(
             task,
             payload,
             queue=queue,

@@ -15,7 +15,7 @@ from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings
 from runlane.core.models import Run
-from runlane.storage.protocol import QueuePolicy
+from runlane.storage.protocol import QueuePolicy, WorkNotifier
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
@@ -122,7 +122,7 @@ class Worker:
                         return
                     await self._wait_for(self._slot_freed, None)
                     continue
-                await self._wait_for(work, self.poll_interval)
+                await self._wait_for(work, self.poll_interval, notify=True)
         finally:
             rt.unsubscribe_work(work)
             await self._finish_in_flight()
@@ -147,14 +147,34 @@ class Worker:
             if self._slot_freed is not None:
                 self._slot_freed.set()
 
-    async def _wait_for(self, event: asyncio.Event, limit: float | None) -> None:
-        stop = asyncio.ensure_future(self._stop.wait())
-        waiter = asyncio.ensure_future(event.wait())
+    async def _wait_for(
+        self, event: asyncio.Event, limit: float | None, *, notify: bool = False
+    ) -> None:
+        """Wait for ``event``, a stop, ``limit`` seconds, or (idle) a storage notification."""
+        waiters = {asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(event.wait())}
+        storage = self._rt.storage
+        notified: asyncio.Future[bool] | None = None
+        if notify and limit is not None and isinstance(storage, WorkNotifier):
+            notified = asyncio.ensure_future(storage.wait_for_work(self._rt.environment, limit))
+            waiters.add(notified)
+        loop = asyncio.get_running_loop()
+        deadline = None if limit is None else loop.time() + limit
         try:
-            await asyncio.wait({stop, waiter}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait(
+                    waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done or done != {notified} or _announced(notified):
+                    return
+                # A notifier that gave up (connection lost) must not turn idling into a
+                # busy loop: keep waiting on the rest until the poll interval is over.
+                waiters.discard(notified)
+                notified = None
         finally:
-            for future in (stop, waiter):
+            for future in waiters:
                 future.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
             event.clear()
 
     async def _finish_in_flight(self) -> None:
@@ -170,3 +190,9 @@ class Worker:
                 loop.add_signal_handler(sig, self._stop.set, SignalReason.SHUTDOWN)
                 installed.append(sig)
         return installed
+
+
+def _announced(notified: asyncio.Future[bool] | None) -> bool:
+    if notified is None or not notified.done() or notified.cancelled():
+        return False
+    return notified.exception() is None and bool(notified.result())

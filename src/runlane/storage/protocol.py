@@ -140,6 +140,24 @@ class QueuePolicy:
     concurrency_limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """What storage remembers of a schedule: its newest materialised slot and pause flag."""
+
+    schedule_id: str
+    last_slot: datetime | None
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOccurrence:
+    """One slot of one schedule and the run it becomes if the slot is still unclaimed."""
+
+    schedule_id: str
+    slot: datetime
+    run: NewRun
+
+
 @runtime_checkable
 class Storage(Protocol):
     """What a storage driver provides. All methods are scoped to one environment."""
@@ -234,3 +252,32 @@ class Storage(Protocol):
         self, environment: str, queues: Sequence[QueuePolicy]
     ) -> list[QueueStats]:
         """Counts per queue (and per concurrency key on bounded queues)."""
+
+    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
+        """Every schedule's stored state, by schedule id."""
+
+    async def set_schedule_paused(
+        self, environment: str, schedule_id: str, paused: bool, now: datetime
+    ) -> None:
+        """Pause or resume a schedule (the flag survives restarts)."""
+
+    async def materialize_schedule_occurrences(
+        self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime
+    ) -> list[Run]:
+        """Claim each occurrence by its deterministic id (schedule id, slot) and create its run.
+
+        An occurrence already claimed, by this or any other process, creates
+        nothing. Returns the runs created. The schedule's ``last_slot`` moves
+        forward to the newest slot passed, claimed or not.
+        """
+
+
+@runtime_checkable
+class WorkNotifier(Protocol):
+    """Optional: a driver that can wake idle workers (e.g. PostgreSQL LISTEN/NOTIFY).
+
+    Workers still poll on their interval, so a lost notification only costs latency.
+    """
+
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:
+        """Return True when new runnable work was announced, False after ``timeout``."""

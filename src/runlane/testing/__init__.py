@@ -34,11 +34,11 @@ async def drain(
     return executed
 
 
-async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, timeout: float = 10.0) -> Run:
+async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, within: float = 10.0) -> Run:
     """Poll until the run reaches one of ``statuses`` (real time), or raise TimeoutError."""
     import asyncio
 
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         run = await rl.runs.get(run_id)
         if run.status in statuses:

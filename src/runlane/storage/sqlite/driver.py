@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runlane.core.clock import to_micros
+from runlane.core.clock import from_micros, to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_token
 from runlane.core.models import (
@@ -35,6 +35,8 @@ from runlane.storage.protocol import (
     NewRun,
     QueuePolicy,
     RunFilter,
+    ScheduleOccurrence,
+    ScheduleState,
     StorageCapabilities,
     Transition,
 )
@@ -56,7 +58,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
     reads_run_history=True,
     prunes_runs=True,
     leases_runs=True,
-    claims_schedule_occurrences=False,
+    claims_schedule_occurrences=True,
     persists_outbox=False,
     enforces_idempotency=True,
     enforces_singleton=True,
@@ -232,41 +234,48 @@ class SqliteStorage:
         token = new_token() if lease is not None else None
         with self._transaction(connection) as cur:
             for new in runs:
-                existing = self._find_owner(cur, environment, new, now_us)
-                if existing is not None:
-                    outcomes.append(CreateOutcome(existing, created=False))
-                    continue
-                row = cur.execute(
-                    _QUERIES["insert_run"], _insert_params(environment, new, now_us, lease, token)
-                ).fetchone()
-                if row is None:
-                    # Lost a race on the singleton index; the winner is the owner.
-                    owner = self._find_owner(cur, environment, new, now_us)
-                    if owner is None:
-                        raise RunlaneError(
-                            ErrorCode.STORAGE_CONFLICT,
-                            f"run {new.id} could not be created.",
-                            retryable=True,
-                        )
-                    outcomes.append(CreateOutcome(owner, created=False))
-                    continue
-                run = run_from_row(row)
-                cur.executemany(
-                    _QUERIES["insert_event"], _creation_events(environment, run, now_us)
-                )
-                if new.idempotency_key is not None:
-                    cur.execute(
-                        _QUERIES["upsert_idempotency_key"],
-                        {
-                            "environment": environment,
-                            "task_id": new.task_id,
-                            "key": new.idempotency_key,
-                            "run_id": new.id,
-                            "expires_at": _micros_or_none(new.idempotency_expires_at),
-                        },
-                    )
-                outcomes.append(CreateOutcome(run, created=True))
+                outcomes.append(self._create_one(cur, environment, new, now_us, lease, token))
         return outcomes
+
+    def _create_one(
+        self,
+        cur: sqlite3.Cursor,
+        environment: str,
+        new: NewRun,
+        now_us: int,
+        lease: LeaseRequest | None,
+        token: str | None,
+    ) -> CreateOutcome:
+        existing = self._find_owner(cur, environment, new, now_us)
+        if existing is not None:
+            return CreateOutcome(existing, created=False)
+        row = cur.execute(
+            _QUERIES["insert_run"], _insert_params(environment, new, now_us, lease, token)
+        ).fetchone()
+        if row is None:
+            # Lost a race on the singleton index; the winner is the owner.
+            owner = self._find_owner(cur, environment, new, now_us)
+            if owner is None:
+                raise RunlaneError(
+                    ErrorCode.STORAGE_CONFLICT,
+                    f"run {new.id} could not be created.",
+                    retryable=True,
+                )
+            return CreateOutcome(owner, created=False)
+        run = run_from_row(row)
+        cur.executemany(_QUERIES["insert_event"], _creation_events(environment, run, now_us))
+        if new.idempotency_key is not None:
+            cur.execute(
+                _QUERIES["upsert_idempotency_key"],
+                {
+                    "environment": environment,
+                    "task_id": new.task_id,
+                    "key": new.idempotency_key,
+                    "run_id": new.id,
+                    "expires_at": _micros_or_none(new.idempotency_expires_at),
+                },
+            )
+        return CreateOutcome(run, created=True)
 
     def _find_owner(
         self, cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int
@@ -476,6 +485,64 @@ class SqliteStorage:
         return build_queue_stats(
             queues, ((r["queue"], r["concurrency_key"], r["status"], r["count"]) for r in rows)
         )
+
+    # -- schedules -----------------------------------------------------------------
+
+    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
+        """Stored schedule state by id."""
+        rows = await self._run(
+            lambda: self._read(_QUERIES["get_schedule_states"], {"environment": environment})
+        )
+        return {
+            row["schedule_id"]: ScheduleState(
+                row["schedule_id"],
+                from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
+                bool(row["paused"]),
+            )
+            for row in rows
+        }
+
+    async def set_schedule_paused(
+        self, environment: str, schedule_id: str, paused: bool, now: datetime
+    ) -> None:
+        """Pause or resume one schedule."""
+        params = {
+            "environment": environment,
+            "schedule_id": schedule_id,
+            "paused": int(paused),
+            "now": to_micros(now),
+        }
+        await self._run(lambda: self._write_count(_QUERIES["set_schedule_paused"], params))
+
+    async def materialize_schedule_occurrences(
+        self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime
+    ) -> list[Run]:
+        """Claim occurrences and create their runs in one transaction."""
+        now_us = to_micros(now)
+
+        def materialize() -> list[Run]:
+            created: list[Run] = []
+            with self._transaction() as cur:
+                for occurrence in occurrences:
+                    slot = to_micros(occurrence.slot)
+                    scope = {
+                        "environment": environment,
+                        "schedule_id": occurrence.schedule_id,
+                        "slot": slot,
+                        "now": now_us,
+                    }
+                    claimed = cur.execute(
+                        _QUERIES["claim_schedule_occurrence"], {**scope, "run_id": occurrence.run.id}
+                    ).fetchone()
+                    cur.execute(_QUERIES["advance_schedule"], scope)
+                    if claimed is None:
+                        continue
+                    outcome = self._create_one(cur, environment, occurrence.run, now_us, None, None)
+                    if outcome.created:
+                        created.append(outcome.run)
+            return created
+
+        return await self._run(materialize)
 
 
 def _owner_holds(row: sqlite3.Row, now_us: int) -> bool:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from runlane import (
     TaskDef,
     WorkerMode,
     queue,
+    schedule,
     task,
 )
 from runlane.core.models import Run, RunEventType, RunSourceType
@@ -53,7 +54,7 @@ class Order(BaseModel):
     note: str = ""
 
 
-Factory = Callable[..., Runlane]
+Factory = Callable[..., Awaitable[Runlane]]
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ async def make_runtime(
         opened.append(rl)
         return rl
 
-    yield build  # type: ignore[misc]
+    yield build
     for rl in opened:
         await rl.close()
 
@@ -515,7 +516,7 @@ async def test_an_expired_lease_is_recovered_by_tick_and_counts_as_a_failed_atte
     make_runtime: Factory,
 ) -> None:
     clock = ManualClock()
-    seen, record = _recorder()
+    _, record = _recorder()
     rl = await make_runtime([record], clock=clock)
     run = await rl.trigger(record, {"order_id": 1})
     lease = LeaseRequest("ghost-worker", clock.now() + timedelta(seconds=30))
@@ -755,7 +756,7 @@ async def test_environments_on_one_store_never_see_each_other(make_runtime: Fact
 
 
 async def test_runs_list_pages_newest_first_with_filters(make_runtime: Factory) -> None:
-    seen, record = _recorder()
+    _, record = _recorder()
 
     @task("other.task")
     async def other_task(payload: Any, ctx: Context) -> None:
@@ -863,6 +864,116 @@ async def test_the_sync_facade_blocks_for_results(
         assert stored.id == run.id and stored.status is RunStatus.SUCCEEDED
     finally:
         await asyncio.to_thread(rl.sync.close)
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+
+def _every_minute_task(catch_up: bool = False) -> tuple[list[Any], TaskDef[Any]]:
+    slots: list[Any] = []
+
+    @task(
+        "reports.minutely",
+        schema=Order,
+        schedules=[
+            schedule("reports.every-minute", every="1m", payload={"order_id": 1}, catch_up=catch_up)
+        ],
+    )
+    async def minutely(payload: Order, ctx: Context) -> None:
+        slots.append(ctx.scheduled_for)
+
+    return slots, minutely
+
+
+async def test_tick_materialises_each_due_slot_exactly_once(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    slots, minutely = _every_minute_task()
+    rl = await make_runtime([minutely], clock=clock)
+    assert (await rl.tick()).schedules_materialized == 1
+    assert (await rl.tick()).schedules_materialized == 0
+    (run,) = await _all_runs(rl)
+    assert run.source.type is RunSourceType.SCHEDULE
+    assert run.source.schedule_id == "reports.every-minute"
+    assert run.source.occurs_at == datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    assert run.idempotency_key is not None and run.payload == {"order_id": 1, "note": ""}
+    await drain(rl)
+    assert slots == [datetime(2030, 1, 1, 12, 0, tzinfo=UTC)]
+    clock.advance("1m")
+    assert (await rl.tick()).schedules_materialized == 1
+    assert len(await _all_runs(rl)) == 2
+
+
+async def test_concurrent_ticks_create_one_run_per_slot(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task()
+    runtimes = [await make_runtime([minutely], clock=clock) for _ in range(4)]
+    for _ in range(5):
+        reports = await asyncio.gather(*(rl.tick() for rl in runtimes))
+        assert sum(r.schedules_materialized for r in reports) == 1
+        clock.advance("1m")
+    runs = await _all_runs(runtimes[0])
+    assert len(runs) == 5
+    assert len({r.source.occurs_at for r in runs}) == 5
+
+
+async def test_after_downtime_only_the_latest_missed_slot_fires(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task()
+    rl = await make_runtime([minutely], clock=clock)
+    await rl.tick()
+    clock.advance("10m")
+    assert (await rl.tick()).schedules_materialized == 1
+    newest = max(r.source.occurs_at for r in await _all_runs(rl) if r.source.occurs_at)
+    assert newest == datetime(2030, 1, 1, 12, 10, tzinfo=UTC)
+
+
+async def test_catch_up_fires_every_missed_slot(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task(catch_up=True)
+    rl = await make_runtime([minutely], clock=clock)
+    await rl.tick()
+    clock.advance("10m")
+    assert (await rl.tick()).schedules_materialized == 10
+    assert len(await _all_runs(rl)) == 11
+
+
+async def test_paused_schedules_stay_paused_across_restarts(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task()
+    rl = await make_runtime([minutely], clock=clock)
+    (info,) = await rl.schedules.list()
+    assert info.id == "reports.every-minute" and info.task_id == "reports.minutely"
+    assert info.next_fire_at == datetime(2030, 1, 1, 12, 1, tzinfo=UTC) and not info.paused
+    paused = await rl.schedules.pause("reports.every-minute")
+    assert paused.paused and paused.next_fire_at is None
+    restarted = await make_runtime([minutely], clock=clock)
+    assert (await restarted.tick()).schedules_materialized == 0
+    assert (await restarted.schedules.list())[0].paused
+    await restarted.schedules.resume("reports.every-minute")
+    assert (await restarted.tick()).schedules_materialized == 1
+    with pytest.raises(RunlaneError) as caught:
+        await rl.schedules.pause("no-such-schedule")
+    assert caught.value.code is ErrorCode.SCHEDULE_NOT_FOUND
+
+
+async def test_cron_schedules_fire_in_their_time_zone(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 3, 1, 1, 30, tzinfo=UTC))
+
+    @task(
+        "invoices.nightly",
+        schedules=[schedule("nightly", cron="0 3 * * *", timezone="Europe/Berlin")],
+    )
+    async def nightly(payload: Any, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([nightly], clock=clock)
+    (info,) = await rl.schedules.list()
+    assert info.next_fire_at == datetime(2030, 3, 1, 2, 0, tzinfo=UTC)
+    await rl.tick()
+    clock.set(datetime(2030, 3, 1, 2, 0, 1, tzinfo=UTC))
+    assert (await rl.tick()).schedules_materialized == 1
+    latest = max(r.source.occurs_at for r in await _all_runs(rl) if r.source.occurs_at)
+    assert latest == datetime(2030, 3, 1, 2, 0, tzinfo=UTC)
 
 
 __all__ = [name for name in dir() if name.startswith("test_")] + ["make_runtime", "pytestmark"]

@@ -1,0 +1,134 @@
+"""Schedules at run time: materialising due slots (a tick duty) and ``rl.schedules``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.models import RunSource, RunSourceType
+from runlane.core.schedules import ScheduleDef
+from runlane.storage.protocol import ScheduleOccurrence
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+logger = logging.getLogger("runlane.schedules")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule as operators see it."""
+
+    id: str
+    task_id: str
+    kind: str
+    expression: str
+    timezone: str
+    enabled: bool
+    paused: bool
+    last_fired_at: datetime | None
+    next_fire_at: datetime | None
+
+
+def occurrence_key(schedule_id: str, slot: datetime) -> str:
+    """The idempotency key of one slot's run: replaying a tick cannot duplicate it."""
+    return f"schedule.{schedule_id}.{int(slot.timestamp() * 1000)}"
+
+
+async def materialize_due_schedules(rt: Runlane) -> int:
+    """Create one run per due slot of every enabled, unpaused schedule; return how many."""
+    if not rt.registry.schedules:
+        return 0
+    states = await rt.storage.get_schedule_states(rt.environment)
+    now = rt.clock.now()
+    occurrences: list[ScheduleOccurrence] = []
+    for schedule_id, (entry, task) in rt.registry.schedules.items():
+        state = states.get(schedule_id)
+        if not entry.enabled or (state is not None and state.paused):
+            continue
+        for slot in entry.slots_between(state.last_slot if state else None, now):
+            new = rt.build_new_run(
+                task,
+                entry.payload,
+                queue=entry.queue,
+                run_at=slot,
+                idempotency_key=occurrence_key(schedule_id, slot),
+                source=RunSource(RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot),
+            )
+            occurrences.append(ScheduleOccurrence(schedule_id, slot, new))
+    if not occurrences:
+        return 0
+    created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
+    for run in created:
+        logger.info("schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at)
+    return len(created)
+
+
+class Schedules:
+    """``rl.schedules``: list schedules with their next fire time; pause and resume them."""
+
+    def __init__(self, runtime: Runlane) -> None:
+        self._rt = runtime
+
+    async def list(self) -> list[ScheduleInfo]:
+        """Every registered schedule with its state and next fire time."""
+        rt = self._rt
+        await rt.open()
+        states = await rt.storage.get_schedule_states(rt.environment)
+        now = rt.clock.now()
+        items = []
+        for schedule_id, (entry, task) in sorted(rt.registry.schedules.items()):
+            state = states.get(schedule_id)
+            paused = state.paused if state else False
+            last = state.last_slot if state else None
+            after = max(now, last) if last else now
+            items.append(
+                ScheduleInfo(
+                    id=schedule_id,
+                    task_id=task.id,
+                    kind=_kind(entry),
+                    expression=_expression(entry),
+                    timezone=entry.timezone,
+                    enabled=entry.enabled,
+                    paused=paused,
+                    last_fired_at=last,
+                    next_fire_at=None if paused or not entry.enabled else entry.next_slot_after(after),
+                )
+            )
+        return items
+
+    async def pause(self, schedule_id: str) -> ScheduleInfo:
+        """Stop materialising a schedule until :meth:`resume`; survives restarts."""
+        return await self._set_paused(schedule_id, True)
+
+    async def resume(self, schedule_id: str) -> ScheduleInfo:
+        """Materialise again; missed slots follow the schedule's catch-up rule."""
+        return await self._set_paused(schedule_id, False)
+
+    async def _set_paused(self, schedule_id: str, paused: bool) -> ScheduleInfo:
+        rt = self._rt
+        if schedule_id not in rt.registry.schedules:
+            raise RunlaneError(
+                ErrorCode.SCHEDULE_NOT_FOUND,
+                f"schedule {schedule_id!r} is not registered with this runtime.",
+                meta={"schedule_id": schedule_id},
+            )
+        await rt.open()
+        await rt.storage.set_schedule_paused(rt.environment, schedule_id, paused, rt.clock.now())
+        return next(item for item in await self.list() if item.id == schedule_id)
+
+
+def _kind(entry: ScheduleDef) -> str:
+    return "cron" if entry.cron else "every" if entry.every is not None else "once"
+
+
+def _expression(entry: ScheduleDef) -> str:
+    if entry.cron:
+        return entry.cron
+    if entry.every is not None:
+        return f"{entry.every:g}s"
+    assert entry.run_at is not None
+    return entry.run_at.isoformat()
