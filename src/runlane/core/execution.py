@@ -216,7 +216,9 @@ class _Heartbeat:
         rt, run = self._rt, self._run
         assert run.lease is not None
         expires = rt.clock.now() + timedelta(seconds=self._settings.duration)
-        status = await rt.storage.heartbeat(rt.environment, run.id, run.lease.token, expires)
+        status = await rt.storage.heartbeat(
+            rt.environment, run.id, run.lease.token, expires, rt.clock.now()
+        )
         if status is None:
             self._signal.set(SignalReason.LEASE_LOST)
         elif status is RunStatus.CANCELLATION_REQUESTED:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from runlane.core.errors import configuration_error
@@ -26,14 +27,36 @@ def validate_optional_identifier(value: object | None, *, name: str) -> str | No
     return None if value is None else validate_identifier(value, name=name)
 
 
-def new_run_id() -> str:
-    """A UUIDv7-shaped id: time-ordered (so pages sort by creation) and unique."""
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 4) & ((1 << 76) - 1)
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)
-    hex_ = f"{value:032x}"
-    return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+class _MonotonicUuid7:
+    """UUIDv7 ids that sort in creation order within this process, even within a millisecond.
+
+    The 12-bit ``rand_a`` field is a counter that restarts at a random low value
+    each new millisecond (RFC 9562, method 1); on overflow the timestamp moves on.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._millis = 0
+        self._counter = 0
+
+    def __call__(self) -> str:
+        with self._lock:
+            millis = time.time_ns() // 1_000_000
+            if millis > self._millis:
+                self._millis, self._counter = millis, int.from_bytes(os.urandom(1), "big")
+            else:
+                self._counter += 1
+                if self._counter > 0xFFF:
+                    self._millis, self._counter = self._millis + 1, 0
+            millis, counter = self._millis, self._counter
+        tail = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | tail
+        hex_ = f"{value:032x}"
+        return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+
+
+new_run_id = _MonotonicUuid7()
+"""A new run id: a UUIDv7 string, time-ordered so listings sort by creation."""
 
 
 def new_token() -> str:

@@ -63,7 +63,9 @@ async def materialize_due_schedules(rt: Runlane) -> int:
         return 0
     created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
     for run in created:
-        logger.info("schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at)
+        logger.info(
+            "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
+        )
     return len(created)
 
 
@@ -95,7 +97,9 @@ class Schedules:
                     enabled=entry.enabled,
                     paused=paused,
                     last_fired_at=last,
-                    next_fire_at=None if paused or not entry.enabled else entry.next_slot_after(after),
+                    next_fire_at=None
+                    if paused or not entry.enabled
+                    else entry.next_slot_after(after),
                 )
             )
         return items

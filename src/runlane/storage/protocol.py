@@ -200,19 +200,32 @@ class Storage(Protocol):
     ) -> list[Run]:
         """Lease up to ``limit`` claimable runs whose ``run_at`` has passed.
 
-        No run is handed to two callers. Claimed runs are RUNNING with a fresh
+        For a bounded queue (``concurrency_limit``), never more runs of one
+        (queue, concurrency key) partition hold an active lease than the limit,
+        whatever other callers do at the same time. No run is handed to two callers. Claimed runs are RUNNING with a fresh
         lease token and one more attempt, with a ``run.started`` event each.
         """
 
     async def claim_run(
-        self, environment: str, run_id: str, lease: LeaseRequest, now: datetime
+        self,
+        environment: str,
+        run_id: str,
+        lease: LeaseRequest,
+        now: datetime,
+        *,
+        queue: QueuePolicy | None = None,
     ) -> Run | None:
-        """Lease one specific run if it is claimable and due now; else ``None``."""
+        """Lease one specific run if it is claimable, due now and (for a bounded
+        ``queue``) its partition has free capacity; else ``None``."""
 
     async def heartbeat(
-        self, environment: str, run_id: str, lease_token: str, expires_at: datetime
+        self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
     ) -> RunStatus | None:
-        """Extend a held lease; return the run's status, or ``None`` if the lease is lost."""
+        """Extend a held, unexpired lease; return the run's status, or ``None`` if it is lost.
+
+        A lease that has already expired cannot be revived: its capacity may have
+        been handed to another run.
+        """
 
     async def apply_transitions(
         self, environment: str, transitions: Sequence[Transition], now: datetime

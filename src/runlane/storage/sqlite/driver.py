@@ -62,7 +62,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
     persists_outbox=False,
     enforces_idempotency=True,
     enforces_singleton=True,
-    enforces_queue_concurrency=False,
+    enforces_queue_concurrency=True,
 )
 
 _QUERIES = load_queries("runlane.storage.sqlite")
@@ -308,46 +308,97 @@ class SqliteStorage:
         lease: LeaseRequest,
         now: datetime,
     ) -> list[Run]:
-        """Lease up to ``limit`` due runs (oldest ``run_at`` first)."""
-        params = {
-            "environment": environment,
-            "queues": json.dumps([q.name for q in queues]),
-            "limit": limit,
-            **_lease_params(lease, now),
-        }
-        return await self._run(
-            lambda: self._claim_sync(environment, _QUERIES["claim_due_runs"], params)
-        )
+        """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity."""
+        lease_params = _lease_params(lease, now)
+        bounded = [[q.name, q.concurrency_limit] for q in queues if q.concurrency_limit is not None]
+        unbounded = [q.name for q in queues if q.concurrency_limit is None]
+
+        def claim() -> list[Run]:
+            with self._transaction() as cur:
+                runs: list[Run] = []
+                if bounded:
+                    runs += self._claim_rows(
+                        cur,
+                        "claim_bounded_runs",
+                        {
+                            "environment": environment,
+                            "bounded": json.dumps(bounded),
+                            "limit": limit,
+                            **lease_params,
+                        },
+                    )
+                if unbounded and len(runs) < limit:
+                    runs += self._claim_rows(
+                        cur,
+                        "claim_due_runs",
+                        {
+                            "environment": environment,
+                            "queues": json.dumps(unbounded),
+                            "limit": limit - len(runs),
+                            **lease_params,
+                        },
+                    )
+                self._insert_started_events(cur, environment, runs, lease_params["now"])
+            return runs
+
+        return await self._run(claim)
 
     async def claim_run(
-        self, environment: str, run_id: str, lease: LeaseRequest, now: datetime
+        self,
+        environment: str,
+        run_id: str,
+        lease: LeaseRequest,
+        now: datetime,
+        *,
+        queue: QueuePolicy | None = None,
     ) -> Run | None:
-        """Lease one run if it is claimable and due."""
+        """Lease one run if it is claimable, due, and its partition has capacity."""
         params = {"environment": environment, "id": run_id, **_lease_params(lease, now)}
-        claimed = await self._run(
-            lambda: self._claim_sync(environment, _QUERIES["claim_run"], params)
-        )
-        return claimed[0] if claimed else None
 
-    def _claim_sync(self, environment: str, query: str, params: dict[str, Any]) -> list[Run]:
-        with self._transaction() as cur:
-            runs = [run_from_row(row) for row in cur.execute(query, params).fetchall()]
-            if runs:
-                cur.executemany(
-                    _QUERIES["insert_event"],
-                    [_started_event(environment, run, params["now"]) for run in runs],
-                )
-        return runs
+        def claim() -> Run | None:
+            with self._transaction() as cur:
+                if queue is not None and queue.concurrency_limit is not None:
+                    current = cur.execute(_QUERIES["get_run"], params).fetchone()
+                    if current is None:
+                        return None
+                    occupied = cur.execute(
+                        _QUERIES["occupied_capacity"],
+                        {
+                            "environment": environment,
+                            "queue": current["queue"],
+                            "concurrency_key": current["concurrency_key"],
+                            "now": params["now"],
+                        },
+                    ).fetchone()["n"]
+                    if occupied >= queue.concurrency_limit:
+                        return None
+                runs = self._claim_rows(cur, "claim_run", params)
+                self._insert_started_events(cur, environment, runs, params["now"])
+            return runs[0] if runs else None
+
+        return await self._run(claim)
+
+    def _claim_rows(self, cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list[Run]:
+        return [run_from_row(row) for row in cur.execute(_QUERIES[query], params).fetchall()]
+
+    def _insert_started_events(
+        self, cur: sqlite3.Cursor, environment: str, runs: list[Run], now_us: int
+    ) -> None:
+        if runs:
+            cur.executemany(
+                _QUERIES["insert_event"], [_started_event(environment, run, now_us) for run in runs]
+            )
 
     async def heartbeat(
-        self, environment: str, run_id: str, lease_token: str, expires_at: datetime
+        self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
     ) -> RunStatus | None:
-        """Extend the lease; ``None`` if it is no longer held."""
+        """Extend the lease; ``None`` if it is no longer held (or already expired)."""
         params = {
             "environment": environment,
             "id": run_id,
             "lease_token": lease_token,
             "lease_expires_at": to_micros(expires_at),
+            "now": to_micros(now),
         }
 
         def beat() -> RunStatus | None:
@@ -532,7 +583,8 @@ class SqliteStorage:
                         "now": now_us,
                     }
                     claimed = cur.execute(
-                        _QUERIES["claim_schedule_occurrence"], {**scope, "run_id": occurrence.run.id}
+                        _QUERIES["claim_schedule_occurrence"],
+                        {**scope, "run_id": occurrence.run.id},
                     ).fetchone()
                     cur.execute(_QUERIES["advance_schedule"], scope)
                     if claimed is None:
