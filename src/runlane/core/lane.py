@@ -25,9 +25,19 @@ class Lane:
             )
 
     async def open(self) -> None:
-        """Open storage (then the transport, when there is one)."""
+        """Open storage, then the transport; if the transport fails, storage is closed."""
         await self.storage.open()
+        if self.transport is not None:
+            try:
+                await self.transport.open()
+            except BaseException:
+                await self.storage.close()
+                raise
 
     async def close(self) -> None:
-        """Close in reverse order."""
-        await self.storage.close()
+        """Close in reverse order: transport, then storage."""
+        try:
+            if self.transport is not None:
+                await self.transport.close()
+        finally:
+            await self.storage.close()

@@ -26,7 +26,14 @@ async def run_maintenance(rt: Runlane) -> TickReport:
     """Run every duty once and report what each did."""
     report = TickReport()
     report.schedules_materialized = await materialize_due_schedules(rt)
+    if rt.dispatcher is not None:
+        report.reservations_expired = await rt.storage.expire_dispatch_reservations(
+            rt.environment, rt.clock.now()
+        )
     await recover_expired_leases(rt, report)
+    if rt.dispatcher is not None:
+        report.deliveries_requested = await rt.dispatcher.request_due_deliveries()
+        report.outbox_published, report.outbox_failed = await rt.dispatcher.publish_pending()
     report.idempotency_keys_released = await rt.storage.release_expired_idempotency_keys(
         rt.environment, rt.clock.now()
     )

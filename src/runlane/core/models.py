@@ -225,6 +225,7 @@ class TickReport:
     runs_pruned: int = 0
     schedules_materialized: int = 0
     reservations_expired: int = 0
+    deliveries_requested: int = 0
     outbox_published: int = 0
     outbox_failed: int = 0
 
@@ -237,5 +238,6 @@ class TickReport:
             + self.runs_pruned
             + self.schedules_materialized
             + self.reservations_expired
+            + self.deliveries_requested
             + self.outbox_published
         )

@@ -12,7 +12,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.clock import Clock, SystemClock
+from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.delivery import DeliveryResult, execute_delivery
+from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
@@ -26,7 +29,8 @@ from runlane.core.lane import Lane
 from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, RunStatus, TickReport
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, validate_payload
 from runlane.core.registry import Registry
-from runlane.storage.protocol import NewRun
+from runlane.storage.protocol import CreateOutcome, NewRun
+from runlane.transport.protocol import DeliveryMessage
 
 if TYPE_CHECKING:
     from runlane.core.operations import IdempotencyKeys, Runs
@@ -66,6 +70,7 @@ class Runlane:
         lease_duration: Duration = DEFAULT_LEASE_DURATION,
         retention: Duration | None = None,
         sync_threads: int = 32,
+        dispatch: str = "eager",
     ) -> None:
         if not isinstance(lane, Lane):
             raise configuration_error(
@@ -97,6 +102,13 @@ class Runlane:
         self._attempts = AttemptRunner(self)
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
+        if dispatch not in ("eager", "deferred"):
+            raise configuration_error("dispatch must be 'eager' or 'deferred'.")
+        self.eager_dispatch = dispatch == "eager"
+        self.dispatcher: Dispatcher | None = None
+        if lane.transport is not None:
+            check_transport_bindings(lane.transport, list(self.registry.queues.values()))
+            self.dispatcher = Dispatcher(self, lane.transport)
         from runlane.core.operations import IdempotencyKeys, Runs
 
         self.runs: Runs = Runs(self)
@@ -202,12 +214,7 @@ class Runlane:
             trace_carrier=trace_carrier,
             source=RunSource(RunSourceType.TRIGGER),
         )
-        await self.open()
-        (outcome,) = await self.storage.create_runs(
-            self.environment, [new], self.clock.now(), connection=connection
-        )
-        if outcome.created:
-            self._notify_work()
+        (outcome,) = await self._create([new], connection=connection)
         return outcome.run
 
     async def trigger_many(
@@ -239,19 +246,33 @@ class Runlane:
             )
             for payload in payloads
         ]
-        await self.open()
         runs: list[Run] = []
         for start in range(0, len(new_runs), TRIGGER_BATCH_SIZE):
-            outcomes = await self.storage.create_runs(
-                self.environment,
-                new_runs[start : start + TRIGGER_BATCH_SIZE],
-                self.clock.now(),
-                connection=connection,
-            )
-            runs.extend(outcome.run for outcome in outcomes)
-        if runs:
-            self._notify_work()
+            batch = new_runs[start : start + TRIGGER_BATCH_SIZE]
+            runs.extend(o.run for o in await self._create(batch, connection=connection))
         return runs
+
+    async def _create(
+        self, new_runs: Sequence[NewRun], *, connection: Any = None
+    ) -> list[CreateOutcome]:
+        """Write runs; on a transport lane publish their wakeups right after commit."""
+        await self.open()
+        now = self.clock.now()
+        # Inside the caller's transaction nothing may be published before it commits,
+        # so those wakeups wait in the outbox for tick.
+        publish_now = self.dispatcher is not None and self.eager_dispatch and connection is None
+        outcomes = await self.storage.create_runs(
+            self.environment,
+            new_runs,
+            now,
+            connection=connection,
+            outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
+        )
+        if any(o.created for o in outcomes):
+            self._notify_work()
+        if publish_now and self.dispatcher is not None:
+            await self.dispatcher.publish([m for o in outcomes for m in o.outbox])
+        return outcomes
 
     def build_new_run(
         self,
@@ -295,6 +316,12 @@ class Runlane:
         carrier = _validate_carrier(trace_carrier)
         ttl = definition.idempotency_key_ttl
         return NewRun(
+            request_delivery=(
+                self.dispatcher is not None
+                and target.concurrency_limit is None
+                and due <= now
+                and source.type is not RunSourceType.RUN_NOW
+            ),
             id=new_run_id(),
             task_id=definition.id,
             queue=target.name,
@@ -326,8 +353,7 @@ class Runlane:
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
         )
-        (outcome,) = await self.storage.create_runs(self.environment, [new], self.clock.now())
-        self._notify_work()
+        (outcome,) = await self._create([new])
         return outcome.run
 
     # -- executing -----------------------------------------------------------------
@@ -408,6 +434,38 @@ class Runlane:
         if not outcome.created:
             return outcome.run
         return await self._attempts.execute(outcome.run, settings)
+
+    async def execute_delivery(
+        self,
+        message: DeliveryMessage,
+        *,
+        lease_duration: Duration | None = None,
+        heartbeat_interval: Duration | None = None,
+        max_attempt_duration: Duration | None = None,
+        signal: Signal | None = None,
+        worker_id: str | None = None,
+    ) -> DeliveryResult:
+        """Execute the run a wakeup points at.
+
+        Stale, duplicate, wrong-queue, already-leased, not-due, terminal,
+        foreign-environment and over-capacity wakeups return an IGNORED result
+        (safe to acknowledge). Framework and storage failures raise, so the
+        provider delivers the message again.
+        """
+        if not isinstance(message, DeliveryMessage):
+            raise RunlaneError(
+                ErrorCode.ADAPTER_CONTRACT_VIOLATION,
+                "execute_delivery needs a DeliveryMessage (see parse_sqs_wakeup_body).",
+            )
+        settings = self.lease_settings(lease_duration, heartbeat_interval)
+        limit = parse_optional_duration(
+            max_attempt_duration, name="max_attempt_duration", allow_zero=False
+        )
+        owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
+        await self.open()
+        return await execute_delivery(
+            self, message, settings, worker_id=owner, signal=signal, max_attempt_duration=limit
+        )
 
     def worker(
         self,

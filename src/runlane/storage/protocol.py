@@ -72,6 +72,31 @@ class NewRun:
     singleton_key: str | None = None
     concurrency_key: str | None = None
     trace_carrier: dict[str, str] | None = None
+    #: Append a delivery request (outbox row + ``run.delivery_requested``) with the run.
+    request_delivery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """A delivery request waiting to be published as one wakeup."""
+
+    id: str
+    run_id: str
+    queue: str
+    requested_at: datetime
+    trace_carrier: dict[str, str] | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxResult:
+    """How publishing one outbox message went."""
+
+    id: str
+    published: bool
+    provider_message_id: str | None = None
+    error: dict[str, Any] | None = None
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +113,8 @@ class CreateOutcome:
 
     run: Run
     created: bool
+    #: Delivery requests written with the run (claimed for the caller to publish).
+    outbox: tuple[OutboxMessage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +165,8 @@ class QueuePolicy:
 
     name: str
     concurrency_limit: int | None = None
+    #: Seconds a dispatch reservation may sit unclaimed (bounded queues on transport lanes).
+    reservation_window: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +210,7 @@ class Storage(Protocol):
         *,
         lease: LeaseRequest | None = None,
         connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
     ) -> list[CreateOutcome]:
         """Create runs atomically with their ``run.created`` events and ownership rows.
 
@@ -188,6 +218,8 @@ class Storage(Protocol):
         run, is not created: the outcome carries the owner with ``created=False``.
         With ``lease``, created runs start RUNNING under that lease (``run_now``).
         With ``connection``, the write joins the caller's open transaction.
+        With ``outbox_claimed_until``, delivery requests are written already
+        claimed by the caller (who publishes them right after commit).
         """
 
     async def claim_due_runs(
@@ -202,8 +234,9 @@ class Storage(Protocol):
 
         For a bounded queue (``concurrency_limit``), never more runs of one
         (queue, concurrency key) partition hold an active lease than the limit,
-        whatever other callers do at the same time. No run is handed to two callers. Claimed runs are RUNNING with a fresh
-        lease token and one more attempt, with a ``run.started`` event each.
+        whatever other callers do at the same time. No run is handed to two
+        callers. Claimed runs are RUNNING with a fresh lease token and one more
+        attempt, with a ``run.started`` event each.
         """
 
     async def claim_run(
@@ -266,6 +299,28 @@ class Storage(Protocol):
     ) -> list[QueueStats]:
         """Counts per queue (and per concurrency key on bounded queues)."""
 
+    async def request_due_deliveries(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
+    ) -> int:
+        """Append delivery requests for due runs that have none; return how many.
+
+        A bounded queue gets requests only within free capacity, each holding a
+        dispatch reservation for the queue's ``reservation_window``.
+        """
+
+    async def expire_dispatch_reservations(self, environment: str, now: datetime) -> int:
+        """Free reservations that were not claimed in time; their runs get re-requested."""
+
+    async def claim_outbox(
+        self, environment: str, now: datetime, limit: int, claimed_until: datetime
+    ) -> list[OutboxMessage]:
+        """Claim publishable outbox messages (pending, failed and due, or claim expired)."""
+
+    async def settle_outbox(
+        self, environment: str, results: Sequence[OutboxResult], now: datetime
+    ) -> None:
+        """Mark claimed messages published, or failed with their next attempt time."""
+
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""
 
@@ -292,5 +347,5 @@ class WorkNotifier(Protocol):
     Workers still poll on their interval, so a lost notification only costs latency.
     """
 
-    async def wait_for_work(self, environment: str, timeout: float) -> bool:
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Return True when new runnable work was announced, False after ``timeout``."""

@@ -25,7 +25,7 @@ from runlane.core.models import (
     RunSource,
     RunStatus,
 )
-from runlane.storage.protocol import QueuePolicy
+from runlane.storage.protocol import OutboxMessage, QueuePolicy
 
 #: A database row read by column name (sqlite3.Row, psycopg dict rows).
 Row = Mapping[str, Any] | Any
@@ -95,6 +95,19 @@ def run_from_row(row: Row) -> Run:
             else None
         ),
         cancel_reason=row["cancel_reason"],
+    )
+
+
+def outbox_from_row(row: Row) -> OutboxMessage:
+    """Build an :class:`OutboxMessage` from an outbox row."""
+    carrier = row["trace_carrier"]
+    return OutboxMessage(
+        id=row["id"],
+        run_id=row["run_id"],
+        queue=row["queue"],
+        requested_at=from_micros(row["requested_at"]),
+        trace_carrier=_json(carrier) if carrier is not None else None,
+        attempts=row["attempts"],
     )
 
 

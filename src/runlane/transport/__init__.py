@@ -1,0 +1,1 @@
+"""Transports: wakeup delivery behind a small protocol; providers (sqs/) behind it."""

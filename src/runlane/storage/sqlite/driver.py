@@ -33,6 +33,8 @@ from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
     NewRun,
+    OutboxMessage,
+    OutboxResult,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
@@ -46,6 +48,7 @@ from runlane.storage.records import (
     event_from_row,
     load_migrations,
     load_queries,
+    outbox_from_row,
     run_from_row,
 )
 
@@ -59,7 +62,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
     prunes_runs=True,
     leases_runs=True,
     claims_schedule_occurrences=True,
-    persists_outbox=False,
+    persists_outbox=True,
     enforces_idempotency=True,
     enforces_singleton=True,
     enforces_queue_concurrency=True,
@@ -210,16 +213,23 @@ class SqliteStorage:
         *,
         lease: LeaseRequest | None = None,
         connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
     ) -> list[CreateOutcome]:
-        """Create runs with their events and ownership rows in one transaction."""
+        """Create runs with their events, ownership rows and delivery requests atomically."""
         if connection is not None:
             if not isinstance(connection, sqlite3.Connection):
                 raise RunlaneError(
                     ErrorCode.CONFIGURATION_INVALID,
                     "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
                 )
-            return self._create_runs_sync(environment, runs, now, lease, connection)
-        return await self._run(lambda: self._create_runs_sync(environment, runs, now, lease, None))
+            return self._create_runs_sync(
+                environment, runs, now, lease, connection, outbox_claimed_until
+            )
+        return await self._run(
+            lambda: self._create_runs_sync(
+                environment, runs, now, lease, None, outbox_claimed_until
+            )
+        )
 
     def _create_runs_sync(
         self,
@@ -228,13 +238,17 @@ class SqliteStorage:
         now: datetime,
         lease: LeaseRequest | None,
         connection: sqlite3.Connection | None,
+        outbox_claimed_until: datetime | None,
     ) -> list[CreateOutcome]:
         now_us = to_micros(now)
+        claimed_until = _micros_or_none(outbox_claimed_until)
         outcomes: list[CreateOutcome] = []
         token = new_token() if lease is not None else None
         with self._transaction(connection) as cur:
             for new in runs:
-                outcomes.append(self._create_one(cur, environment, new, now_us, lease, token))
+                outcomes.append(
+                    self._create_one(cur, environment, new, now_us, lease, token, claimed_until)
+                )
         return outcomes
 
     def _create_one(
@@ -245,6 +259,7 @@ class SqliteStorage:
         now_us: int,
         lease: LeaseRequest | None,
         token: str | None,
+        outbox_claimed_until: int | None = None,
     ) -> CreateOutcome:
         existing = self._find_owner(cur, environment, new, now_us)
         if existing is not None:
@@ -263,7 +278,13 @@ class SqliteStorage:
                 )
             return CreateOutcome(owner, created=False)
         run = run_from_row(row)
-        cur.executemany(_QUERIES["insert_event"], _creation_events(environment, run, now_us))
+        cur.executemany(
+            _QUERIES["insert_event"],
+            _creation_events(environment, run, now_us, new.request_delivery),
+        )
+        outbox: tuple[OutboxMessage, ...] = ()
+        if new.request_delivery:
+            outbox = (self._insert_outbox(cur, environment, run, 2, now_us, outbox_claimed_until),)
         if new.idempotency_key is not None:
             cur.execute(
                 _QUERIES["upsert_idempotency_key"],
@@ -275,7 +296,39 @@ class SqliteStorage:
                     "expires_at": _micros_or_none(new.idempotency_expires_at),
                 },
             )
-        return CreateOutcome(run, created=True)
+        return CreateOutcome(run, created=True, outbox=outbox)
+
+    def _insert_outbox(
+        self,
+        cur: sqlite3.Cursor,
+        environment: str,
+        run: Run,
+        sequence: int,
+        now_us: int,
+        claimed_until: int | None,
+    ) -> OutboxMessage:
+        message = OutboxMessage(
+            id=f"{run.id}.{sequence}",
+            run_id=run.id,
+            queue=run.queue,
+            requested_at=from_micros(now_us),
+            trace_carrier=run.trace_carrier,
+            attempts=0,
+        )
+        cur.execute(
+            _QUERIES["insert_outbox"],
+            {
+                "environment": environment,
+                "id": message.id,
+                "run_id": run.id,
+                "queue": run.queue,
+                "status": "claimed" if claimed_until is not None else "pending",
+                "now": now_us,
+                "claimed_until": claimed_until,
+                "trace_carrier": dumps(run.trace_carrier) if run.trace_carrier else None,
+            },
+        )
+        return message
 
     def _find_owner(
         self, cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int
@@ -537,6 +590,129 @@ class SqliteStorage:
             queues, ((r["queue"], r["concurrency_key"], r["status"], r["count"]) for r in rows)
         )
 
+    # -- dispatch and outbox --------------------------------------------------------
+
+    async def request_due_deliveries(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
+    ) -> int:
+        """Delivery requests for due runs without one; bounded queues within capacity."""
+        now_us = to_micros(now)
+
+        def request() -> int:
+            with self._transaction() as cur:
+                scope = {"environment": environment, "now": now_us, "limit": limit}
+                unbounded = [q.name for q in queues if q.concurrency_limit is None]
+                bounded = {q.name: q for q in queues if q.concurrency_limit is not None}
+                rows = cur.execute(
+                    _QUERIES["undelivered_runs"], {**scope, "queues": json.dumps(unbounded)}
+                ).fetchall()
+                chosen: list[tuple[str, int | None]] = [(row["id"], None) for row in rows]
+                if bounded:
+                    names = json.dumps(sorted(bounded))
+                    occupied = {
+                        (row["queue"], row["part"]): row["n"]
+                        for row in cur.execute(
+                            _QUERIES["occupied_by_partition"], {**scope, "queues": names}
+                        )
+                    }
+                    for row in cur.execute(
+                        _QUERIES["undelivered_runs"], {**scope, "queues": names}
+                    ).fetchall():
+                        policy = bounded[row["queue"]]
+                        part = (row["queue"], row["concurrency_key"] or "")
+                        assert policy.concurrency_limit is not None
+                        if occupied.get(part, 0) >= policy.concurrency_limit:
+                            continue
+                        occupied[part] = occupied.get(part, 0) + 1
+                        window = policy.reservation_window or 30.0
+                        chosen.append((row["id"], now_us + int(window * 1_000_000)))
+                for run_id, reserved_until in chosen:
+                    marked = cur.execute(
+                        _QUERIES["mark_delivery_requested"],
+                        {
+                            "environment": environment,
+                            "id": run_id,
+                            "now": now_us,
+                            "reserved_until": reserved_until,
+                        },
+                    ).fetchone()
+                    run = run_from_row(marked)
+                    cur.execute(
+                        _QUERIES["insert_event"],
+                        _delivery_event(environment, run, run.event_sequence, now_us),
+                    )
+                    self._insert_outbox(cur, environment, run, run.event_sequence, now_us, None)
+                return len(chosen)
+
+        return await self._run(request)
+
+    async def expire_dispatch_reservations(self, environment: str, now: datetime) -> int:
+        """Free reservations nobody claimed within their window."""
+        params = {"environment": environment, "now": to_micros(now)}
+        return await self._run(
+            lambda: self._write_count(_QUERIES["expire_dispatch_reservations"], params)
+        )
+
+    async def claim_outbox(
+        self, environment: str, now: datetime, limit: int, claimed_until: datetime
+    ) -> list[OutboxMessage]:
+        """Claim outbox messages to publish."""
+        params = {
+            "environment": environment,
+            "now": to_micros(now),
+            "limit": limit,
+            "claimed_until": to_micros(claimed_until),
+        }
+
+        def claim() -> list[OutboxMessage]:
+            with self._transaction() as cur:
+                rows = cur.execute(_QUERIES["claim_outbox"], params).fetchall()
+            return [outbox_from_row(row) for row in rows]
+
+        return await self._run(claim)
+
+    async def settle_outbox(
+        self, environment: str, results: Sequence[OutboxResult], now: datetime
+    ) -> None:
+        """Record publish outcomes."""
+        now_us = to_micros(now)
+        published = [
+            {
+                "environment": environment,
+                "id": r.id,
+                "now": now_us,
+                "provider_message_id": r.provider_message_id,
+            }
+            for r in results
+            if r.published
+        ]
+        failed = [
+            {
+                "environment": environment,
+                "id": r.id,
+                "retry_at": _micros_or_none(r.retry_at) or now_us,
+                "last_error": dumps(r.error or {}),
+            }
+            for r in results
+            if not r.published
+        ]
+
+        def settle() -> None:
+            with self._transaction() as cur:
+                if published:
+                    cur.executemany(_QUERIES["mark_outbox_published"], published)
+                if failed:
+                    cur.executemany(_QUERIES["mark_outbox_failed"], failed)
+
+        await self._run(settle)
+
+    async def outbox_counts(self, environment: str) -> dict[str, int]:
+        """Outbox messages per status (for operators and tests)."""
+        rows = await self._run(
+            lambda: self._read(_QUERIES["outbox_counts"], {"environment": environment})
+        )
+        return {row["status"]: row["n"] for row in rows}
+
     # -- schedules -----------------------------------------------------------------
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
@@ -624,7 +800,8 @@ def _insert_params(
         "attempt": 1 if leased else 0,
         "run_at": to_micros(new.run_at),
         "now": now_us,
-        "event_sequence": 2 if leased else 1,
+        "event_sequence": 1 + int(leased) + int(new.request_delivery),
+        "delivery_requested_at": now_us if new.request_delivery else None,
         "source": dumps(new.source.to_json()),
         "idempotency_key": new.idempotency_key,
         "singleton_key": new.singleton_key,
@@ -663,23 +840,40 @@ def _event_row(
     }
 
 
-def _creation_events(environment: str, run: Run, now_us: int) -> list[dict[str, Any]]:
-    created = _event_row(
+def _creation_events(
+    environment: str, run: Run, now_us: int, delivery_requested: bool
+) -> list[dict[str, Any]]:
+    events = [
+        _event_row(
+            environment,
+            run.id,
+            1,
+            RunEventType.CREATED,
+            now_us,
+            {
+                "task_id": run.task_id,
+                "queue": run.queue,
+                "run_at": run.run_at.isoformat(),
+                "source": run.source.to_json(),
+            },
+        )
+    ]
+    if delivery_requested:
+        events.append(_delivery_event(environment, run, 2, now_us))
+    if run.status is RunStatus.RUNNING:
+        events.append(_started_event(environment, run, now_us))
+    return events
+
+
+def _delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:
+    return _event_row(
         environment,
         run.id,
-        1,
-        RunEventType.CREATED,
+        sequence,
+        RunEventType.DELIVERY_REQUESTED,
         now_us,
-        {
-            "task_id": run.task_id,
-            "queue": run.queue,
-            "run_at": run.run_at.isoformat(),
-            "source": run.source.to_json(),
-        },
+        {"queue": run.queue, "outbox_id": f"{run.id}.{sequence}"},
     )
-    if run.status is RunStatus.RUNNING:
-        return [created, _started_event(environment, run, now_us)]
-    return [created]
 
 
 def _started_event(environment: str, run: Run, now_us: int) -> dict[str, Any]:

@@ -4,11 +4,13 @@
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, created_at, updated_at, event_sequence, source, idempotency_key,
-    singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at
+    singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
+    delivery_requested_at
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
     :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
-    :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at
+    :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at,
+    :delivery_requested_at
 )
 ON CONFLICT DO NOTHING
 RETURNING *;
@@ -45,6 +47,7 @@ SET status = 'running',
     lease_owner = :worker_id,
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
+    reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id IN (
     SELECT id FROM runlane_runs
@@ -68,6 +71,7 @@ SET status = 'running',
     lease_owner = :worker_id,
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
+    reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id IN (
     SELECT c.id FROM (
@@ -114,6 +118,7 @@ SET status = 'running',
     lease_owner = :worker_id,
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
+    reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id = :id
   AND status IN ('queued', 'scheduled', 'retrying', 'released')
@@ -138,6 +143,7 @@ SET status = :status,
     failure_count = failure_count + :add_failure,
     event_sequence = event_sequence + :event_count,
     updated_at = :now,
+    delivery_requested_at = NULL,
     lease_owner = CASE WHEN :keep_lease THEN lease_owner END,
     lease_token = CASE WHEN :keep_lease THEN lease_token END,
     lease_expires_at = CASE WHEN :keep_lease THEN lease_expires_at END
@@ -221,3 +227,70 @@ VALUES (:environment, :schedule_id, :slot, 0, :now)
 ON CONFLICT (environment, schedule_id) DO UPDATE
     SET last_slot = max(coalesce(runlane_schedules.last_slot, excluded.last_slot), excluded.last_slot),
         updated_at = excluded.updated_at;
+
+-- name: insert_outbox
+INSERT INTO runlane_outbox (
+    environment, id, run_id, queue, status, available_at, claimed_until, requested_at, trace_carrier
+) VALUES (
+    :environment, :id, :run_id, :queue, :status, :now, :claimed_until, :now, :trace_carrier
+);
+
+-- name: mark_delivery_requested
+UPDATE runlane_runs
+SET delivery_requested_at = :now, reserved_until = :reserved_until,
+    event_sequence = event_sequence + 1
+WHERE environment = :environment AND id = :id
+RETURNING *;
+
+-- name: undelivered_runs
+SELECT id, queue, concurrency_key FROM runlane_runs
+WHERE environment = :environment
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND delivery_requested_at IS NULL
+  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at <= :now
+ORDER BY run_at, id
+LIMIT :limit;
+
+-- name: occupied_by_partition
+SELECT queue, coalesce(concurrency_key, '') AS part, count(*) AS n FROM runlane_runs
+WHERE environment = :environment
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND ((status IN ('running', 'cancellation_requested') AND lease_expires_at > :now)
+       OR (status IN ('queued', 'scheduled', 'retrying', 'released') AND reserved_until > :now))
+GROUP BY queue, part;
+
+-- name: expire_dispatch_reservations
+UPDATE runlane_runs
+SET reserved_until = NULL, delivery_requested_at = NULL
+WHERE environment = :environment
+  AND reserved_until IS NOT NULL AND reserved_until <= :now
+  AND status IN ('queued', 'scheduled', 'retrying', 'released');
+
+-- name: claim_outbox
+UPDATE runlane_outbox
+SET status = 'claimed', claimed_until = :claimed_until
+WHERE environment = :environment AND id IN (
+    SELECT id FROM runlane_outbox
+    WHERE environment = :environment
+      AND ((status IN ('pending', 'failed') AND available_at <= :now)
+           OR (status = 'claimed' AND claimed_until <= :now))
+    ORDER BY available_at, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: mark_outbox_published
+UPDATE runlane_outbox
+SET status = 'published', published_at = :now, provider_message_id = :provider_message_id,
+    attempts = attempts + 1, claimed_until = NULL
+WHERE environment = :environment AND id = :id AND status = 'claimed';
+
+-- name: mark_outbox_failed
+UPDATE runlane_outbox
+SET status = 'failed', available_at = :retry_at, last_error = :last_error,
+    attempts = attempts + 1, claimed_until = NULL
+WHERE environment = :environment AND id = :id AND status = 'claimed';
+
+-- name: outbox_counts
+SELECT status, count(*) AS n FROM runlane_outbox WHERE environment = :environment GROUP BY status;

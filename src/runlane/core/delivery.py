@@ -1,0 +1,101 @@
+"""``execute_delivery``: run what a wakeup points at, or say why it was ignored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from runlane.core.context import Signal
+from runlane.core.models import LEASED_STATUSES, Run
+from runlane.transport.protocol import DeliveryMessage
+
+if TYPE_CHECKING:
+    from runlane.core.execution import LeaseSettings
+    from runlane.core.runtime import Runlane
+
+
+class DeliveryOutcome(StrEnum):
+    """Whether a delivery executed an attempt."""
+
+    EXECUTED = "executed"
+    IGNORED = "ignored"
+
+
+class IgnoredReason(StrEnum):
+    """Why a wakeup was acknowledged without executing anything (all ack-safe)."""
+
+    NOT_FOUND = "not_found"
+    TERMINAL = "terminal"
+    NOT_DUE = "not_due"
+    ALREADY_LEASED = "already_leased"
+    WRONG_QUEUE = "wrong_queue"
+    ENVIRONMENT_MISMATCH = "environment_mismatch"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """What ``execute_delivery`` did with one wakeup."""
+
+    outcome: DeliveryOutcome
+    run: Run | None = None
+    reason: IgnoredReason | None = None
+
+    @property
+    def executed(self) -> bool:
+        """Whether an attempt ran."""
+        return self.outcome is DeliveryOutcome.EXECUTED
+
+
+def _ignored(reason: IgnoredReason, run: Run | None) -> DeliveryResult:
+    return DeliveryResult(DeliveryOutcome.IGNORED, run, reason)
+
+
+def _why_not_runnable(rt: Runlane, run: Run) -> IgnoredReason | None:
+    if run.is_terminal:
+        return IgnoredReason.TERMINAL
+    if run.status in LEASED_STATUSES:
+        return IgnoredReason.ALREADY_LEASED
+    if run.run_at > rt.clock.now():
+        return IgnoredReason.NOT_DUE
+    return None
+
+
+async def execute_delivery(
+    rt: Runlane,
+    message: DeliveryMessage,
+    settings: LeaseSettings,
+    *,
+    worker_id: str,
+    signal: Signal | None,
+    max_attempt_duration: float | None,
+) -> DeliveryResult:
+    """Re-read storage, claim the run's lease, execute one attempt."""
+    if message.environment != rt.environment:
+        return _ignored(IgnoredReason.ENVIRONMENT_MISMATCH, None)
+    run = await rt.storage.get_run(rt.environment, message.run_id)
+    if run is None:
+        return _ignored(IgnoredReason.NOT_FOUND, None)
+    if run.queue != message.queue:
+        return _ignored(IgnoredReason.WRONG_QUEUE, run)
+    reason = _why_not_runnable(rt, run)
+    if reason is not None:
+        return _ignored(reason, run)
+    policy = next((p for p in rt.registry.queue_policies if p.name == run.queue), None)
+    claimed = await rt.storage.claim_run(
+        rt.environment,
+        run.id,
+        rt.attempts.lease_request(worker_id, settings),
+        rt.clock.now(),
+        queue=policy,
+    )
+    if claimed is None:
+        fresh = await rt.storage.get_run(rt.environment, run.id)
+        if fresh is None:
+            return _ignored(IgnoredReason.NOT_FOUND, None)
+        return _ignored(_why_not_runnable(rt, fresh) or IgnoredReason.CAPACITY_UNAVAILABLE, fresh)
+    settled = await rt.attempts.execute(
+        claimed, settings, stop=signal, max_attempt_duration=max_attempt_duration
+    )
+    return DeliveryResult(DeliveryOutcome.EXECUTED, settled)

@@ -1,0 +1,157 @@
+"""Dispatch on transport lanes: delivery requests, the outbox, and publishing wakeups."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from runlane.core.definitions import QueueDef
+from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
+from runlane.transport.protocol import (
+    DeliveryMessage,
+    PublishFailure,
+    PublishOutcome,
+    Transport,
+    WakeupAttempt,
+    WakeupFailed,
+    WakeupPublished,
+)
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+logger = logging.getLogger("runlane.dispatch")
+
+#: A claimed outbox message is re-claimable after this long (a publisher crashed).
+OUTBOX_CLAIM_WINDOW = timedelta(seconds=30)
+#: Outbox messages published per batch by ``tick``.
+OUTBOX_BATCH = 100
+#: Delivery requests appended per tick pass.
+DELIVERY_REQUEST_BATCH = 1000
+#: A failed publish is retried after this long, doubling per attempt up to the cap.
+OUTBOX_RETRY_INITIAL = 1.0
+OUTBOX_RETRY_MAX = 300.0
+
+
+def check_transport_bindings(transport: Transport, queues: Sequence[QueueDef]) -> None:
+    """Every registered queue needs a binding with the same policy on the transport."""
+    if not isinstance(transport, Transport):
+        raise configuration_error(
+            f"transport {type(transport).__name__} does not implement the transport protocol."
+        )
+    bound = {q.name: q for q in transport.queues}
+    missing = [q.name for q in queues if q.name not in bound]
+    if missing:
+        raise configuration_error(
+            f"transport {transport.name!r} has no binding for queues {missing}; "
+            "bind every registered queue.",
+            missing=missing,
+        )
+    for definition in queues:
+        if bound[definition.name] != definition:
+            raise RunlaneError(
+                ErrorCode.QUEUE_POLICY_DRIFT,
+                f"transport {transport.name!r} binds queue {definition.name!r} with a different "
+                "policy than the registry; share one queue definition.",
+                meta={"queue": definition.name},
+            )
+
+
+class Dispatcher:
+    """Publishes outbox messages through the lane's transport."""
+
+    def __init__(self, runtime: Runlane, transport: Transport) -> None:
+        self._rt = runtime
+        self.transport = transport
+
+    def policies(self) -> list[QueuePolicy]:
+        """Queue policies with each bounded queue's reservation window."""
+        rt = self._rt
+        return [
+            QueuePolicy(
+                q.name,
+                q.concurrency_limit,
+                (q.dispatch_timeout or rt.lease_duration) if q.concurrency_limit else None,
+            )
+            for q in rt.registry.queues.values()
+        ]
+
+    async def publish(self, messages: Sequence[OutboxMessage]) -> tuple[int, int]:
+        """Publish claimed messages and record each outcome; return (published, failed)."""
+        if not messages:
+            return 0, 0
+        rt = self._rt
+        attempts = [
+            WakeupAttempt(
+                DeliveryMessage(rt.environment, m.run_id, m.queue, m.requested_at, m.trace_carrier),
+                m.id,
+            )
+            for m in messages
+        ]
+        outcomes: Sequence[PublishOutcome]
+        try:
+            outcomes = await self.transport.publish_wakeups(attempts)
+            if len(outcomes) != len(attempts):
+                raise RunlaneError(
+                    ErrorCode.ADAPTER_CONTRACT_VIOLATION,
+                    f"transport {self.transport.name!r} returned {len(outcomes)} outcomes "
+                    f"for {len(attempts)} wakeups.",
+                )
+        except RunlaneError as error:
+            logger.warning("publishing %d wakeups failed: %s", len(attempts), error)
+            failure = PublishFailure(error.code.value, error.message, error.retryable, error.meta)
+            outcomes = [WakeupFailed(failure)] * len(attempts)
+        now = rt.clock.now()
+        results = []
+        for message, outcome in zip(messages, outcomes, strict=True):
+            if isinstance(outcome, WakeupPublished):
+                results.append(OutboxResult(message.id, True, outcome.provider_message_id))
+                continue
+            delay = min(OUTBOX_RETRY_MAX, OUTBOX_RETRY_INITIAL * 2 ** min(message.attempts, 16))
+            results.append(
+                OutboxResult(
+                    message.id,
+                    False,
+                    error={
+                        "code": outcome.error.code,
+                        "message": outcome.error.message,
+                        "retryable": outcome.error.retryable,
+                        "meta": outcome.error.meta,
+                        "occurred_at": now.isoformat(),
+                    },
+                    retry_at=now + timedelta(seconds=delay),
+                )
+            )
+        await rt.storage.settle_outbox(rt.environment, results, now)
+        published = sum(1 for r in results if r.published)
+        return published, len(results) - published
+
+    async def publish_pending(self) -> tuple[int, int]:
+        """Claim and publish every publishable outbox message (a tick duty)."""
+        rt = self._rt
+        total_published = total_failed = 0
+        while True:
+            now = rt.clock.now()
+            batch = await rt.storage.claim_outbox(
+                rt.environment, now, OUTBOX_BATCH, now + OUTBOX_CLAIM_WINDOW
+            )
+            published, failed = await self.publish(batch)
+            total_published += published
+            total_failed += failed
+            if len(batch) < OUTBOX_BATCH:
+                return total_published, total_failed
+
+    async def request_due_deliveries(self) -> int:
+        """Append delivery requests for runs that became due (a tick duty)."""
+        rt = self._rt
+        total = 0
+        while True:
+            count = await rt.storage.request_due_deliveries(
+                rt.environment, self.policies(), rt.clock.now(), DELIVERY_REQUEST_BATCH
+            )
+            total += count
+            if count < DELIVERY_REQUEST_BATCH:
+                return total
