@@ -1,0 +1,96 @@
+"""A small app run by multi-process tests: ``python -m tests.support.worker_app ROLE``.
+
+The store comes from RUNLANE_APP_DSN (a PostgreSQL DSN) or RUNLANE_APP_SQLITE (a
+file path); the environment from RUNLANE_APP_ENV. Tasks record what they did in
+the ``app_log`` table of the same PostgreSQL database, so the test process can
+check it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import psycopg
+
+from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, schedule, task
+
+DSN = os.environ.get("RUNLANE_APP_DSN", "")
+ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")
+
+main = queue("main", default=True)
+limited = queue("limited", concurrency_limit=3)
+
+_log: psycopg.AsyncConnection[Any] | None = None
+
+
+async def _record(kind: str, run_id: str, key: str | None, started: bool) -> None:
+    global _log
+    if _log is None or _log.closed:
+        _log = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
+    await _log.execute(
+        "INSERT INTO app_log (environment, kind, run_id, key, phase, at, pid) "
+        "VALUES (%s, %s, %s, %s, %s, clock_timestamp(), %s)",
+        (ENVIRONMENT, kind, run_id, key, "start" if started else "end", os.getpid()),
+    )
+
+
+@task("count")
+async def count(payload: Any, ctx: Context) -> None:
+    """Records one execution."""
+    await _record("count", ctx.run_id, None, True)
+
+
+@task("interval", queue=limited)
+async def interval(payload: Any, ctx: Context) -> None:
+    """Records when it started and ended (its concurrency key is in the payload)."""
+    await _record("interval", ctx.run_id, payload["key"], True)
+    await asyncio.sleep(0.01)
+    await _record("interval", ctx.run_id, payload["key"], False)
+
+
+@task("every.second", schedules=[schedule("every-second", every="1s")])
+async def every_second(payload: Any, ctx: Context) -> None:
+    """A scheduled no-op."""
+
+
+rl = Runlane(
+    lane=postgres_lane(DSN),
+    queues=[main, limited],
+    tasks=[count, interval, every_second],
+    environment=ENVIRONMENT,
+    lease_duration="5s",
+)
+
+
+LOG_TABLE = """
+CREATE TABLE IF NOT EXISTS app_log (
+    environment TEXT NOT NULL, kind TEXT NOT NULL, run_id TEXT NOT NULL, key TEXT,
+    phase TEXT NOT NULL, at TIMESTAMPTZ NOT NULL, pid INT NOT NULL
+)
+"""
+
+
+async def _main(role: str) -> None:
+    if role == "worker":
+        concurrency = int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8"))
+        async with rl:
+            await rl.worker(
+                concurrency=concurrency, mode=WorkerMode.POLL, poll_interval="50ms"
+            ).run()
+    elif role == "ticker":
+        seconds = float(os.environ.get("RUNLANE_APP_SECONDS", "4"))
+        async with rl:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
+            while loop.time() < deadline:
+                await rl.tick()
+                await asyncio.sleep(0.01)
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1]))
