@@ -11,6 +11,9 @@ from runlane.core.errors import configuration_error
 Duration = str | timedelta | int | float
 """Anything accepted where the API asks for a duration."""
 
+#: Longer durations are certainly mistakes (and overflow datetime arithmetic).
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
+
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
@@ -27,7 +30,10 @@ def parse_duration(value: object, *, name: str = "duration", allow_zero: bool = 
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if match is None:
@@ -42,6 +48,8 @@ def parse_duration(value: object, *, name: str = "duration", allow_zero: bool = 
         )
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise configuration_error(f"{name} must be a finite, non-negative duration, got {value!r}.")
+    if seconds > MAX_DURATION_SECONDS:
+        raise configuration_error(f"{name} {value!r} is longer than 100 years.")
     if seconds == 0 and not allow_zero:
         raise configuration_error(f"{name} must be longer than zero.")
     return seconds

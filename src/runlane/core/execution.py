@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
@@ -53,6 +54,7 @@ class AttemptRunner:
 
     def __init__(self, runtime: Runlane) -> None:
         self._rt = runtime
+        self._settles = TransitionBatcher(runtime)
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
@@ -173,9 +175,7 @@ class AttemptRunner:
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
             transition = settle_attempt(current, outcome, policy, rt.clock.now())
-            (settled,) = await rt.storage.apply_transitions(
-                rt.environment, [transition], rt.clock.now()
-            )
+            settled = await self._settles.apply(current, transition)
             if settled is not None:
                 return settled
             fresh = await rt.storage.get_run(rt.environment, run.id)

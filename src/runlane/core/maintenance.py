@@ -54,9 +54,9 @@ async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
             task = rt.registry.tasks.get(run.task_id)
             policy = task.retry if task is not None else DEFAULT_RETRY_POLICY
             transitions.append(settle_attempt(run, LeaseExpired(), policy, now))
-        results = await rt.storage.apply_transitions(rt.environment, transitions, now)
-        for run, settled in zip(expired, results, strict=True):
-            if settled is None:
+        applied = await rt.storage.apply_transitions(rt.environment, transitions, now)
+        for run, transition, ok in zip(expired, transitions, applied, strict=True):
+            if not ok:
                 continue  # another process recovered it, or its worker came back
             if run.status is RunStatus.CANCELLATION_REQUESTED:
                 report.cancellations_finished += 1
@@ -66,7 +66,7 @@ async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
                 "run %s: lease of %s expired; now %s",
                 run.id,
                 run.lease.owner if run.lease else "?",
-                settled.status.value,
+                transition.changes.status.value,
             )
         if len(expired) < LEASE_RECOVERY_BATCH:
             return

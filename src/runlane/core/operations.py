@@ -14,7 +14,7 @@ from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import validate_identifier
 from runlane.core.maintenance import prune_finished_runs
 from runlane.core.models import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
-from runlane.core.transitions import request_cancellation
+from runlane.core.transitions import project, request_cancellation
 from runlane.storage.protocol import RunFilter
 
 if TYPE_CHECKING:
@@ -87,11 +87,10 @@ class Runs:
             transition = request_cancellation(run, reason)
             if transition is None:
                 return run
-            (updated,) = await rt.storage.apply_transitions(
-                rt.environment, [transition], rt.clock.now()
-            )
-            if updated is not None:
-                return updated
+            now = rt.clock.now()
+            (applied,) = await rt.storage.apply_transitions(rt.environment, [transition], now)
+            if applied:
+                return project(run, transition, now)
         raise RunlaneError(
             ErrorCode.STORAGE_CONFLICT, f"run {run_id} kept changing; cancel again.", retryable=True
         )

@@ -48,7 +48,13 @@ def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
 
 def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
     """Serialise a JSON payload, enforcing the size cap (PAYLOAD_TOO_LARGE)."""
-    encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as error:
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID,
+            f"payload for task {task_id!r} is not strict JSON: {error}",
+        ) from None
     size = len(encoded.encode())
     if size > max_bytes:
         raise RunlaneError(

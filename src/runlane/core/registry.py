@@ -35,6 +35,8 @@ class Registry:
             raise configuration_error(f"at most one default queue is allowed, got {defaults}.")
         self.default_queue = self.queues[defaults[0]] if defaults else None
 
+        if isinstance(tasks, TaskDef) or not isinstance(tasks, Iterable):
+            raise configuration_error("tasks must be a list (or mapping) of @task definitions.")
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         self.tasks: dict[str, TaskDef[Any]] = {}
         self.schedules: dict[str, tuple[ScheduleDef, TaskDef[Any]]] = {}

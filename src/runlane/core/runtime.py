@@ -93,8 +93,8 @@ class Runlane:
             lease_duration, name="lease_duration", allow_zero=False
         )
         self.retention = parse_optional_duration(retention, name="retention", allow_zero=False)
-        if sync_threads < 1:
-            raise configuration_error("sync_threads must be at least 1.")
+        if isinstance(sync_threads, bool) or not isinstance(sync_threads, int) or sync_threads < 1:
+            raise configuration_error("sync_threads must be a whole number of at least 1.")
         self._sync_threads = sync_threads
         self._thread_pool: ThreadPoolExecutor | None = None
         self._open = False

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 MAX_CATCH_UP_SLOTS = 100
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Cron walks start this far beyond the moment asked about: DST shifts wall time by
+#: at most a few hours, and slots outside the window are skipped anyway.
+_DST_MARGIN = timedelta(hours=3)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +95,8 @@ class ScheduleDef:
             count = (moment - _EPOCH) // step
             return _EPOCH + step * (count + 1)
         assert self.cron is not None
-        local = moment.astimezone(self.zone).replace(tzinfo=None)
+        # Start early: around a repeated (fall-back) hour the wall clock runs backwards.
+        local = (moment - _DST_MARGIN).astimezone(self.zone).replace(tzinfo=None)
         iterator = croniter(self.cron, local)
         while True:
             candidate = _wall_to_utc(iterator.get_next(datetime), self.zone)
@@ -111,24 +115,32 @@ class ScheduleDef:
         # Iterate in wall-clock time so a daily 03:00 stays at 03:00 across DST; a
         # wall time that occurs twice fires once, one that does not exist fires at
         # the first valid instant after it.
-        local = moment.astimezone(zone).replace(tzinfo=None) + timedelta(microseconds=1)
+        local = (moment + _DST_MARGIN).astimezone(zone).replace(tzinfo=None)
         iterator = croniter(self.cron, local)
         previous: datetime | None = None
         while True:
             slot = _wall_to_utc(iterator.get_prev(datetime), zone)
-            if slot > moment or slot == previous:
+            if slot > moment or (previous is not None and slot >= previous):
                 continue
             previous = slot
             yield slot
 
 
 def _wall_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
-    aware = wall.replace(tzinfo=zone, fold=0)
-    utc = aware.astimezone(UTC)
-    if utc.astimezone(zone).replace(tzinfo=None) != wall:
-        # Nonexistent wall time (spring forward): fire when the clock jumps past it.
-        utc = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    return utc
+    utc = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if utc.astimezone(zone).replace(tzinfo=None) == wall:
+        return utc
+    # The wall time does not exist (spring forward): fire at the jump, the first
+    # instant whose wall time is not earlier than the one asked for.
+    low, high = sorted((utc, wall.replace(tzinfo=zone, fold=1).astimezone(UTC)))
+    while high - low > timedelta(microseconds=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(zone).replace(tzinfo=None) >= wall:
+            high = middle
+        else:
+            low = middle
+    # Zone transitions fall on whole seconds; drop the bisection's last microsecond.
+    return high.replace(microsecond=0)
 
 
 def schedule(

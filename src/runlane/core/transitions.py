@@ -6,6 +6,7 @@ compare-and-set, so a rule computed from a stale read never lands.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -120,6 +121,23 @@ def _failure_changes(
         return changes, NewEvent(RunEventType.RETRY_SCHEDULED, data)
     changes = RunChanges(status=RunStatus.FAILED, failure=failure, add_failure=True)
     return changes, NewEvent(RunEventType.FAILED, data)
+
+
+def project(run: Run, transition: Transition, now: datetime) -> Run:
+    """The run as storage holds it after ``transition`` was applied to ``run`` at ``now``."""
+    changes = transition.changes
+    return dataclasses.replace(
+        run,
+        status=changes.status,
+        run_at=changes.run_at or run.run_at,
+        result=changes.result,
+        failure=changes.failure,
+        cancel_reason=changes.cancel_reason,
+        failure_count=run.failure_count + int(changes.add_failure),
+        event_sequence=run.event_sequence + len(transition.events),
+        updated_at=now,
+        lease=run.lease if changes.keep_lease else None,
+    )
 
 
 def request_cancellation(run: Run, reason: str | None) -> Transition | None:

@@ -101,12 +101,15 @@ class Worker:
                         rt.attempts.lease_request(self.worker_id, self.lease),
                         rt.clock.now(),
                     )
-                except RunlaneError as error:
+                except Exception as error:
+                    # Storage errors arrive as RunlaneError; anything else is a bug, but a
+                    # worker that crash-loops helps nobody: log it and back off the same way.
                     logger.warning(
                         "worker %s: claim failed (%s); retrying in %.1fs",
                         self.worker_id,
                         error,
                         backoff,
+                        exc_info=not isinstance(error, RunlaneError),
                     )
                     await self._wait_for(asyncio.Event(), backoff)
                     backoff = min(backoff * 2, ERROR_BACKOFF_MAX)

@@ -262,8 +262,12 @@ class Storage(Protocol):
 
     async def apply_transitions(
         self, environment: str, transitions: Sequence[Transition], now: datetime
-    ) -> list[Run | None]:
-        """Apply each transition (compare-and-set); ``None`` where its condition failed."""
+    ) -> list[bool]:
+        """Apply each transition (compare-and-set); ``False`` where its condition failed.
+
+        Storage must then hold exactly what :func:`runlane.core.transitions.project`
+        computes, so callers need not read the run back.
+        """
 
     async def get_run(self, environment: str, run_id: str) -> Run | None:
         """Read one run."""

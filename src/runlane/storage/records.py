@@ -27,7 +27,7 @@ from runlane.core.models import (
 )
 from runlane.storage.protocol import OutboxMessage, QueuePolicy
 
-#: A database row read by column name (sqlite3.Row, psycopg dict rows).
+#: A database row read by column name (sqlite3.Row, psycopg dict rows), JSON as text.
 Row = Mapping[str, Any] | Any
 
 _QUERY_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -60,15 +60,16 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _json(value: Any) -> Any:
-    # psycopg decodes jsonb already; sqlite3 hands back text.
-    return json.loads(value) if isinstance(value, str | bytes) else value
+def _json(value: str | bytes) -> Any:
+    # Drivers hand JSON columns over as text (the PostgreSQL driver loads jsonb as
+    # text too): a decoded JSON string would be indistinguishable from JSON text.
+    return json.loads(value)
 
 
 def run_from_row(row: Row) -> Run:
     """Build a :class:`Run` from a ``runs`` row."""
     token = row["lease_token"]
-    failure = _json(row["failure"])
+    failure = row["failure"]
     return Run(
         id=row["id"],
         environment=row["environment"],
@@ -84,7 +85,7 @@ def run_from_row(row: Row) -> Run:
         event_sequence=row["event_sequence"],
         source=RunSource.from_json(_json(row["source"])),
         result=_json(row["result"]) if row["result"] is not None else None,
-        failure=RunFailure.from_json(failure) if failure is not None else None,
+        failure=RunFailure.from_json(_json(failure)) if failure is not None else None,
         idempotency_key=row["idempotency_key"],
         singleton_key=row["singleton_key"],
         concurrency_key=row["concurrency_key"],

@@ -88,6 +88,7 @@ class SqliteStorage:
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
+        self._rotation = 0
         self._executor: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
@@ -245,10 +246,43 @@ class SqliteStorage:
         outcomes: list[CreateOutcome] = []
         token = new_token() if lease is not None else None
         with self._transaction(connection) as cur:
+            if lease is None and all(_is_plain(new) for new in runs):
+                return self._create_plain_runs(cur, environment, runs, now_us, claimed_until)
             for new in runs:
                 outcomes.append(
                     self._create_one(cur, environment, new, now_us, lease, token, claimed_until)
                 )
+        return outcomes
+
+    def _create_plain_runs(
+        self,
+        cur: sqlite3.Cursor,
+        environment: str,
+        runs: Sequence[NewRun],
+        now_us: int,
+        claimed_until: int | None,
+    ) -> list[CreateOutcome]:
+        """Runs without keys or lease own nothing and conflict with nothing: write them in bulk."""
+        cur.executemany(
+            _QUERIES["insert_plain_run"],
+            [_insert_params(environment, new, now_us, None, None) for new in runs],
+        )
+        now = from_micros(now_us)
+        created = [_run_from_new(environment, new, now) for new in runs]
+        cur.executemany(
+            _QUERIES["insert_event"],
+            [
+                event
+                for run, new in zip(created, runs, strict=True)
+                for event in _creation_events(environment, run, now_us, new.request_delivery)
+            ],
+        )
+        outcomes = []
+        for run, new in zip(created, runs, strict=True):
+            outbox: tuple[OutboxMessage, ...] = ()
+            if new.request_delivery:
+                outbox = (self._insert_outbox(cur, environment, run, 2, now_us, claimed_until),)
+            outcomes.append(CreateOutcome(run, created=True, outbox=outbox))
         return outcomes
 
     def _create_one(
@@ -380,13 +414,18 @@ class SqliteStorage:
                             **lease_params,
                         },
                     )
-                if unbounded and len(runs) < limit:
+                # One indexed, ordered scan per queue; the starting queue rotates so a
+                # worker on many queues serves them all.
+                self._rotation = (self._rotation + 1) % max(1, len(unbounded))
+                for name in unbounded[self._rotation :] + unbounded[: self._rotation]:
+                    if len(runs) >= limit:
+                        break
                     runs += self._claim_rows(
                         cur,
                         "claim_due_runs",
                         {
                             "environment": environment,
-                            "queues": json.dumps(unbounded),
+                            "queue": name,
                             "limit": limit - len(runs),
                             **lease_params,
                         },
@@ -463,27 +502,27 @@ class SqliteStorage:
 
     async def apply_transitions(
         self, environment: str, transitions: Sequence[Transition], now: datetime
-    ) -> list[Run | None]:
+    ) -> list[bool]:
         """Compare-and-set each transition in one transaction."""
         now_us = to_micros(now)
+        query = _QUERIES["apply_transition"]
 
-        def apply() -> list[Run | None]:
-            results: list[Run | None] = []
+        def apply() -> list[bool]:
+            applied: list[bool] = []
+            events: list[dict[str, Any]] = []
             with self._transaction() as cur:
                 for transition in transitions:
-                    row = cur.execute(
-                        _QUERIES["apply_transition"],
-                        _transition_params(environment, transition, now_us),
-                    ).fetchone()
-                    if row is None:
-                        results.append(None)
-                        continue
-                    cur.executemany(
-                        _QUERIES["insert_event"],
-                        _transition_events(environment, transition, now_us),
+                    ok = (
+                        cur.execute(
+                            query, _transition_params(environment, transition, now_us)
+                        ).rowcount
+                        == 1
                     )
-                    results.append(run_from_row(row))
-            return results
+                    applied.append(ok)
+                    if ok:
+                        events += _transition_events(environment, transition, now_us)
+                cur.executemany(_QUERIES["insert_event"], events)
+            return applied
 
         return await self._run(apply)
 
@@ -771,6 +810,31 @@ class SqliteStorage:
             return created
 
         return await self._run(materialize)
+
+
+def _is_plain(new: NewRun) -> bool:
+    return new.idempotency_key is None and new.singleton_key is None
+
+
+def _run_from_new(environment: str, new: NewRun, now: datetime) -> Run:
+    """The run exactly as storage now holds it, without reading it back."""
+    return Run(
+        id=new.id,
+        environment=environment,
+        task_id=new.task_id,
+        queue=new.queue,
+        status=new.status,
+        payload=new.payload,
+        attempt=0,
+        failure_count=0,
+        run_at=from_micros(to_micros(new.run_at)),
+        created_at=now,
+        updated_at=now,
+        event_sequence=1 + int(new.request_delivery),
+        source=new.source,
+        concurrency_key=new.concurrency_key,
+        trace_carrier=new.trace_carrier,
+    )
 
 
 def _owner_holds(row: sqlite3.Row, now_us: int) -> bool:

@@ -15,6 +15,17 @@ INSERT INTO runlane_runs (
 ON CONFLICT DO NOTHING
 RETURNING *;
 
+-- name: insert_plain_run
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
+    delivery_requested_at
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
+    :run_at, :now, :now, :event_sequence, :source, :concurrency_key, :trace_carrier,
+    :delivery_requested_at
+);
+
 -- name: insert_event
 INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
 VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);
@@ -52,7 +63,7 @@ SET status = 'running',
 WHERE environment = :environment AND id IN (
     SELECT id FROM runlane_runs
     WHERE environment = :environment
-      AND queue IN (SELECT value FROM json_each(:queues))
+      AND queue = :queue
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
       AND run_at <= :now
     ORDER BY run_at, id
@@ -150,8 +161,7 @@ SET status = :status,
 WHERE environment = :environment AND id = :id
   AND event_sequence = :expected_sequence
   AND (:lease_token IS NULL OR lease_token = :lease_token)
-  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by)
-RETURNING *;
+  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by);
 
 -- name: list_run_events
 SELECT * FROM runlane_run_events

@@ -334,6 +334,23 @@ async def test_a_non_retryable_runlane_error_fails_the_run_at_once(make_runtime:
     assert done.failure.meta == {"c": 1}
 
 
+@pytest.mark.parametrize("value", ["hello", 42, 2.5, True, None, [1, "two"], {"k": ["v"]}])
+async def test_any_json_value_round_trips_as_payload_and_result(
+    make_runtime: Factory, value: Any
+) -> None:
+    @task("echo.value")
+    async def echo(payload: Any, ctx: Context) -> Any:
+        return payload
+
+    rl = await make_runtime([echo])
+    run = await rl.trigger(echo, value)
+    assert (await rl.runs.get(run.id)).payload == value
+    (done,) = await drain(rl)
+    assert done.result == value and done.payload == value
+    stored = await rl.runs.get(run.id)
+    assert stored.result == value and stored.status is RunStatus.SUCCEEDED
+
+
 async def test_release_waits_and_runs_again_without_spending_retries(make_runtime: Factory) -> None:
     clock = ManualClock()
 
@@ -558,7 +575,7 @@ async def test_a_worker_that_lost_its_lease_cannot_write_an_outcome(make_runtime
     from runlane.core.transitions import Succeeded, settle_attempt
 
     late = settle_attempt(stale, Succeeded("late"), record.retry, clock.now())
-    assert await rl.storage.apply_transitions(rl.environment, [late], clock.now()) == [None]
+    assert await rl.storage.apply_transitions(rl.environment, [late], clock.now()) == [False]
     assert stale.lease is not None
     beat = await rl.storage.heartbeat(
         rl.environment, run.id, stale.lease.token, clock.now() + timedelta(seconds=30), clock.now()

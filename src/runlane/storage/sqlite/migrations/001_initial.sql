@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS runlane_runs (
 
 -- Claims scan only runnable runs, oldest run_at first.
 CREATE INDEX IF NOT EXISTS runlane_runs_claimable
-    ON runlane_runs (environment, queue, run_at)
+    ON runlane_runs (environment, queue, run_at, id)
     WHERE status IN ('queued', 'scheduled', 'retrying', 'released');
 
 -- Lease recovery scans only leased runs.

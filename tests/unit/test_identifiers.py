@@ -1,0 +1,73 @@
+"""Identifiers: non-empty strings without ':' and of bounded length; run ids are opaque."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runlane import ErrorCode, RunlaneError
+from runlane.core.ids import (
+    MAX_IDENTIFIER_LENGTH,
+    new_run_id,
+    new_token,
+    validate_identifier,
+    validate_optional_identifier,
+)
+
+
+@pytest.mark.parametrize("value", ["main", "invoices.sync", "a", "emails-welcome_2", "x" * 255])
+def test_valid_identifiers_are_returned_unchanged(value: str) -> None:
+    assert validate_identifier(value, name="task id") == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "   ",
+        "tenant:42",
+        ":",
+        "x" * (MAX_IDENTIFIER_LENGTH + 1),
+        None,
+        42,
+        b"main",
+    ],
+)
+def test_invalid_identifiers_are_configuration_errors(value: object) -> None:
+    with pytest.raises(RunlaneError) as caught:
+        validate_identifier(value, name="queue name")
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert "queue name" in caught.value.message
+
+
+def test_a_colon_is_rejected_because_storage_reserves_it() -> None:
+    with pytest.raises(RunlaneError, match="':'"):
+        validate_identifier("a:b", name="schedule id")
+
+
+def test_an_optional_identifier_passes_none_through() -> None:
+    assert validate_optional_identifier(None, name="concurrency_key") is None
+    assert validate_optional_identifier("tenant-1", name="concurrency_key") == "tenant-1"
+    with pytest.raises(RunlaneError):
+        validate_optional_identifier("", name="concurrency_key")
+
+
+def test_run_ids_are_unique_uuid_shaped_and_ordered_by_creation_time() -> None:
+    ids = [new_run_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    shape = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+    assert all(shape.match(run_id) for run_id in ids)
+    millis = [run_id.replace("-", "")[:12] for run_id in ids]
+    assert millis == sorted(millis)
+
+
+def test_run_ids_are_valid_identifiers() -> None:
+    run_id = new_run_id()
+    assert validate_identifier(run_id, name="run id") == run_id
+
+
+def test_lease_tokens_are_unguessable_and_distinct() -> None:
+    tokens = {new_token() for _ in range(1000)}
+    assert len(tokens) == 1000
+    assert all(len(token) == 24 for token in tokens)

@@ -1,0 +1,132 @@
+"""Payload validation and the size cap, applied before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from runlane import Context, ErrorCode, RunlaneError, TaskDef, task
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, validate_payload
+
+
+class Order(BaseModel):
+    order_id: int
+    note: str = ""
+
+
+class Refund(BaseModel):
+    order_id: int
+
+
+class Measurement(BaseModel):
+    value: float
+
+
+def _task(schema: type[BaseModel] | None = None) -> TaskDef[Any]:
+    def handler(payload: Any, ctx: Context) -> None:
+        return None
+
+    return task("orders.record", schema=schema)(handler)
+
+
+def _accept(definition: TaskDef[Any], payload: Any) -> str:
+    """What a trigger does before writing: validate, then encode under the cap."""
+    _, value = validate_payload(definition, payload)
+    return encode_payload(definition.id, value, DEFAULT_MAX_PAYLOAD_BYTES)
+
+
+def _rejected(call: Any, *args: Any) -> RunlaneError:
+    with pytest.raises(RunlaneError) as caught:
+        call(*args)
+    return caught.value
+
+
+def test_the_default_cap_is_256_kib() -> None:
+    assert DEFAULT_MAX_PAYLOAD_BYTES == 256 * 1024
+
+
+def test_a_dict_is_validated_into_the_schema_instance_and_stored_as_json() -> None:
+    instance, stored = validate_payload(_task(Order), {"order_id": "7"})
+    assert instance == Order(order_id=7)
+    assert stored == {"order_id": 7, "note": ""}
+
+
+def test_an_instance_of_the_schema_is_accepted() -> None:
+    instance, stored = validate_payload(_task(Order), Order(order_id=3, note="gift"))
+    assert instance == Order(order_id=3, note="gift")
+    assert stored == {"order_id": 3, "note": "gift"}
+
+
+def test_an_invalid_payload_is_payload_invalid_with_the_problems_in_meta() -> None:
+    error = _rejected(validate_payload, _task(Order), {"order_id": "seven"})
+    assert error.code is ErrorCode.PAYLOAD_INVALID
+    assert "order_id" in error.message
+    assert error.meta["errors"][0]["loc"] == ["order_id"]
+    # The rejected input is not echoed back: it may hold personal data.
+    assert "seven" not in json.dumps(error.meta)
+
+
+def test_a_missing_field_is_payload_invalid() -> None:
+    assert _rejected(validate_payload, _task(Order), {}).code is ErrorCode.PAYLOAD_INVALID
+
+
+def test_an_instance_of_another_model_is_payload_invalid() -> None:
+    error = _rejected(validate_payload, _task(Order), Refund(order_id=1))
+    assert error.code is ErrorCode.PAYLOAD_INVALID
+    assert "Refund" in error.message
+
+
+def test_without_a_schema_any_json_value_passes_through() -> None:
+    definition = _task()
+    for payload in [None, 1, "text", [1, 2], {"nested": {"ok": True}}]:
+        assert validate_payload(definition, payload) == (payload, payload)
+
+
+def test_without_a_schema_a_model_instance_is_stored_as_its_json() -> None:
+    assert validate_payload(_task(), Order(order_id=1)) == (
+        {"order_id": 1, "note": ""},
+        {"order_id": 1, "note": ""},
+    )
+
+
+@pytest.mark.parametrize("payload", [{"at": object()}, {1, 2}, {"x": math.nan}, math.inf])
+def test_without_a_schema_a_value_that_is_not_json_is_payload_invalid(payload: Any) -> None:
+    assert _rejected(validate_payload, _task(), payload).code is ErrorCode.PAYLOAD_INVALID
+
+
+def test_with_a_schema_a_value_that_is_not_strict_json_is_payload_invalid() -> None:
+    # The schemaless path already refuses NaN; a schema must not let it through and
+    # store the non-JSON token NaN (PostgreSQL's jsonb rejects it at write time).
+    error = _rejected(_accept, _task(Measurement), {"value": math.nan})
+    assert error.code is ErrorCode.PAYLOAD_INVALID
+
+
+def test_a_payload_at_the_cap_is_accepted_and_one_byte_over_is_payload_too_large() -> None:
+    encoded = encode_payload("t", {"blob": "x" * 100}, 1000)
+    size = len(encoded.encode())
+    assert encode_payload("t", {"blob": "x" * 100}, size) == encoded
+    error = _rejected(encode_payload, "t", {"blob": "x" * 100}, size - 1)
+    assert error.code is ErrorCode.PAYLOAD_TOO_LARGE
+    assert error.meta == {"size": size, "max_bytes": size - 1}
+
+
+def test_the_cap_counts_utf8_bytes_not_characters() -> None:
+    payload = {"text": "ü" * 10}
+    characters = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
+    assert _rejected(encode_payload, "t", payload, characters).code is ErrorCode.PAYLOAD_TOO_LARGE
+
+
+def test_an_oversized_payload_is_rejected_under_the_default_cap() -> None:
+    huge = {"blob": "x" * DEFAULT_MAX_PAYLOAD_BYTES}
+    assert _rejected(_accept, _task(), huge).code is ErrorCode.PAYLOAD_TOO_LARGE
+
+
+def test_encoding_is_compact_json_that_round_trips() -> None:
+    payload = {"order_id": 7, "lines": [1, 2], "name": "Zoë"}
+    encoded = encode_payload("t", payload, DEFAULT_MAX_PAYLOAD_BYTES)
+    assert " " not in encoded
+    assert json.loads(encoded) == payload

@@ -1,0 +1,181 @@
+"""The stop Signal a task sees, usable from async code and from threads; and Context."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from runlane import Context, ErrorCode, Release, RunlaneError, Signal, SignalReason
+
+
+def test_a_new_signal_is_not_set_and_has_no_reason() -> None:
+    signal = Signal()
+    assert signal.is_set() is False
+    assert signal.reason is None
+    assert signal.wait_sync(timeout=0) is False
+
+
+def test_the_first_reason_wins() -> None:
+    signal = Signal()
+    signal.set(SignalReason.CANCELLED)
+    signal.set(SignalReason.SHUTDOWN)
+    signal.set(SignalReason.TIMEOUT)
+    assert signal.is_set() is True
+    assert signal.reason is SignalReason.CANCELLED
+
+
+async def test_wait_returns_the_reason_once_the_signal_is_set() -> None:
+    signal = Signal()
+    waiter = asyncio.create_task(signal.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    signal.set(SignalReason.LEASE_LOST)
+    assert await asyncio.wait_for(waiter, 1) is SignalReason.LEASE_LOST
+
+
+async def test_wait_on_a_set_signal_returns_at_once() -> None:
+    signal = Signal()
+    signal.set(SignalReason.TIMEOUT)
+    assert await asyncio.wait_for(signal.wait(), 1) is SignalReason.TIMEOUT
+
+
+async def test_every_waiter_is_woken() -> None:
+    signal = Signal()
+    waiters = [asyncio.create_task(signal.wait()) for _ in range(5)]
+    await asyncio.sleep(0)
+    signal.set(SignalReason.SHUTDOWN)
+    assert await asyncio.wait_for(asyncio.gather(*waiters), 1) == [SignalReason.SHUTDOWN] * 5
+
+
+async def test_setting_from_another_thread_wakes_an_async_waiter() -> None:
+    signal = Signal()
+    waiter = asyncio.create_task(signal.wait())
+    await asyncio.sleep(0)
+    setter = threading.Thread(target=signal.set, args=(SignalReason.CANCELLED,))
+    setter.start()
+    assert await asyncio.wait_for(waiter, 2) is SignalReason.CANCELLED
+    setter.join()
+
+
+async def test_a_sync_task_in_a_thread_sees_the_signal_set_by_the_event_loop() -> None:
+    signal = Signal()
+    started = threading.Event()
+
+    def sync_task() -> bool:
+        started.set()
+        return signal.wait_sync(timeout=5)
+
+    loop = asyncio.get_running_loop()
+    job = loop.run_in_executor(None, sync_task)
+    await loop.run_in_executor(None, started.wait, 2)
+    signal.set(SignalReason.TIMEOUT)
+    assert await asyncio.wait_for(job, 2) is True
+    assert signal.reason is SignalReason.TIMEOUT
+
+
+def test_wait_sync_gives_up_after_its_timeout() -> None:
+    signal = Signal()
+    started = time.monotonic()
+    assert signal.wait_sync(timeout=0.05) is False
+    assert time.monotonic() - started >= 0.04
+
+
+def test_callbacks_run_once_with_the_first_reason() -> None:
+    signal = Signal()
+    seen: list[SignalReason] = []
+    signal.add_callback(seen.append)
+    signal.add_callback(seen.append)
+    signal.set(SignalReason.SHUTDOWN)
+    signal.set(SignalReason.CANCELLED)
+    assert seen == [SignalReason.SHUTDOWN, SignalReason.SHUTDOWN]
+
+
+def test_a_callback_added_after_the_signal_is_set_runs_at_once() -> None:
+    signal = Signal()
+    signal.set(SignalReason.LEASE_LOST)
+    seen: list[SignalReason] = []
+    signal.add_callback(seen.append)
+    assert seen == [SignalReason.LEASE_LOST]
+
+
+def test_signals_chain_through_callbacks() -> None:
+    worker_stop, attempt = Signal(), Signal()
+    worker_stop.add_callback(attempt.set)
+    worker_stop.set(SignalReason.SHUTDOWN)
+    assert attempt.reason is SignalReason.SHUTDOWN
+
+
+def test_setting_after_the_waiting_loop_closed_does_not_raise() -> None:
+    signal = Signal()
+
+    async def wait_briefly() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(signal.wait(), 0.01)
+
+    asyncio.run(wait_briefly())
+    signal.set(SignalReason.SHUTDOWN)
+    assert signal.reason is SignalReason.SHUTDOWN
+
+
+def test_concurrent_setters_agree_on_one_reason() -> None:
+    signal = Signal()
+    seen: list[SignalReason] = []
+    signal.add_callback(seen.append)
+    barrier = threading.Barrier(len(SignalReason))
+
+    def set_after_barrier(reason: SignalReason) -> None:
+        barrier.wait()
+        signal.set(reason)
+
+    threads = [threading.Thread(target=set_after_barrier, args=(r,)) for r in SignalReason]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 1
+    assert seen[0] is signal.reason
+
+
+# -- Context ---------------------------------------------------------------------------
+
+
+async def _no_heartbeat() -> None:
+    return None
+
+
+def _context(signal: Signal) -> Context:
+    return Context(
+        run_id="run-1",
+        task_id="orders.record",
+        queue="main",
+        attempt=2,
+        signal=signal,
+        scheduled_for=None,
+        trace_carrier=None,
+        heartbeat=_no_heartbeat,
+        worker_id="worker-1",
+    )
+
+
+def test_cancellation_is_requested_only_when_the_signal_says_cancelled() -> None:
+    for reason in SignalReason:
+        signal = Signal()
+        ctx = _context(signal)
+        assert ctx.is_cancellation_requested() is False
+        signal.set(reason)
+        assert ctx.is_cancellation_requested() is (reason is SignalReason.CANCELLED)
+
+
+def test_release_parses_its_delay_into_a_release_value() -> None:
+    ctx = _context(Signal())
+    assert ctx.release("1m", reason="export not ready") == Release(60.0, "export not ready")
+    assert ctx.release(0) == Release(0.0, None)
+
+
+def test_a_release_with_a_bad_delay_is_a_configuration_error() -> None:
+    with pytest.raises(RunlaneError) as caught:
+        _context(Signal()).release("-5s")
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
