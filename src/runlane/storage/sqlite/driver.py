@@ -1,9 +1,11 @@
 """SQLite storage: WAL mode, a busy timeout, and IMMEDIATE transactions for writes.
 
-One connection per storage object, used from one dedicated thread, so the event
-loop never blocks on SQLite and the connection is never shared across threads.
-Several processes may open the same file: writers serialise on SQLite's lock
-(waiting up to ``busy_timeout``), readers never block in WAL mode.
+One connection per storage object, used by one operation at a time. Operations
+first run inline on the event loop with a zero busy timeout: an uncontended
+SQLite write takes microseconds, far less than a hop to a thread. Only when
+another process holds the write lock does the operation move to a dedicated
+thread that waits up to ``busy_timeout`` for it, so the loop never blocks on
+another process. Readers never block in WAL mode.
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ SQLITE_CAPABILITIES = StorageCapabilities(
 )
 
 _QUERIES = load_queries("runlane.storage.sqlite")
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+class _Busy(Exception):
+    """Another connection holds the write lock; retry where waiting is allowed."""
+
+
 _MIGRATIONS = load_migrations("runlane.storage.sqlite.migrations")
 
 
@@ -89,6 +98,8 @@ class SqliteStorage:
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
         self._rotation = 0
+        self._lock: asyncio.Lock | None = None
+        self._patient = False
         self._executor: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
@@ -130,9 +141,9 @@ class SqliteStorage:
                 timeout=self._busy_timeout_ms / 1000,
             )
             conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error as error:
             raise _unavailable(error, self.path) from error
         self._conn = conn
@@ -172,11 +183,39 @@ class SqliteStorage:
         return self._conn
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        if self._executor is None:
+        """Run ``fn`` inline; if the write lock is taken, in the thread, waiting for it."""
+        executor = self._executor
+        if executor is None:
             raise RunlaneError(
                 ErrorCode.STORAGE_UNAVAILABLE, "SQLite storage is not open.", retryable=True
             )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._conn is not None:
+                try:
+                    return fn()
+                except _Busy:
+                    pass
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, self._run_patiently, fn
+            )
+
+    def _run_patiently(self, fn: Callable[[], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            return fn()  # opening: nothing to wait for yet
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        self._patient = True
+        try:
+            return fn()
+        finally:
+            self._patient = False
+            conn.execute("PRAGMA busy_timeout = 0")
+
+    def _check_busy(self, error: sqlite3.Error) -> None:
+        if not self._patient and getattr(error, "sqlite_errorcode", None) in _BUSY_CODES:
+            raise _Busy from error
 
     @contextmanager
     def _transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Cursor]:
@@ -193,6 +232,7 @@ class SqliteStorage:
             if own and conn.in_transaction:
                 conn.rollback()
             if isinstance(error, sqlite3.OperationalError):
+                self._check_busy(error)
                 raise _unavailable(error, self.path) from error
             raise
         finally:
@@ -202,6 +242,7 @@ class SqliteStorage:
         try:
             return self._require().execute(query, params).fetchall()
         except sqlite3.OperationalError as error:
+            self._check_busy(error)
             raise _unavailable(error, self.path) from error
 
     # -- runs ----------------------------------------------------------------------
