@@ -25,6 +25,10 @@ logger = logging.getLogger("runlane.worker")
 #: After a storage error the worker waits this long, doubling up to the maximum.
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
+#: While attempts are running, the worker claims again once a quarter of its slots
+#: (at most this many) are free, so claims come in batches rather than one by one.
+CLAIM_BATCH_DIVISOR = 4
+MAX_CLAIM_BATCH_WAIT = 25
 
 
 class WorkerMode(StrEnum):
@@ -66,6 +70,7 @@ class Worker:
         self._stop = Signal()
         self._active: set[asyncio.Task[None]] = set()
         self._slot_freed: asyncio.Event | None = None
+        self._claim_batch = max(1, min(concurrency // CLAIM_BATCH_DIVISOR, MAX_CLAIM_BATCH_WAIT))
         self.executed = 0
 
     async def stop(self) -> None:
@@ -89,7 +94,8 @@ class Worker:
         try:
             while not self._stop.is_set():
                 free = self.concurrency - len(self._active)
-                if free <= 0:
+                if free <= 0 or (self._active and free < self._claim_batch):
+                    # Busy: wait until enough slots are free to make a claim worth a trip.
                     await self._wait_for(self._slot_freed, None)
                     continue
                 work.clear()
