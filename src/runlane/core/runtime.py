@@ -153,10 +153,9 @@ class Runlane:
                 self._open = True
 
     async def close(self) -> None:
-        """Close the lane and the task thread pool."""
-        if self._open:
-            self._open = False
-            await self.lane.close()
+        """Close the lane (also when only :meth:`migrate` connected it) and the thread pool."""
+        self._open = False
+        await self.lane.close()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False)
             self._thread_pool = None

@@ -17,6 +17,7 @@ from runlane.operator.views import (
     queue_stats_view,
     run_row,
     run_view,
+    schedule_view,
     tick_report_view,
 )
 
@@ -32,5 +33,6 @@ __all__ = [
     "queue_stats_view",
     "run_row",
     "run_view",
+    "schedule_view",
     "tick_report_view",
 ]

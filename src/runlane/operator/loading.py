@@ -44,7 +44,7 @@ def load_runtime(import_path: str) -> Runlane:
     if isinstance(target, Runlane):
         return target
     if callable(target):
-        produced = target()
+        produced = _call_factory(target, import_path)
         if isinstance(produced, Runlane):
             return produced
         raise configuration_error(
@@ -57,6 +57,15 @@ def load_runtime(import_path: str) -> Runlane:
         "or at a function that returns one.",
         import_path=import_path,
     )
+
+
+def _call_factory(factory: Any, import_path: str) -> Any:
+    try:
+        return factory()
+    except RunlaneError:
+        raise
+    except Exception as error:
+        raise _app_code_failed(import_path, "calling the factory", error) from error
 
 
 def _split(import_path: object) -> tuple[str, str]:
@@ -86,18 +95,19 @@ def _import(module_name: str, import_path: str) -> ModuleType:
                 f"(searched the current directory {os.getcwd()!r} and the installed packages).",
                 import_path=import_path,
             ) from None
-        raise _import_failed(import_path, module_name, error) from error
+        raise _app_code_failed(import_path, f"importing {module_name!r}", error) from error
     except Exception as error:
-        raise _import_failed(import_path, module_name, error) from error
+        raise _app_code_failed(import_path, f"importing {module_name!r}", error) from error
 
 
 def _is_same_or_parent(missing: str, module_name: str) -> bool:
     return module_name == missing or module_name.startswith(missing + ".")
 
 
-def _import_failed(import_path: str, module_name: str, error: Exception) -> RunlaneError:
+def _app_code_failed(import_path: str, doing: str, error: Exception) -> RunlaneError:
+    # The user's own code failed: its exception text is theirs and is what they need to see.
     return RunlaneError(
         ErrorCode.CONFIGURATION_INVALID,
-        f"app {import_path!r}: importing {module_name!r} raised {type(error).__name__}: {error}",
+        f"app {import_path!r}: {doing} raised {type(error).__name__}: {error}",
         meta={"import_path": import_path, "exception": type(error).__name__},
     )

@@ -19,6 +19,7 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
+from runlane.core.scheduling import ScheduleInfo
 
 View = dict[str, Any]
 
@@ -98,6 +99,21 @@ def queue_stats_view(stats: QueueStats) -> View:
 def active_run_count(stats: list[QueueStats]) -> int:
     """Runs not yet finished across ``stats`` (waiting, running or being cancelled)."""
     return sum(s.counts.get(status, 0) for s in stats for status in ACTIVE_STATUSES)
+
+
+def schedule_view(info: ScheduleInfo) -> View:
+    """A schedule with its state and next fire time (``None`` while paused or disabled)."""
+    return {
+        "id": info.id,
+        "task_id": info.task_id,
+        "kind": info.kind,
+        "expression": info.expression,
+        "timezone": info.timezone,
+        "enabled": info.enabled,
+        "paused": info.paused,
+        "last_fired_at": iso(info.last_fired_at),
+        "next_fire_at": iso(info.next_fire_at),
+    }
 
 
 def tick_report_view(report: TickReport) -> View:

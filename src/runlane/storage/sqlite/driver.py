@@ -109,11 +109,13 @@ class SqliteStorage:
 
     async def open(self) -> None:
         """Open the file (creating it and its schema on first use)."""
-        if self._executor is not None:
-            return
+        if self._executor is None:
+            await self._connect_once()
+            await self._run(self._migrate_sync)
+
+    async def _connect_once(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlane-sqlite")
         await self._run(self._connect)
-        await self._run(self._migrate_sync)
 
     async def close(self) -> None:
         """Close the connection and its thread."""
@@ -125,9 +127,9 @@ class SqliteStorage:
         executor.shutdown(wait=True)
 
     async def migrate(self) -> list[str]:
-        """Create or upgrade the schema (also done on open)."""
+        """Create or upgrade the schema (also done on open); return what was applied."""
         if self._executor is None:
-            await self.open()
+            await self._connect_once()
         return await self._run(self._migrate_sync)
 
     def _connect(self) -> None:

@@ -1,0 +1,75 @@
+"""The ``runlane`` command: ``runlane --help`` lists what it can do."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+from rich.logging import RichHandler
+
+from runlane import RunlaneError, __version__
+from runlane.cli.demo import demo
+from runlane.cli.maintenance import migrate, tick
+from runlane.cli.output import console, print_error
+from runlane.cli.queues import queues
+from runlane.cli.runs import runs
+from runlane.cli.schedules import schedules
+from runlane.cli.trigger import trigger
+from runlane.cli.worker import worker
+
+#: Exit status of a command that failed with a RunlaneError (usage errors exit 2).
+ERROR_EXIT_CODE = 1
+
+
+class RunlaneGroup(click.Group):
+    """Turns a :class:`RunlaneError` from any command into one red line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunlaneError as error:
+            print_error(error)
+            ctx.exit(ERROR_EXIT_CODE)
+
+
+@click.group(cls=RunlaneGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="runlane")
+@click.option(
+    "--log-level",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    help="Runtime log messages at or above this level go to stderr.",
+)
+def cli(log_level: str) -> None:
+    """Runlane: durable background tasks whose truth lives in your database.
+
+    Commands that work on your app take APP, the import path of your Runlane
+    runtime (module:attribute, e.g. myapp.jobs:rl), as their first argument,
+    or read it from $RUNLANE_APP. Add --json for machine-readable output.
+    """
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
+    )
+
+
+cli.add_command(worker)
+cli.add_command(tick)
+cli.add_command(migrate)
+cli.add_command(trigger)
+cli.add_command(runs)
+cli.add_command(queues)
+cli.add_command(schedules)
+cli.add_command(demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="runlane")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Rendering views for people (rich tables) and for programs (JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from runlane import RunlaneError, RunStatus
+from runlane.operator import View
+
+#: Width used when output goes to a file or pipe and $COLUMNS says nothing.
+PIPE_WIDTH = 200
+
+STATUS_STYLES = {
+    RunStatus.QUEUED: "cyan",
+    RunStatus.SCHEDULED: "blue",
+    RunStatus.RUNNING: "yellow",
+    RunStatus.RETRYING: "magenta",
+    RunStatus.RELEASED: "bright_blue",
+    RunStatus.CANCELLATION_REQUESTED: "dark_orange",
+    RunStatus.SUCCEEDED: "green",
+    RunStatus.FAILED: "bold red",
+    RunStatus.CANCELLED: "dim",
+}
+
+#: Shorter column headers where the status name is long.
+STATUS_LABELS = {RunStatus.CANCELLATION_REQUESTED: "cancelling"}
+
+
+@cache
+def console(*, stderr: bool = False) -> Console:
+    """The shared console for stdout (or stderr); tables stay readable when piped."""
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = PIPE_WIDTH
+    return out
+
+
+def print_json(data: Any) -> None:
+    """Pretty JSON on stdout."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def print_json_line(data: Any) -> None:
+    """One compact JSON object per line (streams: worker and tick logs)."""
+    click.echo(json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")))
+
+
+def print_error(error: RunlaneError) -> None:
+    """One red line on stderr: the error code, then the message."""
+    line = Text.assemble((f"error[{error.code.value}]", "bold red"), ": ", (error.message, "red"))
+    console(stderr=True).print(line, soft_wrap=True)
+
+
+def print_notice(message: str) -> None:
+    """A status line for people, on stderr so stdout stays clean for data."""
+    console(stderr=True).print(message, soft_wrap=True)
+
+
+def clock_label() -> str:
+    """The time now, ``HH:MM:SS`` in UTC, for log lines."""
+    return datetime.now(UTC).strftime("%H:%M:%S")
+
+
+def status_text(status: str) -> Text:
+    """A run status in its colour."""
+    return Text(status, style=STATUS_STYLES.get(RunStatus(status), ""))
+
+
+def short_time(value: str | None) -> str:
+    """``2025-01-31 12:00:00`` from an ISO time in UTC (tables say the zone in the header)."""
+    return value[:19].replace("T", " ") if value else "-"
+
+
+def compact_json(value: Any) -> str:
+    """JSON on one line, for table cells."""
+    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
+    """A listing of runs (rows from :func:`runlane.operator.run_row`)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("run id", no_wrap=True)
+    table.add_column("task")
+    table.add_column("queue")
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempt", justify="right")
+    table.add_column("run at (UTC)", no_wrap=True)
+    table.add_column("updated (UTC)", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row["id"],
+            row["task_id"],
+            row["queue"],
+            status_text(row["status"]),
+            str(row["attempt"]),
+            short_time(row["run_at"]),
+            short_time(row["updated_at"]),
+        )
+    return table
+
+
+def run_detail(view: View) -> Table:
+    """One run, field by field (a view from :func:`runlane.operator.run_view`)."""
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for name, value in view.items():
+        if name == "status":
+            table.add_row(name, status_text(value))
+        elif isinstance(value, dict | list):
+            table.add_row(name, compact_json(value))
+        else:
+            table.add_row(name, "-" if value is None else str(value))
+    return table
+
+
+def events_table(events: Iterable[View], *, title: str | None = None) -> Table:
+    """A run's history, oldest first."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("event", no_wrap=True)
+    table.add_column("at (UTC)", no_wrap=True)
+    table.add_column("data", overflow="fold")
+    for event in events:
+        table.add_row(
+            str(event["sequence"]),
+            event["type"],
+            short_time(event["occurred_at"]),
+            compact_json(event["data"]) if event["data"] else "",
+        )
+    return table
+
+
+def queues_table(stats: Iterable[View]) -> Table:
+    """Counts per queue (and per concurrency key), one column per status."""
+    table = Table(title="queues", title_justify="left")
+    table.add_column("queue", no_wrap=True)
+    table.add_column("key")
+    table.add_column("limit", justify="right")
+    for status in RunStatus:
+        table.add_column(
+            STATUS_LABELS.get(status, status.value), justify="right", style=STATUS_STYLES[status]
+        )
+    for view in stats:
+        limit = view["concurrency_limit"]
+        table.add_row(
+            view["queue"],
+            view["concurrency_key"] or "-",
+            "-" if limit is None else str(limit),
+            *(str(view["counts"][status.value]) for status in RunStatus),
+        )
+    return table

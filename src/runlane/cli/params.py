@@ -1,0 +1,50 @@
+"""Click parameter types and shared options for every command.
+
+Types are plain functions: click reports the ``ValueError`` they raise as an
+"Invalid value" usage error naming the option.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from runlane import RunlaneError, RunStatus
+from runlane.operator import parse_duration
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def duration(value: str | float) -> float:
+    """``500ms``, ``30s``, ``2m``, ``1h``, ``1d`` or plain seconds, as float seconds."""
+    try:
+        seconds: str | float = float(value)
+    except ValueError:
+        seconds = value
+    try:
+        return parse_duration(seconds, name="duration")
+    except RunlaneError as error:
+        raise ValueError(error.message) from None
+
+
+def json_document(value: Any) -> Any:
+    """A JSON document given on the command line (``--payload '{"to": "a@b.c"}'``)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON ({error.msg} at position {error.pos}).") from None
+
+
+STATUS = click.Choice([status.value for status in RunStatus], case_sensitive=False)
+
+
+def json_option(fn: F) -> F:
+    """``--json``: print machine-readable JSON instead of tables."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        fn
+    )

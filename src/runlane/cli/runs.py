@@ -1,0 +1,158 @@
+"""``runlane runs ...``: list, show, follow the history of, and act on runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from runlane import Run, Runlane
+from runlane.cli.app import AppCommand, app_argument, with_runtime
+from runlane.cli.output import (
+    console,
+    events_table,
+    print_json,
+    print_notice,
+    run_detail,
+    runs_table,
+)
+from runlane.cli.params import STATUS, duration, json_option
+from runlane.operator import event_view, run_row, run_view
+
+
+@click.group()
+def runs() -> None:
+    """List, inspect, cancel, retry, rerun and prune runs."""
+
+
+@runs.command("list", cls=AppCommand)
+@app_argument
+@click.option("--status", "statuses", multiple=True, type=STATUS, help="Only these statuses.")
+@click.option("--task", "tasks", multiple=True, metavar="TASK_ID", help="Only these tasks.")
+@click.option("--queue", "queues", multiple=True, metavar="QUEUE", help="Only these queues.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--cursor", help="Continue a listing from the cursor the last page printed.")
+@json_option
+def list_runs(
+    app: str,
+    statuses: tuple[str, ...],
+    tasks: tuple[str, ...],
+    queues: tuple[str, ...],
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Runs, newest first, one page at a time."""
+
+    async def action(rl: Runlane) -> tuple[list[Run], str | None]:
+        page = await rl.runs.list(
+            statuses=list(statuses),
+            tasks=list(tasks),
+            queues=list(queues),
+            limit=limit,
+            cursor=cursor,
+        )
+        return page.data, page.next_cursor
+
+    found, next_cursor = with_runtime(app, action)
+    rows = [run_row(run) for run in found]
+    if as_json:
+        print_json({"runs": rows, "next_cursor": next_cursor})
+        return
+    out = console()
+    if not rows:
+        out.print("no runs match.")
+        return
+    out.print(runs_table(rows))
+    if next_cursor:
+        out.print(f"more runs: add --cursor {next_cursor}")
+
+
+@runs.command("show", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@json_option
+def show_run(app: str, run_id: str, as_json: bool) -> None:
+    """Everything about one run."""
+    run = with_runtime(app, lambda rl: rl.runs.get(run_id))
+    _print_run(run_view(run), as_json)
+
+
+@runs.command("events", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@json_option
+def run_events(app: str, run_id: str, as_json: bool) -> None:
+    """A run's event history, oldest first."""
+    events = with_runtime(app, lambda rl: rl.runs.events(run_id))
+    views = [event_view(event) for event in events]
+    if as_json:
+        print_json(views)
+    else:
+        console().print(events_table(views, title=f"events of run {run_id}"))
+
+
+@runs.command("cancel", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@click.option("--reason", help="Why; stored on the run and in its history.")
+@json_option
+def cancel_run(app: str, run_id: str, reason: str | None, as_json: bool) -> None:
+    """Cancel a waiting run now, or ask a running one to stop."""
+    run = with_runtime(app, lambda rl: rl.runs.cancel(run_id, reason))
+    if not as_json:
+        print_notice(f"run {run.id} is {run.status.value}.")
+    _print_run(run_view(run), as_json)
+
+
+@runs.command("retry", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@json_option
+def retry_run(app: str, run_id: str, as_json: bool) -> None:
+    """Start a failed run again, as a new run linked to it."""
+    run = with_runtime(app, lambda rl: rl.runs.retry(run_id))
+    if not as_json:
+        print_notice(f"retrying failed run {run_id} as new run {run.id}.")
+    _print_run(run_view(run), as_json)
+
+
+@runs.command("rerun", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@json_option
+def rerun_run(app: str, run_id: str, as_json: bool) -> None:
+    """Run a finished run's task and payload again, as a new run linked to it."""
+    run = with_runtime(app, lambda rl: rl.runs.rerun(run_id))
+    if not as_json:
+        print_notice(f"rerunning run {run_id} as new run {run.id}.")
+    _print_run(run_view(run), as_json)
+
+
+@runs.command("prune", cls=AppCommand)
+@app_argument
+@click.option("--older-than", required=True, type=duration, help="Age of the last update, e.g. 7d.")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=STATUS,
+    help="Only these finished statuses (default: all finished runs).",
+)
+@json_option
+def prune_runs(app: str, older_than: float, statuses: tuple[str, ...], as_json: bool) -> None:
+    """Delete finished runs, and their history, not updated for a while."""
+    pruned = with_runtime(
+        app, lambda rl: rl.runs.prune(older_than=older_than, statuses=list(statuses) or None)
+    )
+    if as_json:
+        print_json({"pruned": pruned})
+    else:
+        console().print(f"pruned {pruned} run{'s' if pruned != 1 else ''}.")
+
+
+def _print_run(view: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(view)
+    else:
+        console().print(run_detail(view))
