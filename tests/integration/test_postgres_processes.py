@@ -21,7 +21,7 @@ import pytest
 from tests.support import worker_app
 from tests.support.postgres_server import PostgresServer
 
-from runlane import Runlane, RunStatus, postgres_lane
+from runlane import Runlane, RunStatus
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +32,7 @@ async def app(postgres_dsn: str, environment: str) -> AsyncIterator[Runlane]:
     """The worker app's runtime, seen from the test process."""
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(worker_app.LOG_TABLE)
-    rl = Runlane(
-        lane=postgres_lane(postgres_dsn),
-        queues=[worker_app.main, worker_app.limited],
-        tasks=[worker_app.count, worker_app.interval, worker_app.every_second],
-        environment=environment,
-        lease_duration="5s",
-    )
+    rl = worker_app.build_runtime(postgres_dsn, environment)
     await rl.migrate()
     async with rl:
         yield rl
