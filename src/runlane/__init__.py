@@ -21,7 +21,7 @@ from runlane.core.retry import BackoffType, RetryPolicy
 from runlane.core.runtime import Runlane
 from runlane.core.schedules import ScheduleDef, schedule
 from runlane.core.worker import Worker, WorkerMode
-from runlane.lanes import postgres_lane, sqlite_lane
+from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
 
 __all__ = [
     "BackoffType",
@@ -53,6 +53,7 @@ __all__ = [
     "Worker",
     "WorkerMode",
     "postgres_lane",
+    "postgres_sqs_lane",
     "queue",
     "schedule",
     "sqlite_lane",

@@ -35,3 +35,13 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
     return Lane(PostgresStorage(dsn, **options), transport, name="postgres")
+
+
+def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Any) -> Lane:
+    """The production lane: PostgreSQL for truth, SQS for wakeups.
+
+    >>> lane = postgres_sqs_lane(postgres=dsn, sqs=sqs_transport(client=client, queues=[...]))
+    """
+    if sqs is None:
+        raise configuration_error("postgres_sqs_lane needs sqs=sqs_transport(...).")
+    return postgres_lane(postgres, transport=sqs, **options)

@@ -107,8 +107,9 @@ async def test_outcomes_are_index_aligned_with_attempts_across_queues(
     attempts = [_attempt(MAIN), _attempt(OTHER), _attempt(MAIN), _attempt(OTHER), _attempt(MAIN)]
     outcomes = await transport.publish_wakeups(attempts)
     assert len(outcomes) == len(attempts)
-    assert all(isinstance(outcome, WakeupPublished) for outcome in outcomes)
-    assert all(isinstance(outcome.published_at, datetime) for outcome in outcomes)
+    for outcome in outcomes:
+        assert isinstance(outcome, WakeupPublished)
+        assert isinstance(outcome.published_at, datetime)
     delivered = [*await delivered_wakeups(MAIN), *await delivered_wakeups(OTHER)]
     assert sorted(_run_ids(delivered)) == sorted(a.message.run_id for a in attempts)
     run_by_provider_id = {
