@@ -1,0 +1,104 @@
+"""Creating runs: one statement for a batch without keys, key-aware steps otherwise.
+
+Runs with idempotency or singleton keys are created one at a time inside the
+caller's transaction, race-safe without any table lock:
+
+* the idempotency key row is inserted for the new run, or, if the key is
+  owned, locked (``ON CONFLICT DO UPDATE`` waits for a concurrent trigger of the
+  same key to commit); the owner is then read in a fresh snapshot and returned
+  if it still holds the key, otherwise the key is taken over;
+* the singleton rule is the partial unique index: the insert skips the run
+  (``ON CONFLICT DO NOTHING``, again after waiting for a concurrent insert) and
+  the active owner is returned instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.models import Run, RunStatus
+from runlane.storage.postgres.sessions import Session
+from runlane.storage.postgres.statements import CreationBatch, micros_or_none
+from runlane.storage.protocol import CreateOutcome, NewRun
+from runlane.storage.records import run_from_row
+
+Queries = Mapping[str, str]
+
+
+async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:
+    """Create every run of ``batch`` on ``session`` (inside a transaction when keyed)."""
+    if batch.keyed:
+        return [await create_keyed_run(session, q, batch, i) for i in range(len(batch.runs))]
+    inserted = await session.fetch(q["insert_runs"], batch.insert_params())
+    if len(inserted) != len(batch.runs):
+        raise _not_created(len(batch.runs) - len(inserted))
+    return [batch.created(i) for i in range(len(batch.runs))]
+
+
+async def create_keyed_run(
+    session: Session, q: Queries, batch: CreationBatch, index: int
+) -> CreateOutcome:
+    """Create run ``index`` unless its idempotency key or singleton key has an owner."""
+    new = batch.runs[index]
+    key: dict[str, Any] | None = None
+    fresh_key = False
+    if new.idempotency_key is not None:
+        key = {
+            "environment": batch.environment,
+            "task_id": new.task_id,
+            "key": new.idempotency_key,
+            "run_id": new.id,
+            "expires_at": micros_or_none(new.idempotency_expires_at),
+        }
+        (ownership,) = await session.fetch(q["lock_idempotency_key"], key)
+        fresh_key = ownership["run_id"] == new.id
+        if not fresh_key:
+            rows = await session.fetch(
+                q["get_run"], {"environment": batch.environment, "id": ownership["run_id"]}
+            )
+            if rows and owner_holds(rows[0]["status"], ownership["key_expires_at"], batch.now_us):
+                return CreateOutcome(run_from_row(rows[0]), created=False)
+    inserted = await session.fetch(q["insert_runs"], batch.insert_params([index]))
+    if not inserted:
+        owner = await _active_singleton_owner(session, q, batch.environment, new)
+        if owner is None:
+            raise _not_created(1)
+        if fresh_key and key is not None:
+            await session.fetch(q["drop_idempotency_key_of_run"], key)
+        return CreateOutcome(owner, created=False)
+    if key is not None and not fresh_key:
+        await session.fetch(q["take_idempotency_key"], key)
+    return batch.created(index)
+
+
+def owner_holds(status: str, key_expires_at: int | None, now_us: int) -> bool:
+    """Whether an idempotency key's owner run still holds the key at ``now_us``."""
+    owner_status = RunStatus(status)
+    if owner_status.is_active:
+        return True
+    if owner_status is RunStatus.FAILED or key_expires_at is None:
+        return False
+    return key_expires_at > now_us
+
+
+async def _active_singleton_owner(
+    session: Session, q: Queries, environment: str, new: NewRun
+) -> Run | None:
+    if new.singleton_key is None:
+        return None
+    rows = await session.fetch(
+        q["get_active_singleton_owner"],
+        {"environment": environment, "task_id": new.task_id, "singleton_key": new.singleton_key},
+    )
+    return run_from_row(rows[0]) if rows else None
+
+
+def _not_created(count: int) -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.STORAGE_CONFLICT,
+        f"{count} run(s) could not be created: their ids already exist, or the active run "
+        "holding their singleton key finished meanwhile; trigger again.",
+        retryable=True,
+    )

@@ -1,0 +1,579 @@
+"""PostgreSQL storage: psycopg 3 async, a connection pool, one schema of tables.
+
+Hot operations are one statement each on an autocommit connection, so one round
+trip and one commit: creating a batch of runs with their events and wakeup,
+claiming due runs (``FOR UPDATE SKIP LOCKED``) with their ``run.started`` events,
+applying a batch of compare-and-set transitions with their events. Creating runs
+with keys, claims on bounded queues and tick duties take short transactions.
+
+The driver never migrates on its own: :meth:`PostgresStorage.open` refuses a
+missing or older schema and asks for ``runlane migrate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from runlane.core.clock import from_micros, to_micros
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
+from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
+from runlane.storage.postgres.connections import (
+    LISTENER_OPTIONS,
+    check_pooled,
+    configure_pooled,
+    connect_kwargs,
+)
+from runlane.storage.postgres.errors import ConnectionTarget
+from runlane.storage.postgres.listener import WorkListener
+from runlane.storage.postgres.sessions import AsyncSession, caller_session
+from runlane.storage.postgres.statements import (
+    WORK_CHANNEL,
+    creation_batch,
+    lease_params,
+    micros_or_none,
+    transition_params,
+    transition_rounds,
+)
+from runlane.storage.protocol import (
+    CreateOutcome,
+    LeaseRequest,
+    NewRun,
+    OutboxMessage,
+    OutboxResult,
+    QueuePolicy,
+    RunFilter,
+    ScheduleOccurrence,
+    ScheduleState,
+    StorageCapabilities,
+    Transition,
+)
+from runlane.storage.records import (
+    build_queue_stats,
+    event_from_row,
+    load_queries,
+    outbox_from_row,
+    run_from_row,
+)
+
+T = TypeVar("T")
+Connection = psycopg.AsyncConnection[Any]
+
+DEFAULT_SCHEMA = "runlane"
+DEFAULT_MIN_SIZE = 1
+DEFAULT_MAX_SIZE = 10
+#: Seconds to establish a connection before the server counts as unreachable.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Seconds an operation waits for a pooled connection before STORAGE_UNAVAILABLE.
+DEFAULT_POOL_TIMEOUT = 5.0
+#: A transaction aborted by a deadlock or serialization failure is retried this often.
+MAX_CONFLICT_ATTEMPTS = 3
+
+POSTGRES_CAPABILITIES = StorageCapabilities(
+    durable_state=True,
+    process_local_state=False,
+    reads_run_history=True,
+    prunes_runs=True,
+    leases_runs=True,
+    claims_schedule_occurrences=True,
+    persists_outbox=True,
+    enforces_idempotency=True,
+    enforces_singleton=True,
+    enforces_queue_concurrency=True,
+)
+
+_SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_QUERY_TEMPLATES = load_queries("runlane.storage.postgres")
+
+
+class PostgresStorage:
+    """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
+
+    >>> lane = postgres_lane("postgresql://app@db/app", schema="runlane", max_size=20)
+    """
+
+    capabilities = POSTGRES_CAPABILITIES
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = DEFAULT_MIN_SIZE,
+        max_size: int = DEFAULT_MAX_SIZE,
+        application_name: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    ) -> None:
+        self._target = ConnectionTarget.from_dsn(dsn)
+        _check_options(schema, min_size, max_size, connect_timeout, pool_timeout)
+        self.schema = schema
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool_timeout = float(pool_timeout)
+        self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
+        quoted = f'"{schema}"'
+        self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERY_TEMPLATES.items()}
+        self._q.update(claims.compose_claims(self._q))
+        self._migrations = [
+            (version, name, sql.replace("{schema}", quoted))
+            for version, name, sql in versioning.MIGRATIONS
+        ]
+        self._pool: AsyncConnectionPool[Connection] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._listener: WorkListener | None = None
+
+    def __repr__(self) -> str:
+        target = self._target
+        return (
+            f"PostgresStorage(host={target.host!r}, port={target.port!r}, "
+            f"dbname={target.dbname!r}, schema={self.schema!r})"
+        )
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Check the schema version, then open the pool; never migrates."""
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is not None:
+                return
+            async with await self._connect() as conn:
+                try:
+                    await versioning.check_version(conn, self._q, self.schema, self._target.meta)
+                except psycopg.Error as error:
+                    raise self._error(error) from None
+            pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+                self._dsn,
+                kwargs={**self._connect_kwargs, "autocommit": True},
+                min_size=self._min_size,
+                max_size=self._max_size,
+                timeout=self._pool_timeout,
+                configure=configure_pooled,
+                check=check_pooled,
+                name=f"runlane-{self.schema}",
+                open=False,
+            )
+            await pool.open(wait=False)
+            self._pool = pool
+
+    async def close(self) -> None:
+        """Stop listening and close the pool."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations in one transaction, serialised across processes.
+
+        Works without :meth:`open`: it uses a connection of its own.
+        """
+        async with await self._connect() as conn:
+            try:
+                return await versioning.apply_migrations(
+                    conn, self._q, self.schema, self._migrations
+                )
+            except psycopg.Error as error:
+                raise self._error(error) from None
+
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for a trigger to announce due work in ``environment``.
+
+        True when one did (possibly while the caller was busy); False on timeout or
+        when announcements may have been missed (listening connection lost or just
+        made): the caller should then poll.
+        """
+        if self._listener is None:
+            self._listener = WorkListener(self._connect_listener, WORK_CHANNEL)
+        return await self._listener.wait(environment, timeout)
+
+    async def _connect(self) -> Connection:
+        try:
+            return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)
+        except psycopg.Error as error:
+            raise self._error(error) from None
+
+    async def _connect_listener(self) -> Connection:
+        return await psycopg.AsyncConnection.connect(
+            self._dsn, **{**self._connect_kwargs, **LISTENER_OPTIONS}
+        )
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _error(self, error: BaseException) -> RunlaneError:
+        return self._target.error(error, schema=self.schema)
+
+    async def _run(self, op: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``op`` on a pooled (autocommit) connection, retrying aborted conflicts.
+
+        ``op`` is one statement or one transaction, so a deadlock or serialization
+        failure rolled all of it back and it is safe to run again.
+        """
+        pool = self._pool
+        if pool is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE, "PostgreSQL storage is not open.", retryable=True
+            )
+        for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
+            try:
+                async with pool.connection() as conn:
+                    return await op(conn)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
+                if attempt == MAX_CONFLICT_ATTEMPTS:
+                    raise self._error(error) from None
+            except PoolTimeout as error:
+                raise await self._diagnose(error) from None
+            except psycopg.Error as error:
+                raise self._error(error) from None
+        raise AssertionError("unreachable")
+
+    async def _diagnose(self, exhausted: PoolTimeout) -> RunlaneError:
+        """Why no pooled connection came: the server's answer to a fresh connection
+        (refused credentials, dropped database, unreachable), or a busy pool."""
+        try:
+            conn = await self._connect()
+        except RunlaneError as error:
+            return error
+        await conn.close()
+        return self._error(exhausted)
+
+    async def _fetch(self, query: str, params: dict[str, Any]) -> list[Any]:
+        async def op(conn: Connection) -> list[Any]:
+            return await AsyncSession(conn).fetch(self._q[query], params)
+
+        return await self._run(op)
+
+    async def _count(self, query: str, params: dict[str, Any]) -> int:
+        async def op(conn: Connection) -> int:
+            cur = await conn.execute(self._q[query], params)
+            return max(cur.rowcount, 0)
+
+        return await self._run(op)
+
+    def _lock_prefix(self, environment: str) -> str:
+        return claims.capacity_lock_prefix(self.schema, environment)
+
+    # -- runs ----------------------------------------------------------------------
+
+    async def create_runs(
+        self,
+        environment: str,
+        runs: Sequence[NewRun],
+        now: datetime,
+        *,
+        lease: LeaseRequest | None = None,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[CreateOutcome]:
+        """Create runs with their events, ownership rows, delivery requests and wakeup.
+
+        Runs without keys go in one statement. With ``connection`` (the caller's
+        psycopg connection, sync or async) the writes join the caller's open
+        transaction and are not committed here.
+        """
+        if not runs:
+            return []
+        batch = creation_batch(
+            environment, runs, to_micros(now), lease, micros_or_none(outbox_claimed_until)
+        )
+        if connection is not None:
+            session, own_transaction = caller_session(connection)
+            try:
+                if own_transaction:
+                    async with session.transaction():
+                        return await creation.create_runs(session, self._q, batch)
+                return await creation.create_runs(session, self._q, batch)
+            except psycopg.Error as error:
+                raise self._error(error) from None
+
+        async def op(conn: Connection) -> list[CreateOutcome]:
+            if not batch.keyed:
+                return await creation.create_runs(AsyncSession(conn), self._q, batch)
+            async with conn.transaction():
+                return await creation.create_runs(AsyncSession(conn), self._q, batch)
+
+        return await self._run(op)
+
+    async def claim_due_runs(
+        self,
+        environment: str,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+        now: datetime,
+    ) -> list[Run]:
+        """Lease up to ``limit`` due runs, skipping runs other claimers hold, within capacity."""
+        if limit < 1 or not queues:
+            return []
+        params = {"environment": environment, "limit": limit, **lease_params(lease, to_micros(now))}
+        prefix = self._lock_prefix(environment)
+        return await self._run(
+            lambda conn: claims.claim_due_runs(conn, self._q, prefix, queues, limit, params)
+        )
+
+    async def claim_run(
+        self,
+        environment: str,
+        run_id: str,
+        lease: LeaseRequest,
+        now: datetime,
+        *,
+        queue: QueuePolicy | None = None,
+    ) -> Run | None:
+        """Lease one run if it is claimable, due and (bounded ``queue``) within capacity."""
+        params = {"environment": environment, "id": run_id, **lease_params(lease, to_micros(now))}
+        prefix = self._lock_prefix(environment)
+        return await self._run(lambda conn: claims.claim_run(conn, self._q, prefix, queue, params))
+
+    async def heartbeat(
+        self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
+    ) -> RunStatus | None:
+        """Extend a held, unexpired lease; ``None`` if it is lost (or already expired)."""
+        rows = await self._fetch(
+            "heartbeat",
+            {
+                "environment": environment,
+                "id": run_id,
+                "lease_token": lease_token,
+                "lease_expires_at": to_micros(expires_at),
+                "now": to_micros(now),
+            },
+        )
+        return RunStatus(rows[0]["status"]) if rows else None
+
+    async def apply_transitions(
+        self, environment: str, transitions: Sequence[Transition], now: datetime
+    ) -> list[bool]:
+        """Compare-and-set each transition: one statement per round of distinct runs."""
+        if not transitions:
+            return []
+        now_us = to_micros(now)
+        rounds = transition_rounds(transitions)
+        applied = [False] * len(transitions)
+
+        async def apply_round(conn: Connection, indexes: list[int]) -> None:
+            params = transition_params(environment, [transitions[i] for i in indexes], now_us)
+            done = {row["id"] for row in await AsyncSession(conn).fetch(
+                self._q["apply_transitions"], params
+            )}  # fmt: skip
+            for i in indexes:
+                applied[i] = transitions[i].run_id in done
+
+        async def op(conn: Connection) -> list[bool]:
+            if len(rounds) == 1:
+                await apply_round(conn, rounds[0])
+            else:
+                async with conn.transaction():
+                    for indexes in rounds:
+                        await apply_round(conn, indexes)
+            return applied
+
+        return await self._run(op)
+
+    # -- reads ---------------------------------------------------------------------
+
+    async def get_run(self, environment: str, run_id: str) -> Run | None:
+        """Read one run."""
+        rows = await self._fetch("get_run", {"environment": environment, "id": run_id})
+        return run_from_row(rows[0]) if rows else None
+
+    async def list_runs(
+        self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
+    ) -> Page[Run]:
+        """Runs newest first; the cursor is the last id of the previous page."""
+        rows = await self._fetch(
+            "list_runs",
+            {
+                "environment": environment,
+                "statuses": [s.value for s in run_filter.statuses],
+                "task_ids": list(run_filter.task_ids),
+                "queues": list(run_filter.queues),
+                "cursor": cursor,
+                "limit": limit + 1,
+            },
+        )
+        runs = [run_from_row(row) for row in rows[:limit]]
+        next_cursor = runs[-1].id if len(rows) > limit and runs else None
+        return Page(runs, next_cursor)
+
+    async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
+        """A run's history, oldest first."""
+        rows = await self._fetch("list_run_events", {"environment": environment, "run_id": run_id})
+        return [event_from_row(row) for row in rows]
+
+    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
+        """Leased runs whose lease ran out, soonest expired first."""
+        rows = await self._fetch(
+            "list_expired_leases",
+            {"environment": environment, "now": to_micros(now), "limit": limit},
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def queue_stats(
+        self, environment: str, queues: Sequence[QueuePolicy]
+    ) -> list[QueueStats]:
+        """Counts per queue and status."""
+        rows = await self._fetch("queue_stats", {"environment": environment})
+        return build_queue_stats(
+            queues, ((r["queue"], r["concurrency_key"], r["status"], r["count"]) for r in rows)
+        )
+
+    # -- maintenance ---------------------------------------------------------------
+
+    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
+        """Drop ownership whose owner failed, finished in active-only mode, or expired."""
+        return await self._count(
+            "release_expired_idempotency_keys", {"environment": environment, "now": to_micros(now)}
+        )
+
+    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
+        """Drop one key's ownership."""
+        params = {"environment": environment, "task_id": task_id, "key": key}
+        return bool(await self._count("reset_idempotency_key", params))
+
+    async def prune_runs(
+        self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
+    ) -> int:
+        """Delete up to ``limit`` finished runs with their history and ownership rows."""
+        rows = await self._fetch(
+            "prune_runs",
+            {
+                "environment": environment,
+                "older_than": to_micros(older_than),
+                "statuses": [s.value for s in statuses],
+                "limit": limit,
+            },
+        )
+        return int(rows[0]["pruned"]) if rows else 0
+
+    # -- dispatch and outbox -------------------------------------------------------
+
+    async def request_due_deliveries(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
+    ) -> int:
+        """Delivery requests for due runs without one; bounded queues within capacity."""
+        scope = {"environment": environment, "now": to_micros(now), "limit": limit}
+        prefix = self._lock_prefix(environment)
+        return await self._run(
+            lambda conn: dispatch.request_due_deliveries(conn, self._q, prefix, queues, scope)
+        )
+
+    async def expire_dispatch_reservations(self, environment: str, now: datetime) -> int:
+        """Free reservations nobody claimed within their window."""
+        return await self._count(
+            "expire_dispatch_reservations", {"environment": environment, "now": to_micros(now)}
+        )
+
+    async def claim_outbox(
+        self, environment: str, now: datetime, limit: int, claimed_until: datetime
+    ) -> list[OutboxMessage]:
+        """Claim outbox messages to publish; concurrent claimers never get the same one."""
+        rows = await self._fetch(
+            "claim_outbox",
+            {
+                "environment": environment,
+                "now": to_micros(now),
+                "limit": limit,
+                "claimed_until": to_micros(claimed_until),
+            },
+        )
+        ordered = sorted(rows, key=lambda row: (row["available_at"], row["id"]))
+        return [outbox_from_row(row) for row in ordered]
+
+    async def settle_outbox(
+        self, environment: str, results: Sequence[OutboxResult], now: datetime
+    ) -> None:
+        """Record publish outcomes of claimed messages."""
+        if results:
+            await self._count(
+                "settle_outbox", dispatch.settle_params(environment, results, to_micros(now))
+            )
+
+    async def outbox_counts(self, environment: str) -> dict[str, int]:
+        """Outbox messages per status (for operators and tests)."""
+        rows = await self._fetch("outbox_counts", {"environment": environment})
+        return {row["status"]: int(row["n"]) for row in rows}
+
+    # -- schedules -----------------------------------------------------------------
+
+    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
+        """Stored schedule state by id."""
+        rows = await self._fetch("get_schedule_states", {"environment": environment})
+        return {
+            row["schedule_id"]: ScheduleState(
+                row["schedule_id"],
+                from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
+                bool(row["paused"]),
+            )
+            for row in rows
+        }
+
+    async def set_schedule_paused(
+        self, environment: str, schedule_id: str, paused: bool, now: datetime
+    ) -> None:
+        """Pause or resume one schedule."""
+        await self._count(
+            "set_schedule_paused",
+            {
+                "environment": environment,
+                "schedule_id": schedule_id,
+                "paused": paused,
+                "now": to_micros(now),
+            },
+        )
+
+    async def materialize_schedule_occurrences(
+        self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime
+    ) -> list[Run]:
+        """Claim occurrences and create their runs in one transaction."""
+        if not occurrences:
+            return []
+
+        async def op(conn: Connection) -> list[Run]:
+            async with conn.transaction():
+                return await schedules.materialize_occurrences(
+                    AsyncSession(conn), self._q, environment, occurrences, to_micros(now)
+                )
+
+        return await self._run(op)
+
+
+def _check_options(
+    schema_name: object,
+    min_size: object,
+    max_size: object,
+    connect_timeout: object,
+    pool_timeout: object,
+) -> None:
+    """Reject bad constructor options at the call (CONFIGURATION_INVALID)."""
+    if not isinstance(schema_name, str) or not _SAFE_IDENTIFIER.match(schema_name):
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "schema must be a plain identifier (letters, digits, underscores; at most 63).",
+        )
+    for name, size in (("min_size", min_size), ("max_size", max_size)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a whole number of at least 1."
+            )
+    assert isinstance(min_size, int) and isinstance(max_size, int)
+    if min_size > max_size:
+        raise RunlaneError(ErrorCode.CONFIGURATION_INVALID, "min_size exceeds max_size.")
+    for name, seconds in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a positive number of seconds."
+            )

@@ -1,0 +1,48 @@
+"""Schedule state and occurrences: each (schedule, slot) becomes at most one run.
+
+The occurrence row's primary key is the deterministic occurrence id. Ticks that
+race for one slot serialise on it (``INSERT ... ON CONFLICT DO NOTHING`` waits
+for the other insert to commit) and only the first creates the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from runlane.core.clock import to_micros
+from runlane.core.models import Run
+from runlane.storage.postgres.creation import create_keyed_run
+from runlane.storage.postgres.sessions import Session
+from runlane.storage.postgres.statements import creation_batch
+from runlane.storage.protocol import ScheduleOccurrence
+
+Queries = Mapping[str, str]
+
+
+async def materialize_occurrences(
+    session: Session,
+    q: Queries,
+    environment: str,
+    occurrences: Sequence[ScheduleOccurrence],
+    now_us: int,
+) -> list[Run]:
+    """Claim each occurrence, move its schedule forward, create the runs of those claimed."""
+    batch = creation_batch(environment, [o.run for o in occurrences], now_us, None)
+    created: list[Run] = []
+    for index, occurrence in enumerate(occurrences):
+        scope = {
+            "environment": environment,
+            "schedule_id": occurrence.schedule_id,
+            "slot": to_micros(occurrence.slot),
+            "now": now_us,
+        }
+        claimed = await session.fetch(
+            q["claim_schedule_occurrence"], {**scope, "run_id": occurrence.run.id}
+        )
+        await session.fetch(q["advance_schedule"], scope)
+        if not claimed:
+            continue
+        outcome = await create_keyed_run(session, q, batch, index)
+        if outcome.created:
+            created.append(outcome.run)
+    return created

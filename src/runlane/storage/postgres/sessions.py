@@ -1,0 +1,122 @@
+"""One way to run statements on any psycopg connection: pooled, or the caller's own.
+
+``trigger(..., connection=conn)`` hands us the caller's connection (sync or
+async) inside their transaction; the driver's logic is written once against
+:class:`Session` and runs unchanged on either. A sync connection is the caller's
+and is used directly: its statements are short and run in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import pq
+from psycopg.adapt import AdaptersMap
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.string import TextLoader
+
+from runlane.core.errors import ErrorCode, RunlaneError
+
+Params = Mapping[str, Any]
+
+
+class Session(Protocol):
+    """Statements on one connection, rows as dicts."""
+
+    async def fetch(self, query: str, params: Params) -> list[DictRow]:
+        """Run one statement; its rows (none for a statement without a result)."""
+        ...
+
+    def transaction(self) -> Any:
+        """An async context manager: a transaction (or savepoint) around the block."""
+        ...
+
+
+def load_json_as_text(adapters: AdaptersMap) -> None:
+    """Hand json/jsonb columns over as text: the shared row codec decodes JSON itself
+    (a decoded JSON string would be indistinguishable from JSON text)."""
+    for name in ("json", "jsonb"):
+        adapters.register_loader(name, TextLoader)
+
+
+class AsyncSession:
+    """A session on an :class:`psycopg.AsyncConnection`.
+
+    ``own`` connections (the pool's) already load JSON as text; on a caller's
+    connection each cursor is told to, leaving the connection's adapters alone.
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], *, own: bool = True) -> None:
+        self.conn = conn
+        self._own = own
+
+    async def fetch(self, query: str, params: Params) -> list[DictRow]:
+        """Run one statement; its rows."""
+        async with self.conn.cursor(row_factory=dict_row) as cur:
+            if not self._own:
+                load_json_as_text(cur.adapters)
+            await cur.execute(query, params)
+            return await cur.fetchall() if cur.description is not None else []
+
+    def transaction(self) -> Any:
+        """``conn.transaction()``."""
+        return self.conn.transaction()
+
+
+class SyncSession:
+    """A session on the caller's blocking :class:`psycopg.Connection`."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    async def fetch(self, query: str, params: Params) -> list[DictRow]:
+        """Run one statement; its rows."""
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            load_json_as_text(cur.adapters)
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``conn.transaction()``, entered and left around an async block."""
+        with self.conn.transaction():
+            yield
+
+
+def caller_session(connection: object) -> tuple[Session, bool]:
+    """A session on the caller's connection, and whether to wrap the write in a transaction.
+
+    A connection already in a transaction keeps the write in it (no commit: the
+    run exists iff the caller commits). An autocommit connection outside a
+    transaction gets one of its own, so the write is still atomic.
+    """
+    session: Session
+    if isinstance(connection, psycopg.AsyncConnection):
+        session = AsyncSession(connection, own=False)
+    elif isinstance(connection, psycopg.Connection):
+        session = SyncSession(connection)
+    else:
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "a PostgreSQL lane enqueues inside a psycopg connection's transaction: pass a "
+            f"psycopg.Connection or psycopg.AsyncConnection, not {type(connection).__name__}.",
+        )
+    if connection.closed:
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID, "the connection passed to trigger is closed."
+        )
+    status = connection.info.transaction_status
+    if status == pq.TransactionStatus.INERROR:
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "the connection's transaction has already failed; roll it back before triggering.",
+        )
+    if status == pq.TransactionStatus.ACTIVE:
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "the connection passed to trigger is busy running another statement.",
+        )
+    return session, bool(connection.autocommit) and status == pq.TransactionStatus.IDLE

@@ -1,0 +1,228 @@
+"""Parameters for the batch statements: core records in, column arrays out.
+
+Pure functions, no I/O. A created run is built from the values the driver
+inserts, so it equals what a later read returns without reading it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from runlane.core.clock import from_micros, to_micros
+from runlane.core.ids import new_token
+from runlane.core.models import Lease, Run, RunStatus
+from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage, Transition
+from runlane.storage.records import dumps
+
+#: The NOTIFY channel; its payload is the environment that got due work.
+WORK_CHANNEL = "runlane_work"
+#: A run created with a delivery request has it as its second event.
+DELIVERY_REQUEST_SEQUENCE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class CreationBatch:
+    """Runs to create in one call, as the column arrays ``insert_runs`` takes."""
+
+    environment: str
+    now_us: int
+    runs: Sequence[NewRun]
+    #: One list per per-run parameter of ``insert_runs``, in run order.
+    columns: dict[str, list[Any]]
+    #: Parameters shared by every run of the batch.
+    shared: dict[str, Any]
+    lease: Lease | None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether any run carries an idempotency or singleton key (no bulk fast path)."""
+        return any(r.idempotency_key is not None or r.singleton_key is not None for r in self.runs)
+
+    def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
+        """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all)."""
+        if indexes is None:
+            return {**self.shared, **self.columns}
+        return {**self.shared, **{k: [v[i] for i in indexes] for k, v in self.columns.items()}}
+
+    def created(self, index: int) -> CreateOutcome:
+        """The outcome of inserting run ``index``: the run as stored, and its delivery request."""
+        new = self.runs[index]
+        now = from_micros(self.now_us)
+        leased = self.lease is not None
+        run = Run(
+            id=new.id,
+            environment=self.environment,
+            task_id=new.task_id,
+            queue=new.queue,
+            status=RunStatus.RUNNING if leased else new.status,
+            payload=new.payload,
+            attempt=int(leased),
+            failure_count=0,
+            run_at=_utc(new.run_at),
+            created_at=now,
+            updated_at=now,
+            event_sequence=self.columns["event_sequences"][index],
+            source=new.source,
+            idempotency_key=new.idempotency_key,
+            singleton_key=new.singleton_key,
+            concurrency_key=new.concurrency_key,
+            trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
+            lease=self.lease,
+        )
+        if not new.request_delivery:
+            return CreateOutcome(run, created=True)
+        message = OutboxMessage(
+            id=f"{run.id}.{DELIVERY_REQUEST_SEQUENCE}",
+            run_id=run.id,
+            queue=run.queue,
+            requested_at=now,
+            trace_carrier=run.trace_carrier,
+            attempts=0,
+        )
+        return CreateOutcome(run, created=True, outbox=(message,))
+
+
+def creation_batch(
+    environment: str,
+    runs: Sequence[NewRun],
+    now_us: int,
+    lease: LeaseRequest | None,
+    outbox_claimed_until: int | None = None,
+) -> CreationBatch:
+    """Columns for ``runs``; with ``lease`` they start RUNNING under one fresh token (run_now)."""
+    granted = (
+        Lease(lease.worker_id, new_token(), _utc(lease.expires_at)) if lease is not None else None
+    )
+    sources: dict[Any, str] = {}
+    times: dict[datetime, tuple[int, str]] = {}
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "ids", "task_ids", "queues", "statuses", "payloads", "run_ats", "run_at_isos",
+            "event_sequences", "sources", "idempotency_keys", "singleton_keys",
+            "concurrency_keys", "trace_carriers", "request_deliveries",
+        )
+    }  # fmt: skip
+    first_sequence = 1 + int(granted is not None)
+    for new in runs:
+        source = sources.get(new.source)
+        if source is None:
+            source = sources[new.source] = dumps(new.source.to_json())
+        run_at = times.get(new.run_at)
+        if run_at is None:
+            micros = to_micros(new.run_at)
+            run_at = times[new.run_at] = (micros, from_micros(micros).isoformat())
+        carrier = new.trace_carrier
+        columns["ids"].append(new.id)
+        columns["task_ids"].append(new.task_id)
+        columns["queues"].append(new.queue)
+        columns["statuses"].append((RunStatus.RUNNING if granted is not None else new.status).value)
+        columns["payloads"].append(new.payload_json)
+        columns["run_ats"].append(run_at[0])
+        columns["run_at_isos"].append(run_at[1])
+        columns["event_sequences"].append(first_sequence + new.request_delivery)
+        columns["sources"].append(source)
+        columns["idempotency_keys"].append(new.idempotency_key)
+        columns["singleton_keys"].append(new.singleton_key)
+        columns["concurrency_keys"].append(new.concurrency_key)
+        columns["trace_carriers"].append(dumps(carrier) if carrier is not None else None)
+        columns["request_deliveries"].append(new.request_delivery)
+    expires_at = to_micros(granted.expires_at) if granted is not None else None
+    return CreationBatch(
+        environment=environment,
+        now_us=now_us,
+        runs=runs,
+        columns=columns,
+        shared={
+            "environment": environment,
+            "now": now_us,
+            "channel": WORK_CHANNEL,
+            "outbox_claimed_until": outbox_claimed_until,
+            "attempt": int(granted is not None),
+            "lease_owner": granted.owner if granted is not None else None,
+            "lease_token": granted.token if granted is not None else None,
+            "lease_expires_at": expires_at,
+            "lease_expires_iso": granted.expires_at.isoformat() if granted is not None else None,
+        },
+        lease=granted,
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    """``moment`` as storage returns it: UTC, microsecond precision."""
+    return from_micros(to_micros(moment))
+
+
+def lease_params(lease: LeaseRequest, now_us: int) -> dict[str, Any]:
+    """The lease a claim writes (one fresh fencing token per claim call)."""
+    expires_at = to_micros(lease.expires_at)
+    return {
+        "worker_id": lease.worker_id,
+        "lease_token": new_token(),
+        "lease_expires_at": expires_at,
+        "lease_expires_iso": from_micros(expires_at).isoformat(),
+        "now": now_us,
+    }
+
+
+def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
+    """Split ``transitions`` into rounds in which no run appears twice, keeping their order.
+
+    A batch statement updates each run at most once, so the second transition of
+    one run goes into the next round and sees the first one's result.
+    """
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for index, transition in enumerate(transitions):
+        depth = seen.get(transition.run_id, -1) + 1
+        seen[transition.run_id] = depth
+        if depth == len(rounds):
+            rounds.append([])
+        rounds[depth].append(index)
+    return rounds
+
+
+def transition_params(
+    environment: str, transitions: Sequence[Transition], now_us: int
+) -> dict[str, Any]:
+    """Parameters of ``apply_transitions`` for one round."""
+    params: dict[str, Any] = {
+        name: []
+        for name in (
+            "ids", "statuses", "run_ats", "results", "failures", "cancel_reasons",
+            "add_failures", "event_counts", "keep_leases", "expected_sequences",
+            "lease_tokens", "lease_expired_bys", "event_run_ids", "event_sequences",
+            "event_types", "event_data",
+        )
+    }  # fmt: skip
+    params["environment"] = environment
+    params["now"] = now_us
+    for transition in transitions:
+        changes = transition.changes
+        params["ids"].append(transition.run_id)
+        params["statuses"].append(changes.status.value)
+        params["run_ats"].append(micros_or_none(changes.run_at))
+        params["results"].append(dumps(changes.result) if changes.result is not None else None)
+        params["failures"].append(
+            dumps(changes.failure.to_json()) if changes.failure is not None else None
+        )
+        params["cancel_reasons"].append(changes.cancel_reason)
+        params["add_failures"].append(int(changes.add_failure))
+        params["event_counts"].append(len(transition.events))
+        params["keep_leases"].append(changes.keep_lease)
+        params["expected_sequences"].append(transition.expected_sequence)
+        params["lease_tokens"].append(transition.lease_token)
+        params["lease_expired_bys"].append(micros_or_none(transition.lease_expired_by))
+        for offset, event in enumerate(transition.events, start=1):
+            params["event_run_ids"].append(transition.run_id)
+            params["event_sequences"].append(transition.expected_sequence + offset)
+            params["event_types"].append(event.type.value)
+            params["event_data"].append(dumps(event.data))
+    return params
+
+
+def micros_or_none(moment: Any) -> int | None:
+    return to_micros(moment) if moment is not None else None

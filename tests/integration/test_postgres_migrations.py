@@ -1,0 +1,164 @@
+"""PostgreSQL schema migrations: versioned, idempotent, concurrent-safe, never implicit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
+from runlane.storage.postgres import PostgresStorage
+from runlane.storage.postgres.versioning import SCHEMA_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL_MIGRATIONS = ["001_initial", "002_schedules", "003_outbox"]
+
+
+@task("noop")
+async def noop(payload: Any, ctx: Context) -> None:
+    return None
+
+
+@pytest.fixture
+def schema(postgres_dsn: str) -> Any:
+    """A schema name of this test's own, dropped afterwards."""
+    name = f"mig_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def _versions(dsn: str, schema: str) -> list[int]:
+    with psycopg.connect(dsn) as conn:
+        query = sql.SQL("SELECT version FROM {}.runlane_migrations ORDER BY version")
+        return [row[0] for row in conn.execute(query.format(sql.Identifier(schema)))]
+
+
+def _runtime(dsn: str, schema: str, environment: str = "migrations") -> Runlane:
+    return Runlane(
+        lane=postgres_lane(dsn, schema=schema),
+        queues=[queue("main", default=True)],
+        tasks=[noop],
+        environment=environment,
+    )
+
+
+async def test_migrate_applies_every_version_once_and_then_nothing(
+    postgres_dsn: str, schema: str
+) -> None:
+    storage = PostgresStorage(postgres_dsn, schema=schema)
+    assert await storage.migrate() == ALL_MIGRATIONS
+    assert await storage.migrate() == []
+    assert _versions(postgres_dsn, schema) == [1, 2, 3] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
+    rl = _runtime(postgres_dsn, schema)
+    assert await rl.migrate() == ALL_MIGRATIONS
+    async with rl:
+        run = await rl.trigger(noop, None)
+        done = await rl.execute_next()
+    assert done is not None and done.id == run.id
+
+
+async def test_concurrent_migrations_in_one_process_apply_each_version_once(
+    postgres_dsn: str, schema: str
+) -> None:
+    storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
+    results = await asyncio.gather(*(s.migrate() for s in storages))
+    assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3]
+
+
+def test_concurrent_migrations_from_several_processes_apply_each_version_once(
+    postgres_dsn: str, schema: str
+) -> None:
+    script = (
+        "import asyncio, json, sys\n"
+        "from runlane.storage.postgres import PostgresStorage\n"
+        "applied = asyncio.run(PostgresStorage(sys.argv[1], schema=sys.argv[2]).migrate())\n"
+        "print(json.dumps(applied))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, postgres_dsn, schema],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        outputs.append(out.strip())
+    applied = sorted(json.loads(out) for out in outputs)
+    assert applied == [[], [], [], ALL_MIGRATIONS]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3]
+
+
+async def test_open_refuses_a_missing_schema_and_says_to_migrate(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = _runtime(postgres_dsn, schema)
+    with pytest.raises(RunlaneError) as caught:
+        await rl.open()
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert "runlane migrate" in caught.value.message and schema in caught.value.message
+    with pytest.raises(RunlaneError) as on_use:
+        await rl.trigger(noop, None)
+    assert on_use.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
+async def test_open_refuses_an_older_schema_and_says_to_migrate(
+    postgres_dsn: str, schema: str
+) -> None:
+    await PostgresStorage(postgres_dsn, schema=schema).migrate()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DELETE FROM {}.runlane_migrations WHERE version = %s").format(
+                sql.Identifier(schema)
+            ),
+            (SCHEMA_VERSION,),
+        )
+    rl = _runtime(postgres_dsn, schema)
+    with pytest.raises(RunlaneError) as caught:
+        await rl.open()
+    error = caught.value
+    assert error.code is ErrorCode.CONFIGURATION_INVALID
+    assert "runlane migrate" in error.message
+    assert error.meta["found"] == SCHEMA_VERSION - 1 and error.meta["required"] == SCHEMA_VERSION
+
+
+async def test_schemas_on_one_database_are_independent(postgres_dsn: str, schema: str) -> None:
+    other = f"{schema}_b"
+    try:
+        first, second = _runtime(postgres_dsn, schema), _runtime(postgres_dsn, other)
+        await first.migrate()
+        await second.migrate()
+        async with first, second:
+            await first.trigger(noop, None)
+            assert len((await first.runs.list()).data) == 1
+            assert (await second.runs.list()).data == []
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(other)))
+
+
+def test_a_schema_name_that_is_not_a_plain_identifier_is_refused() -> None:
+    for bad in ("", "has space", 'quo"te', "semi;colon", "x" * 64, "1starts_with_digit"):
+        with pytest.raises(RunlaneError) as caught:
+            postgres_lane("postgresql://app@localhost/app", schema=bad)
+        assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
