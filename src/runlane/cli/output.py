@@ -142,12 +142,17 @@ def events_table(events: Iterable[View], *, title: str | None = None) -> Table:
 
 
 def queues_table(stats: Iterable[View]) -> Table:
-    """Counts per queue (and per concurrency key), one column per status."""
+    """Capacity and counts per queue (and per concurrency key), one column per status."""
     table = Table(title="queues", title_justify="left")
     table.add_column("queue", no_wrap=True)
     table.add_column("key")
     table.add_column("limit", justify="right")
-    for status in RunStatus:
+    table.add_column("occupied", justify="right")
+    table.add_column("waiting", justify="right")
+    table.add_column("running", justify="right")
+    # "running" above already counts every leased run; the status columns follow.
+    statuses = [status for status in RunStatus if status is not RunStatus.RUNNING]
+    for status in statuses:
         table.add_column(
             STATUS_LABELS.get(status, status.value), justify="right", style=STATUS_STYLES[status]
         )
@@ -157,6 +162,9 @@ def queues_table(stats: Iterable[View]) -> Table:
             view["queue"],
             view["concurrency_key"] or "-",
             "-" if limit is None else str(limit),
-            *(str(view["counts"][status.value]) for status in RunStatus),
+            str(view["occupied"]),
+            str(view["waiting"]),
+            str(view["running"]),
+            *(str(view["counts"][status.value]) for status in statuses),
         )
     return table
