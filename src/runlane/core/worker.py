@@ -99,6 +99,7 @@ class Worker:
                     await self._wait_for(self._slot_freed, None)
                     continue
                 work.clear()
+                busy_before_claim = bool(self._active)
                 try:
                     claimed = await rt.storage.claim_due_runs(
                         rt.environment,
@@ -127,9 +128,12 @@ class Worker:
                 if claimed:
                     continue
                 if self.mode is WorkerMode.DRAIN:
-                    if not self._active:
+                    if not busy_before_claim and not self._active:
                         return
-                    await self._wait_for(self._slot_freed, None)
+                    # Attempts that finished during the claim may have freed capacity
+                    # the claim could not see yet: claim again before deciding.
+                    if self._active:
+                        await self._wait_for(self._slot_freed, None)
                     continue
                 await self._wait_for(work, self.poll_interval, notify=True)
         finally:
