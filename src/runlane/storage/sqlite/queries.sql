@@ -1,4 +1,14 @@
--- Named queries of the SQLite driver. Parameters are :named.
+-- Named queries of the SQLite driver. Parameters are :named, except the migration
+-- ledger's (version, name), which are positional.
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS runlane_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+
+-- name: applied_migrations
+SELECT version FROM runlane_migrations;
+
+-- name: record_migration
+INSERT INTO runlane_migrations VALUES (?, ?, strftime('%s','now') * 1000000);
 
 -- name: insert_run
 INSERT INTO runlane_runs (

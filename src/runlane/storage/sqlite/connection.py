@@ -1,0 +1,190 @@
+"""One SQLite connection, used by one operation at a time, inline first.
+
+One connection per storage object, used by one operation at a time. Operations
+first run inline on the event loop with a zero busy timeout: an uncontended
+SQLite write takes microseconds, far less than a hop to a thread. Only when
+another process holds the write lock does the operation move to a dedicated
+thread that waits up to ``busy_timeout`` for it, so the loop never blocks on
+another process. Readers never block in WAL mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from runlane.core.errors import ErrorCode, RunlaneError
+
+T = TypeVar("T")
+
+#: Milliseconds an operation moved to the thread waits for another process's write lock.
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+class _Busy(Exception):
+    """Another connection holds the write lock; retry where waiting is allowed."""
+
+
+class SqliteConnection:
+    """The storage's connection to one file and the thread that waits for its write lock."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str) -> None:
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous
+        self._conn: sqlite3.Connection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._patient = False
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def connect(self) -> bool:
+        """Start the thread and open the file, once; ``False`` if that was done before."""
+        if self._executor is not None:
+            return False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlane-sqlite")
+        await self.run(self._connect)
+        return True
+
+    async def close(self) -> None:
+        """Close the connection and its thread."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(executor, self._disconnect)
+        executor.shutdown(wait=True)
+
+    def _connect(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_timeout_ms / 1000,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error as error:
+            raise _unavailable(error, self.path) from error
+        self._conn = conn
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- operations ----------------------------------------------------------------
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` inline; if the write lock is taken, in the thread, waiting for it."""
+        executor = self._executor
+        if executor is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE, "SQLite storage is not open.", retryable=True
+            )
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._conn is not None:
+                try:
+                    return fn()
+                except _Busy:
+                    pass
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, self._run_patiently, fn
+            )
+
+    async def transact(self, fn: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations."""
+
+        def step() -> T:
+            with self.transaction() as cur:
+                return fn(cur)
+
+        return await self.run(step)
+
+    async def fetch(self, query: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+        """The rows of one read, outside any transaction."""
+        return await self.run(lambda: self._read(query, params))
+
+    async def write_count(self, query: str, params: dict[str, Any]) -> int:
+        """Run one write in its own transaction; how many rows it changed."""
+        return await self.transact(lambda cur: cur.execute(query, params).rowcount)
+
+    @contextmanager
+    def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Cursor]:
+        """A cursor in a new IMMEDIATE transaction, or in ``conn``'s open one (the caller's)."""
+        own = conn is None
+        conn = conn or self._require()
+        cur = conn.cursor()
+        try:
+            if own:
+                cur.execute("BEGIN IMMEDIATE")
+            yield cur
+            if own:
+                cur.execute("COMMIT")
+        except BaseException as error:
+            if own and conn.in_transaction:
+                conn.rollback()
+            if isinstance(error, sqlite3.OperationalError):
+                self._check_busy(error)
+                raise _unavailable(error, self.path) from error
+            raise
+        finally:
+            cur.close()
+
+    def _require(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE, "SQLite storage is not open.", retryable=True
+            )
+        return self._conn
+
+    def _run_patiently(self, fn: Callable[[], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            return fn()  # opening: nothing to wait for yet
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        self._patient = True
+        try:
+            return fn()
+        finally:
+            self._patient = False
+            conn.execute("PRAGMA busy_timeout = 0")
+
+    def _check_busy(self, error: sqlite3.Error) -> None:
+        if not self._patient and getattr(error, "sqlite_errorcode", None) in _BUSY_CODES:
+            raise _Busy from error
+
+    def _read(self, query: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+        try:
+            return self._require().execute(query, params).fetchall()
+        except sqlite3.OperationalError as error:
+            self._check_busy(error)
+            raise _unavailable(error, self.path) from error
+
+
+def _unavailable(error: sqlite3.Error, path: str) -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.STORAGE_UNAVAILABLE,
+        "The SQLite database could not be used; check the path, permissions and disk space.",
+        meta={
+            "path": path,
+            "driver_error": str(error),
+            "sqlite_code": getattr(error, "sqlite_errorname", None),
+        },
+        retryable=True,
+    )

@@ -1,0 +1,176 @@
+"""Creating runs with their events, ownership rows and delivery requests, atomically.
+
+Runs without keys or lease own nothing and conflict with nothing: they are written
+in bulk. Every other run is created one at a time: a run whose idempotency key is
+held, or whose singleton key has an active run, is not created, and its outcome
+carries the owner instead.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from runlane.core.clock import from_micros, to_micros
+from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.ids import new_token
+from runlane.core.models import Run, RunStatus
+from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.storage.records import run_from_row
+from runlane.storage.sqlite.connection import SqliteConnection
+from runlane.storage.sqlite.dispatch import insert_outbox
+from runlane.storage.sqlite.params import (
+    DELIVERY_REQUEST_SEQUENCE,
+    creation_events,
+    insert_params,
+    is_plain,
+    micros_or_none,
+    run_from_new,
+)
+from runlane.storage.sqlite.queries import QUERIES
+
+
+def create_runs(
+    db: SqliteConnection,
+    environment: str,
+    runs: Sequence[NewRun],
+    now: datetime,
+    lease: LeaseRequest | None,
+    connection: sqlite3.Connection | None,
+    outbox_claimed_until: datetime | None,
+) -> list[CreateOutcome]:
+    """Create ``runs`` in a transaction of their own, or in ``connection``'s open one."""
+    now_us = to_micros(now)
+    claimed_until = micros_or_none(outbox_claimed_until)
+    outcomes: list[CreateOutcome] = []
+    token = new_token() if lease is not None else None
+    with db.transaction(connection) as cur:
+        if lease is None and all(is_plain(new) for new in runs):
+            return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
+        for new in runs:
+            outcomes.append(create_run(cur, environment, new, now_us, lease, token, claimed_until))
+    return outcomes
+
+
+def _create_plain_runs(
+    cur: sqlite3.Cursor,
+    environment: str,
+    runs: Sequence[NewRun],
+    now_us: int,
+    claimed_until: int | None,
+) -> list[CreateOutcome]:
+    """Runs without keys or lease own nothing and conflict with nothing: write them in bulk."""
+    cur.executemany(
+        QUERIES["insert_plain_run"],
+        [insert_params(environment, new, now_us, None, None) for new in runs],
+    )
+    now = from_micros(now_us)
+    created = [run_from_new(environment, new, now) for new in runs]
+    cur.executemany(
+        QUERIES["insert_event"],
+        [
+            event
+            for run, new in zip(created, runs, strict=True)
+            for event in creation_events(environment, run, now_us, new.request_delivery)
+        ],
+    )
+    return [
+        CreateOutcome(
+            run,
+            created=True,
+            outbox=_request_delivery(cur, environment, run, new, now_us, claimed_until),
+        )
+        for run, new in zip(created, runs, strict=True)
+    ]
+
+
+def create_run(
+    cur: sqlite3.Cursor,
+    environment: str,
+    new: NewRun,
+    now_us: int,
+    lease: LeaseRequest | None,
+    token: str | None,
+    outbox_claimed_until: int | None = None,
+) -> CreateOutcome:
+    """Create one run unless its idempotency key or singleton key has an owner."""
+    existing = _find_owner(cur, environment, new, now_us)
+    if existing is not None:
+        return CreateOutcome(existing, created=False)
+    row = cur.execute(
+        QUERIES["insert_run"], insert_params(environment, new, now_us, lease, token)
+    ).fetchone()
+    if row is None:
+        # Lost a race on the singleton index; the winner is the owner.
+        owner = _find_owner(cur, environment, new, now_us)
+        if owner is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_CONFLICT,
+                f"run {new.id} could not be created.",
+                retryable=True,
+            )
+        return CreateOutcome(owner, created=False)
+    run = run_from_row(row)
+    cur.executemany(
+        QUERIES["insert_event"],
+        creation_events(environment, run, now_us, new.request_delivery),
+    )
+    outbox = _request_delivery(cur, environment, run, new, now_us, outbox_claimed_until)
+    if new.idempotency_key is not None:
+        cur.execute(
+            QUERIES["upsert_idempotency_key"],
+            {
+                "environment": environment,
+                "task_id": new.task_id,
+                "key": new.idempotency_key,
+                "run_id": new.id,
+                "expires_at": micros_or_none(new.idempotency_expires_at),
+            },
+        )
+    return CreateOutcome(run, created=True, outbox=outbox)
+
+
+def _request_delivery(
+    cur: sqlite3.Cursor,
+    environment: str,
+    run: Run,
+    new: NewRun,
+    now_us: int,
+    claimed_until: int | None,
+) -> tuple[OutboxMessage, ...]:
+    """The new run's delivery request, if it asked for one."""
+    if not new.request_delivery:
+        return ()
+    return (insert_outbox(cur, environment, run, DELIVERY_REQUEST_SEQUENCE, now_us, claimed_until),)
+
+
+def _find_owner(cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int) -> Run | None:
+    if new.idempotency_key is not None:
+        row = cur.execute(
+            QUERIES["get_idempotency_owner"],
+            {"environment": environment, "task_id": new.task_id, "key": new.idempotency_key},
+        ).fetchone()
+        if row is not None and row["id"] is not None and _owner_holds(row, now_us):
+            return run_from_row(row)
+    if new.singleton_key is not None:
+        row = cur.execute(
+            QUERIES["get_active_singleton_owner"],
+            {
+                "environment": environment,
+                "task_id": new.task_id,
+                "singleton_key": new.singleton_key,
+            },
+        ).fetchone()
+        if row is not None:
+            return run_from_row(row)
+    return None
+
+
+def _owner_holds(row: sqlite3.Row, now_us: int) -> bool:
+    status = RunStatus(row["status"])
+    if status.is_active:
+        return True
+    if status is RunStatus.FAILED or row["key_expires_at"] is None:
+        return False
+    return bool(row["key_expires_at"] > now_us)

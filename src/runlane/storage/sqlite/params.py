@@ -1,0 +1,203 @@
+"""Statement parameters and event rows: core records in, named parameters out.
+
+Pure functions, no I/O. Times become integer microseconds and JSON becomes text,
+as the driver stores them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runlane.core.clock import from_micros, to_micros
+from runlane.core.ids import new_token
+from runlane.core.models import Run, RunEventType, RunStatus
+from runlane.storage.protocol import LeaseRequest, NewRun, Transition
+from runlane.storage.records import dumps
+
+#: A run created with a delivery request has it as its second event.
+DELIVERY_REQUEST_SEQUENCE = 2
+
+
+def micros_or_none(moment: datetime | None) -> int | None:
+    """``moment`` in storage microseconds, or ``None``."""
+    return to_micros(moment) if moment is not None else None
+
+
+def is_plain(new: NewRun) -> bool:
+    """Whether ``new`` has neither an idempotency key nor a singleton key."""
+    return new.idempotency_key is None and new.singleton_key is None
+
+
+def run_from_new(environment: str, new: NewRun, now: datetime) -> Run:
+    """The run exactly as storage now holds it, without reading it back."""
+    return Run(
+        id=new.id,
+        environment=environment,
+        task_id=new.task_id,
+        queue=new.queue,
+        status=new.status,
+        payload=new.payload,
+        attempt=0,
+        failure_count=0,
+        run_at=from_micros(to_micros(new.run_at)),
+        created_at=now,
+        updated_at=now,
+        event_sequence=1 + int(new.request_delivery),
+        source=new.source,
+        concurrency_key=new.concurrency_key,
+        trace_carrier=new.trace_carrier,
+    )
+
+
+def insert_params(
+    environment: str, new: NewRun, now_us: int, lease: LeaseRequest | None, token: str | None
+) -> dict[str, Any]:
+    """Parameters of ``insert_run`` and ``insert_plain_run``; RUNNING under ``lease`` if given."""
+    leased = lease is not None
+    return {
+        "environment": environment,
+        "id": new.id,
+        "task_id": new.task_id,
+        "queue": new.queue,
+        "status": RunStatus.RUNNING.value if leased else new.status.value,
+        "payload": new.payload_json,
+        "attempt": 1 if leased else 0,
+        "run_at": to_micros(new.run_at),
+        "now": now_us,
+        "event_sequence": 1 + int(leased) + int(new.request_delivery),
+        "delivery_requested_at": now_us if new.request_delivery else None,
+        "source": dumps(new.source.to_json()),
+        "idempotency_key": new.idempotency_key,
+        "singleton_key": new.singleton_key,
+        "concurrency_key": new.concurrency_key,
+        "trace_carrier": dumps(new.trace_carrier) if new.trace_carrier is not None else None,
+        "lease_owner": lease.worker_id if lease else None,
+        "lease_token": token,
+        "lease_expires_at": to_micros(lease.expires_at) if lease else None,
+    }
+
+
+def lease_params(lease: LeaseRequest, now: datetime) -> dict[str, Any]:
+    """The lease parameters of the claim statements, with a fresh lease token."""
+    return {
+        "worker_id": lease.worker_id,
+        "lease_token": new_token(),
+        "lease_expires_at": to_micros(lease.expires_at),
+        "now": to_micros(now),
+    }
+
+
+def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
+    """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
+    changes = transition.changes
+    return {
+        "environment": environment,
+        "id": transition.run_id,
+        "status": changes.status.value,
+        "run_at": micros_or_none(changes.run_at),
+        "result": dumps(changes.result) if changes.result is not None else None,
+        "failure": dumps(changes.failure.to_json()) if changes.failure is not None else None,
+        "cancel_reason": changes.cancel_reason,
+        "add_failure": int(changes.add_failure),
+        "event_count": len(transition.events),
+        "now": now_us,
+        "keep_lease": int(changes.keep_lease),
+        "expected_sequence": transition.expected_sequence,
+        "lease_token": transition.lease_token,
+        "lease_expired_by": micros_or_none(transition.lease_expired_by),
+    }
+
+
+# -- event rows (parameters of insert_event) -----------------------------------------
+
+
+def event_row(
+    environment: str,
+    run_id: str,
+    sequence: int,
+    type_: RunEventType,
+    now_us: int,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """One ``insert_event`` row."""
+    return {
+        "environment": environment,
+        "run_id": run_id,
+        "sequence": sequence,
+        "type": type_.value,
+        "occurred_at": now_us,
+        "data": dumps(data),
+    }
+
+
+def creation_events(
+    environment: str, run: Run, now_us: int, delivery_requested: bool
+) -> list[dict[str, Any]]:
+    """A new run's events: created, then delivery requested and started where they apply."""
+    events = [
+        event_row(
+            environment,
+            run.id,
+            1,
+            RunEventType.CREATED,
+            now_us,
+            {
+                "task_id": run.task_id,
+                "queue": run.queue,
+                "run_at": run.run_at.isoformat(),
+                "source": run.source.to_json(),
+            },
+        )
+    ]
+    if delivery_requested:
+        events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
+    if run.status is RunStatus.RUNNING:
+        events.append(started_event(environment, run, now_us))
+    return events
+
+
+def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:
+    """``run.delivery_requested`` at ``sequence``, naming the outbox row it wrote."""
+    return event_row(
+        environment,
+        run.id,
+        sequence,
+        RunEventType.DELIVERY_REQUESTED,
+        now_us,
+        {"queue": run.queue, "outbox_id": f"{run.id}.{sequence}"},
+    )
+
+
+def started_event(environment: str, run: Run, now_us: int) -> dict[str, Any]:
+    """``run.started`` for a run that now holds a lease."""
+    assert run.lease is not None
+    return event_row(
+        environment,
+        run.id,
+        run.event_sequence,
+        RunEventType.STARTED,
+        now_us,
+        {
+            "attempt": run.attempt,
+            "worker_id": run.lease.owner,
+            "lease_expires_at": run.lease.expires_at.isoformat(),
+        },
+    )
+
+
+def transition_events(
+    environment: str, transition: Transition, now_us: int
+) -> list[dict[str, Any]]:
+    """The events a transition appends, numbered on from its expected sequence."""
+    return [
+        event_row(
+            environment,
+            transition.run_id,
+            transition.expected_sequence + offset,
+            event.type,
+            now_us,
+            event.data,
+        )
+        for offset, event in enumerate(transition.events, start=1)
+    ]

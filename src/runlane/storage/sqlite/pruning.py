@@ -1,0 +1,35 @@
+"""Pruning: deleting finished runs with their history and ownership rows."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from runlane.core.clock import to_micros
+from runlane.core.models import RunStatus
+from runlane.storage.sqlite.queries import QUERIES
+
+
+def prune_params(
+    environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
+) -> dict[str, Any]:
+    """Parameters of ``prune_runs``: which finished runs, last updated before when, how many."""
+    return {
+        "environment": environment,
+        "older_than": to_micros(older_than),
+        "statuses": json.dumps([s.value for s in statuses]),
+        "limit": limit,
+    }
+
+
+def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) -> int:
+    """Delete the runs :func:`prune_params` selects, then their events and ownership rows."""
+    ids = [row["id"] for row in cur.execute(QUERIES["prune_runs"], params).fetchall()]
+    if ids:
+        scope = {"environment": environment, "run_ids": json.dumps(ids)}
+        cur.execute(QUERIES["delete_run_events"], scope)
+        cur.execute(QUERIES["delete_idempotency_keys_of_runs"], scope)
+    return len(ids)

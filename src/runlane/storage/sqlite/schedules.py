@@ -1,0 +1,50 @@
+"""Schedules: stored state per schedule, and occurrences claimed once per slot."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from runlane.core.clock import from_micros, to_micros
+from runlane.core.models import Run
+from runlane.storage.protocol import ScheduleOccurrence, ScheduleState
+from runlane.storage.sqlite.creation import create_run
+from runlane.storage.sqlite.queries import QUERIES
+
+
+def schedule_states(rows: Sequence[sqlite3.Row]) -> dict[str, ScheduleState]:
+    """``get_schedule_states`` rows by schedule id."""
+    return {
+        row["schedule_id"]: ScheduleState(
+            row["schedule_id"],
+            from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
+            bool(row["paused"]),
+        )
+        for row in rows
+    }
+
+
+def materialize_occurrences(
+    cur: sqlite3.Cursor, environment: str, occurrences: Sequence[ScheduleOccurrence], now_us: int
+) -> list[Run]:
+    """Claim each occurrence's slot, advance its schedule, and create the run of a new claim."""
+    created: list[Run] = []
+    for occurrence in occurrences:
+        slot = to_micros(occurrence.slot)
+        scope = {
+            "environment": environment,
+            "schedule_id": occurrence.schedule_id,
+            "slot": slot,
+            "now": now_us,
+        }
+        claimed = cur.execute(
+            QUERIES["claim_schedule_occurrence"],
+            {**scope, "run_id": occurrence.run.id},
+        ).fetchone()
+        cur.execute(QUERIES["advance_schedule"], scope)
+        if claimed is None:
+            continue
+        outcome = create_run(cur, environment, occurrence.run, now_us, None, None)
+        if outcome.created:
+            created.append(outcome.run)
+    return created
