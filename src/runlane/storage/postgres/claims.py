@@ -19,11 +19,9 @@ from typing import Any
 import psycopg
 
 from runlane.core.models import Run
-from runlane.storage.postgres.sessions import AsyncSession
+from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.records import run_from_row
-
-Queries = Mapping[str, str]
 
 
 def compose_claims(q: Mapping[str, str]) -> dict[str, str]:

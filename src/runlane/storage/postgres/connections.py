@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import select
 from typing import Any
 
@@ -9,9 +10,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.sessions import load_json_as_text
 
 DEFAULT_APPLICATION_NAME = "runlane"
+_SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 #: The listening connection notices a silently dead peer within about a minute.
 LISTENER_OPTIONS: dict[str, Any] = {
@@ -21,6 +24,34 @@ LISTENER_OPTIONS: dict[str, Any] = {
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
+
+
+def check_options(
+    schema_name: object,
+    min_size: object,
+    max_size: object,
+    connect_timeout: object,
+    pool_timeout: object,
+) -> None:
+    """Reject bad constructor options at the call (CONFIGURATION_INVALID)."""
+    if not isinstance(schema_name, str) or not _SAFE_IDENTIFIER.match(schema_name):
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "schema must be a plain identifier (letters, digits, underscores; at most 63).",
+        )
+    for name, size in (("min_size", min_size), ("max_size", max_size)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a whole number of at least 1."
+            )
+    assert isinstance(min_size, int) and isinstance(max_size, int)
+    if min_size > max_size:
+        raise RunlaneError(ErrorCode.CONFIGURATION_INVALID, "min_size exceeds max_size.")
+    for name, seconds in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a positive number of seconds."
+            )
 
 
 def connect_kwargs(
@@ -37,8 +68,15 @@ def connect_kwargs(
 
 
 async def configure_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Every pooled connection hands JSON over as text (see :mod:`.sessions`)."""
+    """Set up a pooled connection: JSON handed over as text (see :mod:`.sessions`), no JIT.
+
+    Prepared claim statements get generic plans whose estimated cost (with
+    unknown parameters, over a large table) passes ``jit_above_cost``; compiling
+    them costs tens of milliseconds per execution for statements that touch a
+    few index entries.
+    """
     load_json_as_text(conn.adapters)
+    await conn.execute("SET jit = off")
 
 
 async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:

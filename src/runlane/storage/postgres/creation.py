@@ -14,17 +14,14 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunStatus
-from runlane.storage.postgres.sessions import Session
+from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.postgres.statements import CreationBatch, micros_or_none
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.records import run_from_row
-
-Queries = Mapping[str, str]
 
 
 async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:

@@ -9,17 +9,15 @@ so concurrent ticks publish each message once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from runlane.core.clock import to_micros
-from runlane.storage.postgres.sessions import AsyncSession
+from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import OutboxResult, QueuePolicy
 from runlane.storage.records import dumps
-
-Queries = Mapping[str, str]
 
 #: A bounded queue without its own window reserves capacity this long (seconds).
 DEFAULT_RESERVATION_WINDOW = 30.0

@@ -13,7 +13,6 @@ missing or older schema and asks for ``runlane migrate``.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
 from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
+    check_options,
     check_pooled,
     configure_pooled,
     connect_kwargs,
@@ -90,12 +90,17 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
     enforces_queue_concurrency=True,
 )
 
-_SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _QUERY_TEMPLATES = load_queries("runlane.storage.postgres")
 
 
 class PostgresStorage:
     """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
+
+    Options: ``schema`` (where the tables live, a plain identifier), ``min_size`` /
+    ``max_size`` (the connection pool), ``application_name`` (shown in
+    ``pg_stat_activity``), ``connect_timeout`` (seconds before an unreachable server
+    fails with STORAGE_UNAVAILABLE) and ``pool_timeout`` (seconds an operation waits
+    for a free pooled connection). Settings in the DSN itself win over defaults.
 
     >>> lane = postgres_lane("postgresql://app@db/app", schema="runlane", max_size=20)
     """
@@ -114,7 +119,7 @@ class PostgresStorage:
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ) -> None:
         self._target = ConnectionTarget.from_dsn(dsn)
-        _check_options(schema, min_size, max_size, connect_timeout, pool_timeout)
+        check_options(schema, min_size, max_size, connect_timeout, pool_timeout)
         self.schema = schema
         self._dsn = dsn
         self._min_size = min_size
@@ -168,7 +173,8 @@ class PostgresStorage:
             self._pool = pool
 
     async def close(self) -> None:
-        """Stop listening and close the pool."""
+        """Stop listening and close the pool; :meth:`open` may be called again later."""
+        self._opening = None
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
@@ -549,31 +555,3 @@ class PostgresStorage:
                 )
 
         return await self._run(op)
-
-
-def _check_options(
-    schema_name: object,
-    min_size: object,
-    max_size: object,
-    connect_timeout: object,
-    pool_timeout: object,
-) -> None:
-    """Reject bad constructor options at the call (CONFIGURATION_INVALID)."""
-    if not isinstance(schema_name, str) or not _SAFE_IDENTIFIER.match(schema_name):
-        raise RunlaneError(
-            ErrorCode.CONFIGURATION_INVALID,
-            "schema must be a plain identifier (letters, digits, underscores; at most 63).",
-        )
-    for name, size in (("min_size", min_size), ("max_size", max_size)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise RunlaneError(
-                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a whole number of at least 1."
-            )
-    assert isinstance(min_size, int) and isinstance(max_size, int)
-    if min_size > max_size:
-        raise RunlaneError(ErrorCode.CONFIGURATION_INVALID, "min_size exceeds max_size.")
-    for name, seconds in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-            raise RunlaneError(
-                ErrorCode.CONFIGURATION_INVALID, f"{name} must be a positive number of seconds."
-            )

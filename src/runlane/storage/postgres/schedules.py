@@ -7,16 +7,14 @@ for the other insert to commit) and only the first creates the run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from runlane.core.clock import to_micros
 from runlane.core.models import Run
 from runlane.storage.postgres.creation import create_keyed_run
-from runlane.storage.postgres.sessions import Session
+from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.postgres.statements import creation_batch
 from runlane.storage.protocol import ScheduleOccurrence
-
-Queries = Mapping[str, str]
 
 
 async def materialize_occurrences(

@@ -21,6 +21,8 @@ from psycopg.types.string import TextLoader
 from runlane.core.errors import ErrorCode, RunlaneError
 
 Params = Mapping[str, Any]
+#: Named statements of the driver, ``{schema}`` filled in.
+Queries = Mapping[str, str]
 
 
 class Session(Protocol):
