@@ -31,7 +31,8 @@ class Signal:
 
     def __init__(self) -> None:
         self._reason: SignalReason | None = None
-        self._thread_event = threading.Event()
+        # Created on first use: most signals are never waited on from a thread.
+        self._thread_event: threading.Event | None = None
         self._loop_events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._callbacks: list[Callable[[SignalReason], None]] = []
         self._lock = threading.Lock()
@@ -53,7 +54,8 @@ class Signal:
             self._reason = reason
             waiters, self._loop_events = self._loop_events, []
             callbacks, self._callbacks = self._callbacks, []
-        self._thread_event.set()
+        if self._thread_event is not None:
+            self._thread_event.set()
         for loop, event in waiters:
             if loop.is_closed():
                 continue
@@ -84,7 +86,13 @@ class Signal:
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """Block the calling thread until the signal is set (for sync tasks)."""
-        return self._thread_event.wait(timeout)
+        with self._lock:
+            if self._reason is not None:
+                return True
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+            event = self._thread_event
+        return event.wait(timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,15 @@ class AttemptRunner:
             heartbeat=heartbeat.beat,
             worker_id=run.lease.owner,
         )
+        if task.is_async and time_limit is None:
+            # No time limit: await the coroutine in this task; no extra task to schedule.
+            try:
+                return _outcome(run, await task.fn(payload, ctx))
+            except Exception as error:
+                logger.info(
+                    "run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__
+                )
+                return Failed(sanitize_exception(error))
         loop = asyncio.get_running_loop()
         job: asyncio.Future[Any]
         if task.is_async:
@@ -156,19 +165,7 @@ class AttemptRunner:
         except Exception as error:
             logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
             return Failed(sanitize_exception(error))
-        if isinstance(value, Release):
-            return Released(value.delay, value.reason)
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            return Failed(
-                RunFailure(
-                    ErrorCode.TASK_FAILED.value,
-                    f"Task {run.task_id!r} returned a {type(value).__name__}, which is not JSON.",
-                    retryable=False,
-                )
-            )
-        return Succeeded(value)
+        return _outcome(run, value)
 
     async def _settle(self, run: Run, outcome: AttemptOutcome, policy: Any) -> Run:
         rt = self._rt
@@ -194,19 +191,44 @@ class AttemptRunner:
 
 
 class _Heartbeat:
-    """Renews the lease in the background and turns storage news into signals."""
+    """Renews the lease in the background and turns storage news into signals.
+
+    A timer, not a task, waits for the first renewal: most attempts end before
+    it fires, and a cancelled timer costs far less than a cancelled task.
+    """
 
     def __init__(self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal) -> None:
         self._rt = rt
         self._run = run
         self._settings = settings
         self._signal = signal
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._stopped:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._settings.interval, self._due)
+
+    def _due(self) -> None:
+        self._task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        try:
+            await self.beat()
+        except RunlaneError as error:
+            logger.warning("run %s: heartbeat failed: %s", self._run.id, error)
+        if self._signal.reason is not SignalReason.LEASE_LOST:
+            self._schedule()
 
     async def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -224,15 +246,22 @@ class _Heartbeat:
         elif status is RunStatus.CANCELLATION_REQUESTED:
             self._signal.set(SignalReason.CANCELLED)
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.interval)
-            try:
-                await self.beat()
-            except RunlaneError as error:
-                logger.warning("run %s: heartbeat failed: %s", self._run.id, error)
-            if self._signal.reason is SignalReason.LEASE_LOST:
-                return
+
+def _outcome(run: Run, value: Any) -> AttemptOutcome:
+    """What a handler's return value means: a release, or a JSON result."""
+    if isinstance(value, Release):
+        return Released(value.delay, value.reason)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return Failed(
+            RunFailure(
+                ErrorCode.TASK_FAILED.value,
+                f"Task {run.task_id!r} returned a {type(value).__name__}, which is not JSON.",
+                retryable=False,
+            )
+        )
+    return Succeeded(value)
 
 
 def _min_or_none(*values: float | None) -> float | None:
