@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **opt
 
     if not isinstance(path, str | Path) or not str(path):
         raise configuration_error("sqlite_lane needs a file path.")
+    _check_options(SqliteStorage, options, "sqlite_lane")
     return Lane(SqliteStorage(path, **options), transport, name="sqlite")
 
 
@@ -34,6 +37,7 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
         ) from None
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
+    _check_options(PostgresStorage, options, "postgres_lane")
     return Lane(PostgresStorage(dsn, **options), transport, name="postgres")
 
 
@@ -45,3 +49,12 @@ def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Any) -> Lane:
     if sqs is None:
         raise configuration_error("postgres_sqs_lane needs sqs=sqs_transport(...).")
     return postgres_lane(postgres, transport=sqs, **options)
+
+
+def _check_options(driver: Callable[..., Any], options: dict[str, Any], builder: str) -> None:
+    accepted = set(inspect.signature(driver).parameters) - {"self", "path", "dsn"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise configuration_error(
+            f"{builder} does not take {unknown}; it takes {sorted(accepted)}.", unknown=unknown
+        )
