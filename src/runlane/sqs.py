@@ -3,36 +3,5 @@
 >>> from runlane.sqs import sqs_queue, sqs_transport, create_sqs_delivery_consumer
 """
 
-from runlane.transport.sqs import (
-    SqsDeliveryConsumer,
-    SqsDeliveryFailure,
-    SqsDeliveryFailurePhase,
-    SqsFifo,
-    SqsFifoDeduplication,
-    SqsFifoMessageGroup,
-    SqsQueueBinding,
-    SqsTransport,
-    create_sqs_delivery_consumer,
-    create_sqs_lambda_handler,
-    create_sqs_wakeup_body,
-    parse_sqs_wakeup_body,
-    sqs_queue,
-    sqs_transport,
-)
-
-__all__ = [
-    "SqsDeliveryConsumer",
-    "SqsDeliveryFailure",
-    "SqsDeliveryFailurePhase",
-    "SqsFifo",
-    "SqsFifoDeduplication",
-    "SqsFifoMessageGroup",
-    "SqsQueueBinding",
-    "SqsTransport",
-    "create_sqs_delivery_consumer",
-    "create_sqs_lambda_handler",
-    "create_sqs_wakeup_body",
-    "parse_sqs_wakeup_body",
-    "sqs_queue",
-    "sqs_transport",
-]
+from runlane.transport.sqs import *  # noqa: F403
+from runlane.transport.sqs import __all__ as __all__

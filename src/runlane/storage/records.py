@@ -25,7 +25,7 @@ from runlane.core.models import (
     RunSource,
     RunStatus,
 )
-from runlane.storage.protocol import OutboxMessage, QueuePolicy
+from runlane.storage.protocol import OutboxMessage, QueuePolicy, ScheduleState
 
 #: A database row read by column name (sqlite3.Row, psycopg dict rows), JSON as text.
 Row = Mapping[str, Any] | Any
@@ -146,3 +146,15 @@ def build_queue_stats(
         occupied = sum(by_status.get(s, 0) for s in LEASED_STATUSES)
         stats.append(QueueStats(queue_name, key, limits.get(queue_name), by_status, occupied))
     return stats
+
+
+def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
+    """``runlane_schedules`` rows by schedule id."""
+    return {
+        row["schedule_id"]: ScheduleState(
+            row["schedule_id"],
+            from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
+            bool(row["paused"]),
+        )
+        for row in rows
+    }

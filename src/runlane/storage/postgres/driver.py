@@ -21,7 +21,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from runlane.core.clock import from_micros, to_micros
+from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
 from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
@@ -62,6 +62,7 @@ from runlane.storage.records import (
     load_queries,
     outbox_from_row,
     run_from_row,
+    schedule_states,
 )
 
 T = TypeVar("T")
@@ -518,14 +519,7 @@ class PostgresStorage:
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Stored schedule state by id."""
         rows = await self._fetch("get_schedule_states", {"environment": environment})
-        return {
-            row["schedule_id"]: ScheduleState(
-                row["schedule_id"],
-                from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
-                bool(row["paused"]),
-            )
-            for row in rows
-        }
+        return schedule_states(rows)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

@@ -38,6 +38,7 @@ from runlane.storage.records import (
     event_from_row,
     outbox_from_row,
     run_from_row,
+    schedule_states,
 )
 from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
 from runlane.storage.sqlite.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
@@ -290,7 +291,7 @@ class SqliteStorage:
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Stored schedule state by id."""
         rows = await self._db.fetch(QUERIES["get_schedule_states"], {"environment": environment})
-        return schedules.schedule_states(rows)
+        return schedule_states(rows)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

@@ -5,23 +5,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from runlane.core.clock import from_micros, to_micros
+from runlane.core.clock import to_micros
 from runlane.core.models import Run
-from runlane.storage.protocol import ScheduleOccurrence, ScheduleState
+from runlane.storage.protocol import ScheduleOccurrence
 from runlane.storage.sqlite.creation import create_run
 from runlane.storage.sqlite.queries import QUERIES
-
-
-def schedule_states(rows: Sequence[sqlite3.Row]) -> dict[str, ScheduleState]:
-    """``get_schedule_states`` rows by schedule id."""
-    return {
-        row["schedule_id"]: ScheduleState(
-            row["schedule_id"],
-            from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
-            bool(row["paused"]),
-        )
-        for row in rows
-    }
 
 
 def materialize_occurrences(
