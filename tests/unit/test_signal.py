@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -179,3 +180,19 @@ def test_a_release_with_a_bad_delay_is_a_configuration_error() -> None:
     with pytest.raises(RunlaneError) as caught:
         _context(Signal()).release("-5s")
     assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
+async def test_abandoned_waits_and_removed_callbacks_leave_nothing_behind() -> None:
+    from runlane.core.context import Signal
+
+    signal = Signal()
+    for _ in range(50):
+        waiter = asyncio.ensure_future(signal.wait())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        child = Signal()
+        signal.add_callback(child.set)
+        signal.remove_callback(child.set)
+    assert signal._loop_events == [] and signal._callbacks == []

@@ -73,14 +73,27 @@ class Signal:
             reason = self._reason
         callback(reason)
 
+    def remove_callback(self, callback: Callable[[SignalReason], None]) -> None:
+        """Forget a callback added with :meth:`add_callback` (no error if it is gone)."""
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
     async def wait(self) -> SignalReason:
         """Wait until the signal is set and return the reason."""
         with self._lock:
             if self._reason is not None:
                 return self._reason
-            event = asyncio.Event()
-            self._loop_events.append((asyncio.get_running_loop(), event))
-        await event.wait()
+            waiter = (asyncio.get_running_loop(), asyncio.Event())
+            self._loop_events.append(waiter)
+        try:
+            await waiter[1].wait()
+        finally:
+            # Waits are often abandoned (a worker idles on its stop signal many times):
+            # do not keep one entry per abandoned wait.
+            with self._lock:
+                if waiter in self._loop_events:
+                    self._loop_events.remove(waiter)
         assert self._reason is not None
         return self._reason
 

@@ -15,7 +15,7 @@ from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.payloads import validate_payload
-from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.transitions import (
     AttemptOutcome,
     Failed,
@@ -69,11 +69,29 @@ class AttemptRunner:
         max_attempt_duration: float | None = None,
     ) -> Run:
         """Execute the attempt ``run`` is leased for and return the run as settled."""
-        rt = self._rt
         assert run.lease is not None
         signal = Signal()
         if stop is not None:
             stop.add_callback(signal.set)
+        try:
+            outcome, policy = await self._attempt(run, settings, signal, max_attempt_duration)
+        finally:
+            if stop is not None:
+                # A long-lived worker signal must not keep one callback per past attempt.
+                stop.remove_callback(signal.set)
+        if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
+            # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
+            outcome = Released(0.0, "worker shutdown")
+        return await self._settle(run, outcome, policy)
+
+    async def _attempt(
+        self,
+        run: Run,
+        settings: LeaseSettings,
+        signal: Signal,
+        max_attempt_duration: float | None,
+    ) -> tuple[AttemptOutcome, RetryPolicy]:
+        rt = self._rt
         task = rt.registry.tasks.get(run.task_id)
         heartbeat = _Heartbeat(rt, run, settings, signal)
         outcome: AttemptOutcome
@@ -94,10 +112,7 @@ class AttemptRunner:
                 outcome = await self._call(task, run, signal, heartbeat, time_limit=timeout)
             finally:
                 await heartbeat.stop()
-        if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
-            # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
-            outcome = Released(0.0, "worker shutdown")
-        return await self._settle(run, outcome, policy)
+        return outcome, policy
 
     async def _call(
         self,
@@ -110,7 +125,8 @@ class AttemptRunner:
     ) -> AttemptOutcome:
         rt = self._rt
         try:
-            payload, _ = validate_payload(task, run.payload)
+            # A schema-less payload came out of storage as JSON already: nothing to check.
+            payload = validate_payload(task, run.payload)[0] if task.schema else run.payload
         except RunlaneError as error:
             return Failed(
                 sanitize_exception(RunlaneError(error.code, error.message, meta=error.meta))
@@ -251,6 +267,8 @@ def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
         return Released(value.delay, value.reason)
+    if value is None or isinstance(value, str | bool | int):
+        return Succeeded(value)
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):

@@ -25,10 +25,10 @@ logger = logging.getLogger("runlane.worker")
 #: After a storage error the worker waits this long, doubling up to the maximum.
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
-#: While attempts are running, the worker claims again once a quarter of its slots
+#: While attempts are running, the worker claims again once half of its slots
 #: (at most this many) are free, so claims come in batches rather than one by one.
-CLAIM_BATCH_DIVISOR = 4
-MAX_CLAIM_BATCH_WAIT = 25
+CLAIM_BATCH_DIVISOR = 2
+MAX_CLAIM_BATCH_WAIT = 50
 
 
 class WorkerMode(StrEnum):
