@@ -526,7 +526,9 @@ class Runlane:
     async def queue_stats(self) -> list[QueueStats]:
         """Counts per registered queue (and per concurrency key on bounded queues)."""
         await self.open()
-        return await self.storage.queue_stats(self.environment, self.registry.queue_policies)
+        return await self.storage.queue_stats(
+            self.environment, self.registry.queue_policies, self.clock.now()
+        )
 
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""

@@ -299,9 +299,10 @@ class Storage(Protocol):
         """Delete up to ``limit`` terminal runs last updated before ``older_than``."""
 
     async def queue_stats(
-        self, environment: str, queues: Sequence[QueuePolicy]
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
     ) -> list[QueueStats]:
-        """Counts per queue (and per concurrency key on bounded queues)."""
+        """Counts per queue (and per concurrency key on bounded queues), with the
+        capacity held at ``now``: unexpired leases plus unexpired dispatch reservations."""
 
     async def request_due_deliveries(
         self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int

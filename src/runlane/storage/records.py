@@ -15,7 +15,6 @@ from typing import Any
 
 from runlane.core.clock import from_micros
 from runlane.core.models import (
-    LEASED_STATUSES,
     Lease,
     QueueStats,
     Run,
@@ -124,27 +123,39 @@ def event_from_row(row: Row) -> RunEvent:
 
 
 def build_queue_stats(
-    queues: Sequence[QueuePolicy], rows: Iterable[tuple[str, str | None, str, int]]
+    queues: Sequence[QueuePolicy], rows: Iterable[tuple[str, str | None, str, int, int]]
 ) -> list[QueueStats]:
-    """Fold ``(queue, concurrency_key, status, count)`` rows into per-queue stats.
+    """Fold ``(queue, concurrency_key, status, count, occupying)`` rows into per-queue stats.
 
     Unbounded queues fold all keys into one row; bounded queues keep a row per key.
+    ``occupying`` counts the runs holding capacity (unexpired lease or reservation).
     """
     limits = {q.name: q.concurrency_limit for q in queues}
     counts: dict[tuple[str, str | None], dict[RunStatus, int]] = {
         (q.name, None): {} for q in queues
     }
-    for queue_name, key, status, count in rows:
+    occupied: dict[tuple[str, str | None], int] = {}
+    for queue_name, key, status, count, occupying in rows:
         bucket_key = key if limits.get(queue_name) is not None else None
         bucket = counts.setdefault((queue_name, bucket_key), {})
         status_value = RunStatus(status)
         bucket[status_value] = bucket.get(status_value, 0) + int(count)
+        occupied[(queue_name, bucket_key)] = occupied.get((queue_name, bucket_key), 0) + int(
+            occupying or 0
+        )
     stats = []
     for (queue_name, key), by_status in sorted(
         counts.items(), key=lambda item: (item[0][0], item[0][1] or "")
     ):
-        occupied = sum(by_status.get(s, 0) for s in LEASED_STATUSES)
-        stats.append(QueueStats(queue_name, key, limits.get(queue_name), by_status, occupied))
+        stats.append(
+            QueueStats(
+                queue_name,
+                key,
+                limits.get(queue_name),
+                by_status,
+                occupied.get((queue_name, key), 0),
+            )
+        )
     return stats
 
 

@@ -366,7 +366,13 @@ ownership AS (
 SELECT count(*) AS pruned FROM pruned;
 
 -- name: queue_stats
-SELECT queue, concurrency_key, status, count(*) AS count
+-- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
+SELECT queue, concurrency_key, status, count(*) AS count,
+       count(*) FILTER (
+           WHERE (status IN ('running', 'cancellation_requested') AND lease_expires_at > %(now)s)
+              OR (status IN ('queued', 'scheduled', 'retrying', 'released')
+                  AND reserved_until > %(now)s)
+       ) AS occupying
 FROM {schema}.runlane_runs
 WHERE environment = %(environment)s
 GROUP BY queue, concurrency_key, status;

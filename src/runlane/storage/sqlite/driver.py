@@ -216,12 +216,18 @@ class SqliteStorage:
         return [run_from_row(row) for row in rows]
 
     async def queue_stats(
-        self, environment: str, queues: Sequence[QueuePolicy]
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
     ) -> list[QueueStats]:
-        """Counts per queue and status."""
-        rows = await self._db.fetch(QUERIES["queue_stats"], {"environment": environment})
+        """Counts per queue and status, and the capacity held at ``now``."""
+        rows = await self._db.fetch(
+            QUERIES["queue_stats"], {"environment": environment, "now": to_micros(now)}
+        )
         return build_queue_stats(
-            queues, ((r["queue"], r["concurrency_key"], r["status"], r["count"]) for r in rows)
+            queues,
+            (
+                (r["queue"], r["concurrency_key"], r["status"], r["count"], r["occupying"])
+                for r in rows
+            ),
         )
 
     # -- maintenance ---------------------------------------------------------------

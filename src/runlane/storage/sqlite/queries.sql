@@ -221,7 +221,16 @@ DELETE FROM runlane_idempotency_keys
 WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: queue_stats
-SELECT queue, concurrency_key, status, count(*) AS count
+-- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
+SELECT queue, concurrency_key, status, count(*) AS count,
+       sum(CASE
+               WHEN status IN ('running', 'cancellation_requested') AND lease_expires_at > :now
+                   THEN 1
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released')
+                    AND reserved_until > :now
+                   THEN 1
+               ELSE 0
+           END) AS occupying
 FROM runlane_runs
 WHERE environment = :environment
 GROUP BY queue, concurrency_key, status;

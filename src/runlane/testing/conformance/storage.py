@@ -1062,7 +1062,9 @@ async def test_an_expired_lease_frees_capacity_even_before_tick(make_runtime: Fa
     await rl.trigger_many(record, [{"order_id": i} for i in range(2)], queue=SERIAL)
     (held,) = await _claim(rl, [SERIAL])
     assert await _claim(rl, [SERIAL]) == []
+    assert [s.occupied for s in await rl.queue_stats() if s.queue == "serial"] == [1]
     clock.advance("31s")
+    assert [s.occupied for s in await rl.queue_stats() if s.queue == "serial"] == [0]
     (next_run,) = await _claim(rl, [SERIAL])
     assert next_run.id != held.id
     assert held.lease is not None
@@ -1298,7 +1300,7 @@ async def test_bounded_queues_dispatch_only_within_reserved_capacity(
     assert report.deliveries_requested == 2 and report.outbox_published == 2
     assert (await rl.tick()).deliveries_requested == 0
     stats = next(s for s in await rl.queue_stats() if s.queue == "bounded")
-    assert stats.waiting == 5
+    assert stats.waiting == 5 and stats.occupied == 2, "two runs hold reservations"
     first = await rl.execute_delivery(transport.published[0].message)
     assert first.outcome is DeliveryOutcome.EXECUTED
     assert (await rl.tick()).deliveries_requested == 1
