@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
-from runlane.core.clock import from_micros
+from runlane.core.clock import from_micros, to_micros
 from runlane.core.models import (
     Lease,
     QueueStats,
@@ -25,6 +26,11 @@ from runlane.core.models import (
     RunStatus,
 )
 from runlane.storage.protocol import OutboxMessage, QueuePolicy, ScheduleState
+
+#: Sequence number of the ``run.delivery_requested`` event of a run created with one.
+DELIVERY_REQUEST_SEQUENCE = 2
+#: Seconds a dispatch reservation lasts when a queue policy names no window.
+DEFAULT_RESERVATION_WINDOW = 30.0
 
 #: A database row read by column name (sqlite3.Row, psycopg dict rows), JSON as text.
 Row = Mapping[str, Any] | Any
@@ -169,3 +175,22 @@ def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
         )
         for row in rows
     }
+
+
+def micros_or_none(moment: datetime | None) -> int | None:
+    """``moment`` in storage microseconds, or ``None``."""
+    return to_micros(moment) if moment is not None else None
+
+
+def owner_holds(status: str, key_expires_at: int | None, now_us: int) -> bool:
+    """Whether an idempotency key's owner run still holds the key at ``now_us``.
+
+    Active owners always hold it; failed owners never do; finished owners hold it
+    until the key's retention ends (``None``: only while active).
+    """
+    owner_status = RunStatus(status)
+    if owner_status.is_active:
+        return True
+    if owner_status is RunStatus.FAILED or key_expires_at is None:
+        return False
+    return key_expires_at > now_us

@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Run, RunStatus
+from runlane.core.models import Run
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.postgres.statements import CreationBatch, micros_or_none
+from runlane.storage.postgres.statements import CreationBatch
 from runlane.storage.protocol import CreateOutcome, NewRun
-from runlane.storage.records import run_from_row
+from runlane.storage.records import micros_or_none, owner_holds, run_from_row
 
 
 async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:
@@ -68,16 +68,6 @@ async def create_keyed_run(
     if key is not None and not fresh_key:
         await session.fetch(q["take_idempotency_key"], key)
     return batch.created(index)
-
-
-def owner_holds(status: str, key_expires_at: int | None, now_us: int) -> bool:
-    """Whether an idempotency key's owner run still holds the key at ``now_us``."""
-    owner_status = RunStatus(status)
-    if owner_status.is_active:
-        return True
-    if owner_status is RunStatus.FAILED or key_expires_at is None:
-        return False
-    return key_expires_at > now_us
 
 
 async def _active_singleton_owner(

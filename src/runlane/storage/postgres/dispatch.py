@@ -17,10 +17,9 @@ import psycopg
 from runlane.core.clock import to_micros
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import OutboxResult, QueuePolicy
-from runlane.storage.records import dumps
+from runlane.storage.records import DEFAULT_RESERVATION_WINDOW, dumps
 
 #: A bounded queue without its own window reserves capacity this long (seconds).
-DEFAULT_RESERVATION_WINDOW = 30.0
 
 
 async def request_due_deliveries(

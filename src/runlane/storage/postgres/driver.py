@@ -39,7 +39,6 @@ from runlane.storage.postgres.statements import (
     WORK_CHANNEL,
     creation_batch,
     lease_params,
-    micros_or_none,
     transition_params,
     transition_rounds,
 )
@@ -60,6 +59,7 @@ from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
     load_queries,
+    micros_or_none,
     outbox_from_row,
     run_from_row,
     schedule_states,

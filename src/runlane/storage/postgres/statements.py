@@ -15,12 +15,11 @@ from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
 from runlane.core.models import Lease, Run, RunStatus
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage, Transition
-from runlane.storage.records import dumps
+from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
 
 #: The NOTIFY channel; its payload is the environment that got due work.
 WORK_CHANNEL = "runlane_work"
 #: A run created with a delivery request has it as its second event.
-DELIVERY_REQUEST_SEQUENCE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +221,3 @@ def transition_params(
             params["event_types"].append(event.type.value)
             params["event_data"].append(dumps(event.data))
     return params
-
-
-def micros_or_none(moment: Any) -> int | None:
-    return to_micros(moment) if moment is not None else None

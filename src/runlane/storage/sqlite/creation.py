@@ -15,17 +15,20 @@ from datetime import datetime
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_token
-from runlane.core.models import Run, RunStatus
+from runlane.core.models import Run
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
-from runlane.storage.records import run_from_row
+from runlane.storage.records import (
+    DELIVERY_REQUEST_SEQUENCE,
+    micros_or_none,
+    owner_holds,
+    run_from_row,
+)
 from runlane.storage.sqlite.connection import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import (
-    DELIVERY_REQUEST_SEQUENCE,
     creation_events,
     insert_params,
     is_plain,
-    micros_or_none,
     run_from_new,
 )
 from runlane.storage.sqlite.queries import QUERIES
@@ -151,7 +154,11 @@ def _find_owner(cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int)
             QUERIES["get_idempotency_owner"],
             {"environment": environment, "task_id": new.task_id, "key": new.idempotency_key},
         ).fetchone()
-        if row is not None and row["id"] is not None and _owner_holds(row, now_us):
+        if (
+            row is not None
+            and row["id"] is not None
+            and owner_holds(row["status"], row["key_expires_at"], now_us)
+        ):
             return run_from_row(row)
     if new.singleton_key is not None:
         row = cur.execute(
@@ -165,12 +172,3 @@ def _find_owner(cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int)
         if row is not None:
             return run_from_row(row)
     return None
-
-
-def _owner_holds(row: sqlite3.Row, now_us: int) -> bool:
-    status = RunStatus(row["status"])
-    if status.is_active:
-        return True
-    if status is RunStatus.FAILED or row["key_expires_at"] is None:
-        return False
-    return bool(row["key_expires_at"] > now_us)

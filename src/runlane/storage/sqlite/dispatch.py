@@ -16,12 +16,11 @@ from typing import Any
 from runlane.core.clock import from_micros
 from runlane.core.models import Run
 from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
-from runlane.storage.records import dumps, run_from_row
-from runlane.storage.sqlite.params import delivery_event, micros_or_none
+from runlane.storage.records import DEFAULT_RESERVATION_WINDOW, dumps, micros_or_none, run_from_row
+from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
 
 #: A bounded queue without its own window reserves capacity this long (seconds).
-DEFAULT_RESERVATION_WINDOW = 30.0
 
 
 def request_due_deliveries(

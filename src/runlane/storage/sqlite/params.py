@@ -13,15 +13,9 @@ from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
 from runlane.core.models import Run, RunEventType, RunStatus
 from runlane.storage.protocol import LeaseRequest, NewRun, Transition
-from runlane.storage.records import dumps
+from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
 
 #: A run created with a delivery request has it as its second event.
-DELIVERY_REQUEST_SEQUENCE = 2
-
-
-def micros_or_none(moment: datetime | None) -> int | None:
-    """``moment`` in storage microseconds, or ``None``."""
-    return to_micros(moment) if moment is not None else None
 
 
 def is_plain(new: NewRun) -> bool:
