@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -62,8 +61,3 @@ def to_micros(moment: datetime) -> int:
 def from_micros(value: int) -> datetime:
     """Integer microseconds since the Unix epoch → aware UTC datetime."""
     return _EPOCH + timedelta(microseconds=value)
-
-
-def monotonic() -> float:
-    """Monotonic seconds, for local timing that must not jump with the wall clock."""
-    return time.monotonic()
