@@ -8,18 +8,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.postgres_server import PostgresServer, PostgresUnavailable
+from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_missing
 
 from runlane import Lane, postgres_lane, sqlite_lane
 
 DRIVERS = ["sqlite", "postgres"]
-
-
-def _postgres_missing(reason: str) -> None:
-    message = f"PostgreSQL tests need a server and none could be started: {reason}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + " (CI=true: a skip would hide the missing service)")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +25,7 @@ def postgres_server() -> Iterator[PostgresServer | None]:
     try:
         server.start()
     except PostgresUnavailable as error:
-        _postgres_missing(error.reason)
+        postgres_missing(error.reason)
     try:
         yield server
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from tests.support.postgres_server import PostgresServer, PostgresUnavailable
+from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_missing
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def pg() -> Iterator[PostgresServer]:
     try:
         server.start()
     except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL unavailable: {exc.reason}")
+        postgres_missing(exc.reason)
     try:
         yield server
     finally:
@@ -86,7 +86,7 @@ def test_stop_is_idempotent_and_cleans_up() -> None:
             assert (data_dir / "PG_VERSION").exists()
             assert _scalar(server.dsn, "SELECT 1") == 1
     except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL unavailable: {exc.reason}")
+        postgres_missing(exc.reason)
     assert not server.running
     assert not Path(data_dir).exists()
     server.stop()  # second stop is a no-op

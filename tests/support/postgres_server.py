@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Self
 
 import psycopg
+import pytest
 from psycopg import sql
 
 __all__ = [
@@ -372,3 +373,11 @@ class PostgresServer:
     def _stop_at_exit(self) -> None:
         self._atexit_registered = False  # atexit is consuming the registration
         self._teardown(force=False)
+
+
+def postgres_missing(reason: str) -> None:
+    """Skip loudly; under ``CI=true`` fail instead, so a missing server is never hidden."""
+    message = f"PostgreSQL tests need a server and none could be started: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: a skip would hide the missing service)")
+    pytest.skip(message)
