@@ -20,7 +20,7 @@ from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.versioning import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_MIGRATIONS = ["001_initial", "002_schedules", "003_outbox"]
+ALL_MIGRATIONS = ["001_initial", "002_schedules", "003_outbox", "004_implicit_created_event"]
 
 
 @task("noop")
@@ -58,7 +58,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     storage = PostgresStorage(postgres_dsn, schema=schema)
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
-    assert _versions(postgres_dsn, schema) == [1, 2, 3] == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -76,7 +76,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4]
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -106,7 +106,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4]
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -140,6 +140,45 @@ async def test_open_refuses_an_older_schema_and_says_to_migrate(
     assert error.code is ErrorCode.CONFIGURATION_INVALID
     assert "runlane migrate" in error.message
     assert error.meta["found"] == SCHEMA_VERSION - 1 and error.meta["required"] == SCHEMA_VERSION
+
+
+async def test_a_run_created_before_version_4_keeps_its_stored_created_event(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = older._migrations[:3]
+    await older.migrate()
+    created = {"task_id": "noop", "queue": "main", "run_at": "2026-01-01T00:00:00+00:00",
+               "source": {"type": "trigger"}}  # fmt: skip
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
+                "run_at, created_at, updated_at, event_sequence, source) VALUES ('migrations', "
+                "'old-run', 'noop', 'main', 'queued', 'null', 1767225600000000, 1, 1, 1, %s)"
+            ).format(sql.Identifier(schema)),
+            (json.dumps(created["source"]),),
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_run_events VALUES "
+                "('migrations', 'old-run', 1, 'run.created', 1, %s)"
+            ).format(sql.Identifier(schema)),
+            (json.dumps(created),),
+        )
+    rl = _runtime(postgres_dsn, schema)
+    assert await rl.migrate() == ["004_implicit_created_event"]
+    async with rl:
+        (event,) = await rl.runs.events("old-run")
+        assert event.type.value == "run.created" and event.data == created
+        new = await rl.trigger(noop, None)
+        (implied,) = await rl.runs.events(new.id)
+        assert implied.data["run_at"] == new.run_at.isoformat()
+        done = await rl.execute_next()
+        assert done is not None and done.id == "old-run"
+        assert [e.type.value for e in await rl.runs.events("old-run")] == [
+            "run.created", "run.started", "run.succeeded",
+        ]  # fmt: skip
 
 
 async def test_schemas_on_one_database_are_independent(postgres_dsn: str, schema: str) -> None:

@@ -10,7 +10,12 @@ import pytest
 from pydantic import BaseModel
 
 from runlane import Context, ErrorCode, RunlaneError, TaskDef, task
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, validate_payload
+from runlane.core.payloads import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    encode_payload,
+    prepare_payload,
+    validate_payload,
+)
 
 
 class Order(BaseModel):
@@ -35,8 +40,28 @@ def _task(schema: type[BaseModel] | None = None) -> TaskDef[Any]:
 
 def _accept(definition: TaskDef[Any], payload: Any) -> str:
     """What a trigger does before writing: validate, then encode under the cap."""
-    _, value = validate_payload(definition, payload)
-    return encode_payload(definition.id, value, DEFAULT_MAX_PAYLOAD_BYTES)
+    return prepare_payload(definition, payload, DEFAULT_MAX_PAYLOAD_BYTES)[2]
+
+
+@pytest.mark.parametrize("schema", [None, Order])
+def test_long_multibyte_payloads_are_measured_in_bytes(schema: type[BaseModel] | None) -> None:
+    definition = _task(schema)
+    fits = {"order_id": 1, "note": "€" * 80_000}  # 240,000 bytes, 80,000 characters
+    assert len(_accept(definition, fits).encode()) < DEFAULT_MAX_PAYLOAD_BYTES
+    with pytest.raises(RunlaneError) as caught:
+        _accept(definition, {"order_id": 1, "note": "€" * 90_000})
+    assert caught.value.code is ErrorCode.PAYLOAD_TOO_LARGE
+    assert caught.value.meta["size"] > DEFAULT_MAX_PAYLOAD_BYTES
+
+
+def test_prepare_and_validate_then_encode_agree() -> None:
+    for definition, payload in ((_task(), {"b": [1, 2.5, None]}), (_task(Order), {"order_id": 3})):
+        _, value = validate_payload(definition, payload)
+        encoded = encode_payload(definition.id, value, DEFAULT_MAX_PAYLOAD_BYTES)
+        assert prepare_payload(definition, payload, DEFAULT_MAX_PAYLOAD_BYTES)[1:] == (
+            value,
+            encoded,
+        )
 
 
 def _rejected(call: Any, *args: Any) -> RunlaneError:

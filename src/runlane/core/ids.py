@@ -27,6 +27,11 @@ def validate_optional_identifier(value: object | None, *, name: str) -> str | No
     return None if value is None else validate_identifier(value, name=name)
 
 
+_MILLIS_MASK = (1 << 48) - 1
+_VARIANT = 0b10 << 62
+_TAIL_MASK = (1 << 62) - 1
+
+
 class _MonotonicUuid7:
     """UUIDv7 ids that sort in creation order within this process, even within a millisecond.
 
@@ -40,23 +45,34 @@ class _MonotonicUuid7:
         self._counter = 0
 
     def __call__(self) -> str:
+        return self.many(1)[0]
+
+    def many(self, count: int) -> list[str]:
+        """``count`` new ids in order (one clock read and one random draw for all)."""
+        stamps: list[int] = []
         with self._lock:
-            millis = time.time_ns() // 1_000_000
-            if millis > self._millis:
-                self._millis, self._counter = millis, int.from_bytes(os.urandom(1), "big")
-            else:
-                self._counter += 1
-                if self._counter > 0xFFF:
-                    self._millis, self._counter = self._millis + 1, 0
             millis, counter = self._millis, self._counter
-        tail = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-        value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | tail
-        hex_ = f"{value:032x}"
-        return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+            now = time.time_ns() // 1_000_000
+            if now > millis:
+                millis, counter = now, int.from_bytes(os.urandom(1), "big") - 1
+            for _ in range(count):
+                counter += 1
+                if counter > 0xFFF:
+                    millis, counter = millis + 1, 0
+                stamps.append((millis & _MILLIS_MASK) << 80 | 0x7 << 76 | counter << 64)
+            self._millis, self._counter = millis, counter
+        randomness = os.urandom(8 * count)
+        ids = []
+        for index, stamp in enumerate(stamps):
+            tail = int.from_bytes(randomness[8 * index : 8 * index + 8], "big") & _TAIL_MASK
+            hex_ = f"{stamp | _VARIANT | tail:032x}"
+            ids.append(f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}")
+        return ids
 
 
 new_run_id = _MonotonicUuid7()
-"""A new run id: a UUIDv7 string, time-ordered so listings sort by creation."""
+"""A new run id: a UUIDv7 string, time-ordered so listings sort by creation.
+``new_run_id.many(n)`` makes ``n`` at once."""
 
 
 def new_token() -> str:

@@ -13,6 +13,26 @@ if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+#: One encoder for every payload (``json.dumps`` with options builds one per call).
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[Any, Any, str]:
+    """Return ``(value for the handler, JSON value, its text)``: validated, capped, encoded.
+
+    A schema-less payload is checked by encoding it, so it is serialised once.
+    """
+    if task.schema is not None:
+        instance, value = validate_payload(task, payload)
+        return instance, value, encode_payload(task.id, value, max_bytes)
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump(mode="json")
+    try:
+        encoded = _dumps(payload)
+    except (TypeError, ValueError) as error:
+        raise _not_json(task.id, error) from None
+    _check_size(task.id, encoded, max_bytes)
+    return payload, payload, encoded
 
 
 def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
@@ -49,12 +69,20 @@ def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
 def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
     """Serialise a JSON payload, enforcing the size cap (PAYLOAD_TOO_LARGE)."""
     try:
-        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        encoded = _dumps(value)
     except ValueError as error:
         raise RunlaneError(
             ErrorCode.PAYLOAD_INVALID,
             f"payload for task {task_id!r} is not strict JSON: {error}",
         ) from None
+    _check_size(task_id, encoded, max_bytes)
+    return encoded
+
+
+def _check_size(task_id: str, encoded: str, max_bytes: int) -> None:
+    # A code point takes at most 4 bytes in UTF-8: short texts need no encoding to measure.
+    if len(encoded) * 4 <= max_bytes:
+        return
     size = len(encoded.encode())
     if size > max_bytes:
         raise RunlaneError(
@@ -63,14 +91,16 @@ def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
             "store large data elsewhere and pass a reference.",
             meta={"size": size, "max_bytes": max_bytes},
         )
-    return encoded
 
 
 def _ensure_json(task: TaskDef[Any], payload: Any) -> None:
     try:
         json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as error:
-        raise RunlaneError(
-            ErrorCode.PAYLOAD_INVALID,
-            f"payload for task {task.id!r} is not JSON-serialisable: {error}",
-        ) from None
+        raise _not_json(task.id, error) from None
+
+
+def _not_json(task_id: str, error: Exception) -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.PAYLOAD_INVALID, f"payload for task {task_id!r} is not JSON-serialisable: {error}"
+    )

@@ -8,7 +8,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.clock import Clock, SystemClock
@@ -20,14 +20,13 @@ from runlane.core.durations import Duration, parse_duration, parse_optional_dura
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
 from runlane.core.ids import (
-    new_run_id,
     new_token,
     validate_identifier,
-    validate_optional_identifier,
 )
 from runlane.core.lane import Lane
-from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, RunStatus, TickReport
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, validate_payload
+from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, TickReport
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.transport.protocol import DeliveryMessage
@@ -42,6 +41,9 @@ logger = logging.getLogger("runlane")
 DEFAULT_ENVIRONMENT = "default"
 #: Bulk triggers write this many runs per storage round trip.
 TRIGGER_BATCH_SIZE = 1000
+#: Batches of one ``trigger_many`` call written at once.
+TRIGGER_CONCURRENCY = 2
+_TRIGGERED = RunSource(RunSourceType.TRIGGER)
 
 
 def default_worker_id() -> str:
@@ -100,6 +102,7 @@ class Runlane:
         self._open = False
         self._open_lock: asyncio.Lock | None = None
         self._attempts = AttemptRunner(self)
+        self._creations = CreationBatcher(self._create)
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
         if dispatch not in ("eager", "deferred"):
@@ -201,9 +204,8 @@ class Runlane:
         With an owned ``idempotency_key`` or an active ``singleton_key`` the
         existing run is returned instead of a new one.
         """
-        new = self.build_new_run(
+        (new,) = self.plan_trigger(
             task,
-            payload,
             queue=queue,
             delay=delay,
             run_at=run_at,
@@ -211,8 +213,11 @@ class Runlane:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-            source=RunSource(RunSourceType.TRIGGER),
-        )
+            source=_TRIGGERED,
+        ).new_runs([payload])
+        if connection is None and new.idempotency_key is None and new.singleton_key is None:
+            # Concurrent lone triggers share one write and one commit.
+            return (await self._creations.create(new)).run
         (outcome,) = await self._create([new], connection=connection)
         return outcome.run
 
@@ -229,27 +234,37 @@ class Runlane:
         connection: Any = None,
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
-        written in batches of :data:`TRIGGER_BATCH_SIZE`, one round trip each."""
-        new_runs = [
-            self.build_new_run(
-                task,
-                payload,
-                queue=queue,
-                delay=delay,
-                run_at=run_at,
-                idempotency_key=None,
-                singleton_key=None,
-                concurrency_key=concurrency_key,
-                trace_carrier=trace_carrier,
-                source=RunSource(RunSourceType.TRIGGER),
-            )
-            for payload in payloads
+        written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
+        :data:`TRIGGER_CONCURRENCY` at a time (one after another inside the caller's
+        ``connection``). If a batch fails, others may have been written."""
+        new_runs = self.plan_trigger(
+            task,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=_TRIGGERED,
+        ).new_runs(payloads)
+        batches = [
+            new_runs[start : start + TRIGGER_BATCH_SIZE]
+            for start in range(0, len(new_runs), TRIGGER_BATCH_SIZE)
         ]
-        runs: list[Run] = []
-        for start in range(0, len(new_runs), TRIGGER_BATCH_SIZE):
-            batch = new_runs[start : start + TRIGGER_BATCH_SIZE]
-            runs.extend(o.run for o in await self._create(batch, connection=connection))
-        return runs
+        if connection is not None or len(batches) < 2:
+            written = [await self._create(batch, connection=connection) for batch in batches]
+        else:
+            # A few batches in flight at once: the database stores one while this
+            # process encodes the next.
+            gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
+
+            async def write(batch: Sequence[NewRun]) -> list[CreateOutcome]:
+                async with gate:
+                    return await self._create(batch)
+
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(write(batch)) for batch in batches]
+            written = [task.result() for task in tasks]
+        return [outcome.run for outcomes in written for outcome in outcomes]
 
     async def _create(
         self, new_runs: Sequence[NewRun], *, connection: Any = None
@@ -273,6 +288,36 @@ class Runlane:
             await self.dispatcher.publish([m for o in outcomes for m in o.outbox])
         return outcomes
 
+    def plan_trigger(
+        self,
+        task: TaskDef[Any] | str,
+        *,
+        source: RunSource,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+    ) -> TriggerPlan:
+        """Validate the payload-independent options of a call; nothing is written here."""
+        definition = self.registry.resolve_task(task)
+        return plan_trigger(
+            definition,
+            self.registry.queue_for(definition, queue),
+            now=self.clock.now(),
+            source=source,
+            max_payload_bytes=self.max_payload_bytes,
+            transport=self.dispatcher is not None,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+        )
+
     def build_new_run(
         self,
         task: TaskDef[Any] | str,
@@ -287,54 +332,19 @@ class Runlane:
         concurrency_key: str | None = None,
         trace_carrier: Mapping[str, str] | None = None,
     ) -> NewRun:
-        """Validate everything about a run to create; nothing is written here."""
-        definition = self.registry.resolve_task(task)
-        target = self.registry.queue_for(definition, queue)
-        instance, value = validate_payload(definition, payload)
-        encoded = encode_payload(definition.id, value, self.max_payload_bytes)
-        now = self.clock.now()
-        if delay is not None and run_at is not None:
-            raise configuration_error("pass delay or run_at, not both.")
-        if run_at is not None:
-            if not isinstance(run_at, datetime) or run_at.tzinfo is None:
-                raise configuration_error("run_at must be a timezone-aware datetime.")
-            due = run_at
-        else:
-            due = now + timedelta(seconds=parse_duration(delay or 0, name="delay"))
-        idem = _key_from(
-            definition.idempotency_key if idempotency_key is None else idempotency_key,
-            instance,
-            "idempotency_key",
-        )
-        single = _key_from(
-            definition.singleton_key if singleton_key is None else singleton_key,
-            instance,
-            "singleton_key",
-        )
-        validate_optional_identifier(concurrency_key, name="concurrency_key")
-        carrier = _validate_carrier(trace_carrier)
-        ttl = definition.idempotency_key_ttl
-        return NewRun(
-            request_delivery=(
-                self.dispatcher is not None
-                and target.concurrency_limit is None
-                and due <= now
-                and source.type is not RunSourceType.RUN_NOW
-            ),
-            id=new_run_id(),
-            task_id=definition.id,
-            queue=target.name,
-            status=RunStatus.SCHEDULED if due > now else RunStatus.QUEUED,
-            payload=value,
-            payload_json=encoded,
-            run_at=due,
+        """Validate everything about one run to create; nothing is written here."""
+        (new,) = self.plan_trigger(
+            task,
             source=source,
-            idempotency_key=idem,
-            idempotency_expires_at=(now + timedelta(seconds=ttl)) if idem and ttl else None,
-            singleton_key=single,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
             concurrency_key=concurrency_key,
-            trace_carrier=carrier,
-        )
+            trace_carrier=trace_carrier,
+        ).new_runs([payload])
+        return new
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
@@ -538,20 +548,3 @@ class Runlane:
                 f"this lane's storage does not support {capability.replace('_', ' ')}.",
                 meta={"capability": capability},
             )
-
-
-def _key_from(option: Any, payload: Any, name: str) -> str | None:
-    if option is None:
-        return None
-    value = option if isinstance(option, str) else option(payload)
-    return None if value is None else validate_identifier(value, name=name)
-
-
-def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | None:
-    if carrier is None:
-        return None
-    if not isinstance(carrier, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
-    ):
-        raise configuration_error("trace_carrier must map strings to strings.")
-    return dict(carrier)

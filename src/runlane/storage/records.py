@@ -128,6 +128,24 @@ def event_from_row(row: Row) -> RunEvent:
     )
 
 
+def implied_created_event(row: Row) -> RunEvent:
+    """The ``run.created`` event a run's row implies, for drivers that do not store it:
+    ``run_id``, ``occurred_at`` (creation), ``task_id``, ``queue``, ``first_run_at``
+    and ``source`` columns."""
+    return RunEvent(
+        run_id=row["run_id"],
+        sequence=1,
+        type=RunEventType.CREATED,
+        occurred_at=from_micros(row["occurred_at"]),
+        data={
+            "task_id": row["task_id"],
+            "queue": row["queue"],
+            "run_at": from_micros(row["first_run_at"]).isoformat(),
+            "source": _json(row["source"]),
+        },
+    )
+
+
 def build_queue_stats(
     queues: Sequence[QueuePolicy], rows: Iterable[tuple[str, str | None, str, int, int]]
 ) -> list[QueueStats]:

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+from psycopg import postgres, pq
+from psycopg.adapt import Dumper
+
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run
 from runlane.storage.postgres.sessions import Queries, Session
@@ -31,7 +35,38 @@ async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> lis
     inserted = await session.fetch(q["insert_runs"], batch.insert_params())
     if len(inserted) != len(batch.runs):
         raise _not_created(len(batch.runs) - len(inserted))
-    return [batch.created(i) for i in range(len(batch.runs))]
+    return batch.outcomes()
+
+
+class JsonbTextDumper(Dumper):
+    """jsonb in binary COPY from text that already is JSON: a version byte, then the text."""
+
+    format = pq.Format.BINARY
+    oid = postgres.types["jsonb"].oid
+
+    def dump(self, obj: str) -> bytes:
+        """``obj`` as jsonb's binary form (version 1)."""
+        return b"\x01" + obj.encode()
+
+
+#: Column types of ``copy_runs``, in order.
+COPY_TYPES = [
+    "text", "text", "text", "text", "text", "jsonb", "int4", "int4", "int8", "int8",
+    "int8", "int8", "int4", "jsonb", "text", "jsonb",
+]  # fmt: skip
+
+
+async def copy_runs(conn: psycopg.AsyncConnection[Any], q: Queries, batch: CreationBatch) -> None:
+    """Write a plain batch (see :attr:`CreationBatch.plain`) with COPY; the caller holds
+    the transaction, so the wakeup is sent only if the rows commit."""
+    async with conn.cursor() as cur:
+        cur.adapters.register_dumper(None, JsonbTextDumper)
+        async with cur.copy(q["copy_runs"]) as copy:
+            copy.set_types(COPY_TYPES)
+            for row in batch.copy_rows():
+                await copy.write_row(row)
+        if batch.announces_work:
+            await cur.execute(q["announce_work"], batch.shared)
 
 
 async def create_keyed_run(

@@ -58,6 +58,7 @@ from runlane.storage.protocol import (
 from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
+    implied_created_event,
     load_queries,
     micros_or_none,
     outbox_from_row,
@@ -77,6 +78,9 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_POOL_TIMEOUT = 5.0
 #: A transaction aborted by a deadlock or serialization failure is retried this often.
 MAX_CONFLICT_ATTEMPTS = 3
+#: Plain batches at least this large go in with COPY (a transaction of three round
+#: trips); smaller ones in one autocommitted INSERT.
+COPY_THRESHOLD = 64
 
 POSTGRES_CAPABILITIES = StorageCapabilities(
     durable_state=True,
@@ -307,6 +311,10 @@ class PostgresStorage:
                 raise self._error(error) from None
 
         async def op(conn: Connection) -> list[CreateOutcome]:
+            if batch.plain and len(runs) >= COPY_THRESHOLD:
+                async with conn.transaction():
+                    await creation.copy_runs(conn, self._q, batch)
+                return batch.outcomes()
             if not batch.keyed:
                 return await creation.create_runs(AsyncSession(conn), self._q, batch)
             async with conn.transaction():
@@ -419,7 +427,10 @@ class PostgresStorage:
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
         rows = await self._fetch("list_run_events", {"environment": environment, "run_id": run_id})
-        return [event_from_row(row) for row in rows]
+        return [
+            event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
+            for row in rows
+        ]
 
     async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
         """Leased runs whose lease ran out, soonest expired first."""

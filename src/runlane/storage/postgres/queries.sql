@@ -5,31 +5,30 @@
 -- batch size and is prepared once per connection.
 
 -- name: insert_runs
--- Runs with their run.created events (plus run.delivery_requested and an outbox
--- row when a transport is to wake a worker, or run.started when run_now leases
--- them), and one wakeup for listening workers when a created run is due now. A
--- run whose singleton key already has an active run is skipped (ON CONFLICT DO
--- NOTHING): only the ids actually inserted come back.
+-- Runs (their run.created event is implied by the row: see migration 004), plus
+-- run.delivery_requested and an outbox row when a transport is to wake a worker,
+-- or run.started when run_now leases them, and one wakeup for listening workers
+-- when a created run is due now. A run whose singleton key already has an active
+-- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
 WITH input AS (
     SELECT *
     FROM unnest(
         %(ids)b::text[], %(task_ids)b::text[], %(queues)b::text[], %(statuses)b::text[],
-        %(payloads)b::text[], %(run_ats)b::bigint[], %(run_at_isos)b::text[],
-        %(event_sequences)b::int[], %(sources)b::text[], %(idempotency_keys)b::text[],
-        %(singleton_keys)b::text[], %(concurrency_keys)b::text[], %(trace_carriers)b::text[],
-        %(request_deliveries)b::bool[]
-    ) AS t(id, task_id, queue, status, payload, run_at, run_at_iso, event_sequence, source,
+        %(payloads)b::text[], %(run_ats)b::bigint[], %(event_sequences)b::int[],
+        %(sources)b::text[], %(idempotency_keys)b::text[], %(singleton_keys)b::text[],
+        %(concurrency_keys)b::text[], %(trace_carriers)b::text[], %(request_deliveries)b::bool[]
+    ) AS t(id, task_id, queue, status, payload, run_at, event_sequence, source,
            idempotency_key, singleton_key, concurrency_key, trace_carrier, request_delivery)
 ),
 inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count,
-        run_at, created_at, updated_at, event_sequence, source, idempotency_key,
+        run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
         lease_expires_at, delivery_requested_at
     )
     SELECT %(environment)s, id, task_id, queue, status, payload::jsonb, %(attempt)s, 0,
-           run_at, %(now)s, %(now)s, event_sequence, source::jsonb, idempotency_key,
+           run_at, run_at, %(now)s, %(now)s, event_sequence, source::jsonb, idempotency_key,
            singleton_key, concurrency_key, trace_carrier::jsonb, %(lease_owner)s::text,
            %(lease_token)s::text, %(lease_expires_at)s::bigint,
            CASE WHEN request_delivery THEN %(now)s::bigint END
@@ -41,13 +40,6 @@ events AS (
     INSERT INTO {schema}.runlane_run_events (
         environment, run_id, sequence, type, occurred_at, data
     )
-    SELECT %(environment)s, input.id, 1, 'run.created', %(now)s,
-           jsonb_build_object(
-               'task_id', input.task_id, 'queue', input.queue,
-               'run_at', input.run_at_iso, 'source', input.source::jsonb
-           )
-    FROM input JOIN inserted ON inserted.id = input.id
-    UNION ALL
     SELECT %(environment)s, id, 2, 'run.delivery_requested', %(now)s,
            jsonb_build_object('queue', queue, 'outbox_id', id || '.2')
     FROM inserted
@@ -77,6 +69,17 @@ wakeup AS (
     WHERE EXISTS (SELECT 1 FROM inserted WHERE status = 'queued' AND run_at <= %(now)s)
 )
 SELECT id, (SELECT count(*) FROM wakeup) AS woken FROM inserted;
+
+-- name: copy_runs
+-- The bulk path for runs without keys, delivery requests or leases: COPY is the
+-- cheapest way into the table. The caller sends announce_work in the same transaction.
+COPY {schema}.runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier
+) FROM STDIN (FORMAT BINARY);
+
+-- name: announce_work
+SELECT pg_notify(%(channel)s, %(environment)s);
 
 -- name: lock_idempotency_key
 -- Take the key for a new run, or lock the existing ownership row (waiting for a
@@ -305,7 +308,14 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: list_run_events
-SELECT * FROM {schema}.runlane_run_events
+-- Stored events, and the run.created event a row created since migration 004 implies.
+SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
+       NULL::jsonb AS data, task_id, queue, first_run_at, source
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s AND id = %(run_id)s AND first_run_at IS NOT NULL
+UNION ALL
+SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL
+FROM {schema}.runlane_run_events
 WHERE environment = %(environment)s AND run_id = %(run_id)s
 ORDER BY sequence;
 

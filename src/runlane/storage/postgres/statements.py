@@ -6,7 +6,7 @@ inserts, so it equals what a later read returns without reading it back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,48 +40,97 @@ class CreationBatch:
         """Whether any run carries an idempotency or singleton key (no bulk fast path)."""
         return any(r.idempotency_key is not None or r.singleton_key is not None for r in self.runs)
 
+    @property
+    def plain(self) -> bool:
+        """Whether every run is a bare row: no keys, delivery request or lease (COPY path)."""
+        return self.lease is None and not any(
+            r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
+            for r in self.runs
+        )
+
+    @property
+    def announces_work(self) -> bool:
+        """Whether a run of the batch is due now, so listening workers should hear of it."""
+        now, columns = self.now_us, self.columns
+        pairs = zip(columns["statuses"], columns["run_ats"], strict=True)
+        return any(status == "queued" and run_at <= now for status, run_at in pairs)
+
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all)."""
         if indexes is None:
             return {**self.shared, **self.columns}
         return {**self.shared, **{k: [v[i] for i in indexes] for k, v in self.columns.items()}}
 
-    def created(self, index: int) -> CreateOutcome:
-        """The outcome of inserting run ``index``: the run as stored, and its delivery request."""
-        new = self.runs[index]
+    def copy_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease)."""
+        environment, now, c = self.environment, self.now_us, self.columns
+        for row in zip(
+            c["ids"], c["task_ids"], c["queues"], c["statuses"], c["payloads"], c["run_ats"],
+            c["event_sequences"], c["sources"], c["concurrency_keys"], c["trace_carriers"],
+            strict=True,
+        ):  # fmt: skip
+            run_id, task_id, queue, status, payload, run_at, sequence, source, key, carrier = row
+            yield (
+                environment, run_id, task_id, queue, status, payload, 0, 0, run_at, run_at,
+                now, now, sequence, source, key, carrier,
+            )  # fmt: skip
+
+    def outcomes(self) -> list[CreateOutcome]:
+        """Every run of the batch as created: as stored, with its delivery request."""
         now = from_micros(self.now_us)
         leased = self.lease is not None
-        run = Run(
-            id=new.id,
-            environment=self.environment,
-            task_id=new.task_id,
-            queue=new.queue,
-            status=RunStatus.RUNNING if leased else new.status,
-            payload=new.payload,
-            attempt=int(leased),
-            failure_count=0,
-            run_at=_utc(new.run_at),
-            created_at=now,
-            updated_at=now,
-            event_sequence=self.columns["event_sequences"][index],
-            source=new.source,
-            idempotency_key=new.idempotency_key,
-            singleton_key=new.singleton_key,
-            concurrency_key=new.concurrency_key,
-            trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
-            lease=self.lease,
+        times: dict[datetime, datetime] = {}
+        outcomes = []
+        sequences = self.columns["event_sequences"]
+        for index, new in enumerate(self.runs):
+            run_at = times.get(new.run_at)
+            if run_at is None:
+                run_at = times[new.run_at] = _utc(new.run_at)
+            run = Run(
+                id=new.id,
+                environment=self.environment,
+                task_id=new.task_id,
+                queue=new.queue,
+                status=RunStatus.RUNNING if leased else new.status,
+                payload=new.payload,
+                attempt=int(leased),
+                failure_count=0,
+                run_at=run_at,
+                created_at=now,
+                updated_at=now,
+                event_sequence=sequences[index],
+                source=new.source,
+                idempotency_key=new.idempotency_key,
+                singleton_key=new.singleton_key,
+                concurrency_key=new.concurrency_key,
+                trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
+                lease=self.lease,
+            )
+            if not new.request_delivery:
+                outcomes.append(CreateOutcome(run, created=True))
+                continue
+            message = OutboxMessage(
+                id=f"{run.id}.{DELIVERY_REQUEST_SEQUENCE}",
+                run_id=run.id,
+                queue=run.queue,
+                requested_at=now,
+                trace_carrier=run.trace_carrier,
+                attempts=0,
+            )
+            outcomes.append(CreateOutcome(run, created=True, outbox=(message,)))
+        return outcomes
+
+    def created(self, index: int) -> CreateOutcome:
+        """The outcome of inserting run ``index`` alone."""
+        single = CreationBatch(
+            self.environment,
+            self.now_us,
+            [self.runs[index]],
+            {name: [values[index]] for name, values in self.columns.items()},
+            self.shared,
+            self.lease,
         )
-        if not new.request_delivery:
-            return CreateOutcome(run, created=True)
-        message = OutboxMessage(
-            id=f"{run.id}.{DELIVERY_REQUEST_SEQUENCE}",
-            run_id=run.id,
-            queue=run.queue,
-            requested_at=now,
-            trace_carrier=run.trace_carrier,
-            attempts=0,
-        )
-        return CreateOutcome(run, created=True, outbox=(message,))
+        return single.outcomes()[0]
 
 
 def creation_batch(
@@ -96,40 +145,54 @@ def creation_batch(
         Lease(lease.worker_id, new_token(), _utc(lease.expires_at)) if lease is not None else None
     )
     sources: dict[Any, str] = {}
-    times: dict[datetime, tuple[int, str]] = {}
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "ids", "task_ids", "queues", "statuses", "payloads", "run_ats", "run_at_isos",
-            "event_sequences", "sources", "idempotency_keys", "singleton_keys",
-            "concurrency_keys", "trace_carriers", "request_deliveries",
-        )
-    }  # fmt: skip
+    times: dict[datetime, int] = {}
+    carriers: dict[int, str | None] = {}
     first_sequence = 1 + int(granted is not None)
+    running = RunStatus.RUNNING.value if granted is not None else None
+    ids: list[str] = []
+    task_ids: list[str] = []
+    queues: list[str] = []
+    statuses: list[str] = []
+    payloads: list[str] = []
+    run_ats: list[int] = []
+    sequences, source_texts, idempotency_keys, singleton_keys = [], [], [], []
+    concurrency_keys, trace_carriers, deliveries = [], [], []
     for new in runs:
         source = sources.get(new.source)
         if source is None:
             source = sources[new.source] = dumps(new.source.to_json())
         run_at = times.get(new.run_at)
         if run_at is None:
-            micros = to_micros(new.run_at)
-            run_at = times[new.run_at] = (micros, from_micros(micros).isoformat())
+            run_at = times[new.run_at] = to_micros(new.run_at)
         carrier = new.trace_carrier
-        columns["ids"].append(new.id)
-        columns["task_ids"].append(new.task_id)
-        columns["queues"].append(new.queue)
-        columns["statuses"].append((RunStatus.RUNNING if granted is not None else new.status).value)
-        columns["payloads"].append(new.payload_json)
-        columns["run_ats"].append(run_at[0])
-        columns["run_at_isos"].append(run_at[1])
-        columns["event_sequences"].append(first_sequence + new.request_delivery)
-        columns["sources"].append(source)
-        columns["idempotency_keys"].append(new.idempotency_key)
-        columns["singleton_keys"].append(new.singleton_key)
-        columns["concurrency_keys"].append(new.concurrency_key)
-        columns["trace_carriers"].append(dumps(carrier) if carrier is not None else None)
-        columns["request_deliveries"].append(new.request_delivery)
+        if carrier is None:
+            carrier_text = None
+        else:
+            # Runs of one call share their carrier object: encode it once.
+            carrier_text = carriers.get(id(carrier))
+            if carrier_text is None:
+                carrier_text = carriers[id(carrier)] = dumps(carrier)
+        ids.append(new.id)
+        task_ids.append(new.task_id)
+        queues.append(new.queue)
+        statuses.append(running or new.status.value)
+        payloads.append(new.payload_json)
+        run_ats.append(run_at)
+        sequences.append(first_sequence + new.request_delivery)
+        source_texts.append(source)
+        idempotency_keys.append(new.idempotency_key)
+        singleton_keys.append(new.singleton_key)
+        concurrency_keys.append(new.concurrency_key)
+        trace_carriers.append(carrier_text)
+        deliveries.append(new.request_delivery)
     expires_at = to_micros(granted.expires_at) if granted is not None else None
+    columns: dict[str, list[Any]] = {
+        "ids": ids, "task_ids": task_ids, "queues": queues, "statuses": statuses,
+        "payloads": payloads, "run_ats": run_ats, "event_sequences": sequences,
+        "sources": source_texts, "idempotency_keys": idempotency_keys,
+        "singleton_keys": singleton_keys, "concurrency_keys": concurrency_keys,
+        "trace_carriers": trace_carriers, "request_deliveries": deliveries,
+    }  # fmt: skip
     return CreationBatch(
         environment=environment,
         now_us=now_us,

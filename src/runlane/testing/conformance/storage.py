@@ -181,6 +181,52 @@ async def test_trigger_many_creates_every_run_in_order(make_runtime: Factory) ->
     assert main_stats.counts[RunStatus.QUEUED] == 2500
 
 
+async def test_runs_created_in_bulk_read_back_as_returned_with_their_created_event(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    due = datetime.now(UTC) + timedelta(hours=1)
+    carrier = {"traceparent": "00-abc-def-01"}
+    runs = await rl.trigger_many(
+        record,
+        [{"order_id": i, "note": "ü"} for i in range(300)],
+        run_at=due,
+        concurrency_key="tenant-1",
+        trace_carrier=carrier,
+    )
+    for run in (runs[0], runs[137], runs[-1]):
+        assert await rl.runs.get(run.id) == run
+        (created,) = await rl.runs.events(run.id)
+        assert created.type.value == "run.created" and created.sequence == 1
+        assert created.occurred_at == run.created_at
+        assert created.data == {
+            "task_id": "orders.record",
+            "queue": "main",
+            "run_at": run.run_at.isoformat(),
+            "source": {"type": "trigger"},
+        }
+    assert runs[0].status is RunStatus.SCHEDULED and runs[0].trace_carrier == carrier
+
+
+async def test_concurrent_triggers_each_create_their_own_run(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    runs = await asyncio.gather(*(rl.trigger(record, {"order_id": i}) for i in range(50)))
+    assert [r.payload["order_id"] for r in runs] == list(range(50))
+    assert len({r.id for r in runs}) == 50
+    for run in runs[::10]:
+        assert await rl.runs.get(run.id) == run
+        assert await _event_types(rl, run.id) == ["run.created"]
+    good = rl.trigger(record, {"order_id": 99})
+    results = await asyncio.gather(
+        rl.trigger(record, {"order_id": "x"}), good, return_exceptions=True
+    )
+    assert isinstance(results[0], RunlaneError) and results[0].code is ErrorCode.PAYLOAD_INVALID
+    assert isinstance(results[1], Run) and (await rl.runs.get(results[1].id)) == results[1]
+    assert len(await _all_runs(rl)) == 51
+
+
 # -- bad input changes nothing -------------------------------------------------------------
 
 

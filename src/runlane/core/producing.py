@@ -1,0 +1,203 @@
+"""Producing runs: validation done once per call, and group commit for lone triggers.
+
+A :class:`TriggerPlan` holds everything about the runs of one ``trigger`` or
+``trigger_many`` call that does not depend on the payload (task, queue, due
+time, keys' rules, trace carrier), validated once; :meth:`TriggerPlan.new_runs`
+then only validates and encodes each payload.
+
+:class:`CreationBatcher` gives concurrent ``trigger`` calls one storage write
+(and one commit) between them: the first caller writes at once; callers that
+arrive while a write is in flight join the next one. A lone caller never waits
+for company, so batching adds no latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.durations import Duration, parse_duration
+from runlane.core.errors import configuration_error
+from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
+from runlane.core.models import RunSource, RunSourceType, RunStatus
+from runlane.core.payloads import prepare_payload
+from runlane.storage.protocol import CreateOutcome, NewRun
+
+#: The most runs one group-committed write carries.
+MAX_GROUP_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerPlan:
+    """The payload-independent part of the runs one call creates, already validated."""
+
+    task: TaskDef[Any]
+    queue: QueueDef
+    run_at: datetime
+    status: RunStatus
+    source: RunSource
+    request_delivery: bool
+    max_payload_bytes: int
+    #: An explicit key, a function of the payload, or None (see TaskDef).
+    idempotency_key: Any
+    singleton_key: Any
+    idempotency_expires_at: datetime | None
+    concurrency_key: str | None
+    trace_carrier: dict[str, str] | None
+
+    def new_runs(self, payloads: Sequence[Any]) -> list[NewRun]:
+        """One validated :class:`NewRun` per payload, in order; nothing is written."""
+        task, limit = self.task, self.max_payload_bytes
+        prepared = [prepare_payload(task, payload, limit) for payload in payloads]
+        ids = new_run_id.many(len(prepared))
+        keyed = self.idempotency_key is not None or self.singleton_key is not None
+        runs = []
+        for run_id, (instance, value, encoded) in zip(ids, prepared, strict=True):
+            idempotency_key = singleton_key = None
+            if keyed:
+                idempotency_key = _key_from(self.idempotency_key, instance, "idempotency_key")
+                singleton_key = _key_from(self.singleton_key, instance, "singleton_key")
+            runs.append(
+                NewRun(
+                    id=run_id,
+                    task_id=task.id,
+                    queue=self.queue.name,
+                    status=self.status,
+                    payload=value,
+                    payload_json=encoded,
+                    run_at=self.run_at,
+                    source=self.source,
+                    idempotency_key=idempotency_key,
+                    idempotency_expires_at=(
+                        self.idempotency_expires_at if idempotency_key is not None else None
+                    ),
+                    singleton_key=singleton_key,
+                    concurrency_key=self.concurrency_key,
+                    trace_carrier=self.trace_carrier,
+                    request_delivery=self.request_delivery,
+                )
+            )
+        return runs
+
+
+def plan_trigger(
+    task: TaskDef[Any],
+    target: QueueDef,
+    *,
+    now: datetime,
+    source: RunSource,
+    max_payload_bytes: int,
+    transport: bool,
+    delay: Duration | None = None,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    singleton_key: str | None = None,
+    concurrency_key: str | None = None,
+    trace_carrier: Mapping[str, str] | None = None,
+) -> TriggerPlan:
+    """Validate the options of one call; ``transport``: the lane wakes workers through one."""
+    if delay is not None and run_at is not None:
+        raise configuration_error("pass delay or run_at, not both.")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise configuration_error("run_at must be a timezone-aware datetime.")
+        due = run_at
+    else:
+        due = now + timedelta(seconds=parse_duration(delay or 0, name="delay"))
+    if idempotency_key is not None:
+        validate_identifier(idempotency_key, name="idempotency_key")
+    if singleton_key is not None:
+        validate_identifier(singleton_key, name="singleton_key")
+    validate_optional_identifier(concurrency_key, name="concurrency_key")
+    ttl = task.idempotency_key_ttl
+    return TriggerPlan(
+        task=task,
+        queue=target,
+        run_at=due,
+        status=RunStatus.SCHEDULED if due > now else RunStatus.QUEUED,
+        source=source,
+        request_delivery=(
+            transport
+            and target.concurrency_limit is None
+            and due <= now
+            and source.type is not RunSourceType.RUN_NOW
+        ),
+        max_payload_bytes=max_payload_bytes,
+        idempotency_key=task.idempotency_key if idempotency_key is None else idempotency_key,
+        singleton_key=task.singleton_key if singleton_key is None else singleton_key,
+        idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
+        concurrency_key=concurrency_key,
+        trace_carrier=_validate_carrier(trace_carrier),
+    )
+
+
+def _key_from(option: Any, payload: Any, name: str) -> str | None:
+    if option is None:
+        return None
+    value = option if isinstance(option, str) else option(payload)
+    return None if value is None else validate_identifier(value, name=name)
+
+
+def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | None:
+    if carrier is None:
+        return None
+    if not isinstance(carrier, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        raise configuration_error("trace_carrier must map strings to strings.")
+    return dict(carrier)
+
+
+Write = Callable[[Sequence[NewRun]], Awaitable[list[CreateOutcome]]]
+
+
+class CreationBatcher:
+    """Group commit for concurrent lone triggers (see the module docstring)."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+        self._waiting: list[tuple[NewRun, asyncio.Future[CreateOutcome]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def create(self, new: NewRun) -> CreateOutcome:
+        """Write ``new`` (with whatever other runs are waiting) and return its outcome.
+
+        A caller cancelled before its group is written creates nothing.
+        """
+        loop = asyncio.get_running_loop()
+        writer = self._writer
+        if writer is not None and writer.get_loop() is not loop:
+            # A runtime reused on a new event loop: the old loop's writer is gone.
+            writer, self._waiting = None, []
+        future: asyncio.Future[CreateOutcome] = loop.create_future()
+        self._waiting.append((new, future))
+        if writer is None or writer.done():
+            self._writer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            group = [entry for entry in self._waiting[:MAX_GROUP_SIZE] if not entry[1].done()]
+            del self._waiting[:MAX_GROUP_SIZE]
+            if not group:
+                continue
+            try:
+                outcomes = await self._write([new for new, _ in group])
+            except BaseException as error:  # every caller of the group learns why
+                for _, future in group:
+                    if future.done():
+                        continue
+                    if isinstance(error, Exception):
+                        future.set_exception(error)
+                    else:
+                        future.cancel()
+                if not isinstance(error, Exception):
+                    raise
+                continue
+            for (_, future), outcome in zip(group, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)

@@ -1,0 +1,117 @@
+"""Group commit of concurrent triggers, and bulk run ids."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from runlane.core.ids import new_run_id
+from runlane.core.models import Run, RunSource, RunStatus
+from runlane.core.producing import MAX_GROUP_SIZE, CreationBatcher
+from runlane.storage.protocol import CreateOutcome, NewRun
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _new(n: int) -> NewRun:
+    return NewRun(
+        id=f"run-{n}",
+        task_id="t",
+        queue="q",
+        status=RunStatus.QUEUED,
+        payload=n,
+        payload_json=str(n),
+        run_at=NOW,
+        source=RunSource(),
+    )
+
+
+def _outcome(new: NewRun) -> CreateOutcome:
+    run = Run(new.id, "env", "t", "q", RunStatus.QUEUED, new.payload, 0, 0, NOW, NOW, NOW, 1)
+    return CreateOutcome(run, created=True)
+
+
+class Storage:
+    """Records each write; optionally fails the writes that include a given run."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.writes: list[list[str]] = []
+        self.fail_on = fail_on
+
+    async def write(self, runs: Sequence[NewRun]) -> list[CreateOutcome]:
+        self.writes.append([r.id for r in runs])
+        await asyncio.sleep(0.01)  # a commit: callers arriving meanwhile wait for the next
+        if self.fail_on in self.writes[-1]:
+            raise RuntimeError("storage down")
+        return [_outcome(r) for r in runs]
+
+
+async def test_a_lone_trigger_is_written_at_once_and_alone() -> None:
+    storage = Storage()
+    batcher = CreationBatcher(storage.write)
+    outcome = await batcher.create(_new(1))
+    assert outcome.run.id == "run-1" and storage.writes == [["run-1"]]
+
+
+async def test_concurrent_triggers_share_writes_and_each_gets_its_own_run() -> None:
+    storage = Storage()
+    batcher = CreationBatcher(storage.write)
+    first = asyncio.ensure_future(batcher.create(_new(0)))
+    await asyncio.sleep(0)  # its write is in flight now
+    outcomes = await asyncio.gather(*(batcher.create(_new(n)) for n in range(1, 10)))
+    assert (await first).run.id == "run-0"
+    assert [o.run.id for o in outcomes] == [f"run-{n}" for n in range(1, 10)]
+    # The first caller was written alone at once; the nine that came meanwhile share one write.
+    assert storage.writes == [["run-0"], [f"run-{n}" for n in range(1, 10)]]
+
+
+async def test_groups_are_bounded() -> None:
+    storage = Storage()
+    batcher = CreationBatcher(storage.write)
+    await asyncio.gather(*(batcher.create(_new(n)) for n in range(MAX_GROUP_SIZE + 5)))
+    assert [len(w) for w in storage.writes] == [MAX_GROUP_SIZE, 5]
+
+
+async def test_a_failed_write_fails_its_group_only() -> None:
+    storage = Storage(fail_on="run-3")
+    batcher = CreationBatcher(storage.write)
+    first = asyncio.ensure_future(batcher.create(_new(0)))
+    await asyncio.sleep(0)
+    group = [asyncio.ensure_future(batcher.create(_new(n))) for n in range(1, 5)]
+    assert (await first).run.id == "run-0"
+    for future in group:
+        with pytest.raises(RuntimeError, match="storage down"):
+            await future
+    assert (await batcher.create(_new(9))).run.id == "run-9"
+
+
+async def test_a_caller_cancelled_before_its_write_creates_nothing() -> None:
+    storage = Storage()
+    batcher = CreationBatcher(storage.write)
+    first = asyncio.ensure_future(batcher.create(_new(0)))
+    await asyncio.sleep(0)
+    doomed = asyncio.ensure_future(batcher.create(_new(1)))
+    kept = asyncio.ensure_future(batcher.create(_new(2)))
+    await asyncio.sleep(0)
+    doomed.cancel()
+    await first
+    assert (await kept).run.id == "run-2"
+    assert storage.writes == [["run-0"], ["run-2"]]
+
+
+def test_the_batcher_survives_a_new_event_loop() -> None:
+    storage = Storage()
+    batcher = CreationBatcher(storage.write)
+    for n in range(2):
+        assert asyncio.run(batcher.create(_new(n))).run.id == f"run-{n}"
+
+
+def test_bulk_run_ids_are_uuid7_unique_and_in_creation_order() -> None:
+    ids = new_run_id.many(5000) + [new_run_id() for _ in range(100)] + new_run_id.many(3)
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(uuid.UUID(i).version == 7 for i in ids[:50])
+    assert new_run_id.many(0) == []
