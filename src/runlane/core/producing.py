@@ -27,6 +27,8 @@ from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
 from runlane.storage.protocol import CreateOutcome, NewRun
 
+#: A payload as :func:`prepare_payload` returns it: (handler value, JSON value, JSON text).
+Prepared = tuple[Any, Any, str]
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
 
@@ -51,8 +53,16 @@ class TriggerPlan:
 
     def new_runs(self, payloads: Sequence[Any]) -> list[NewRun]:
         """One validated :class:`NewRun` per payload, in order; nothing is written."""
+        return self.build(self.prepare(payloads))
+
+    def prepare(self, payloads: Sequence[Any]) -> list[Prepared]:
+        """Validate and encode every payload (raises on the first bad one)."""
         task, limit = self.task, self.max_payload_bytes
-        prepared = [prepare_payload(task, payload, limit) for payload in payloads]
+        return [prepare_payload(task, payload, limit) for payload in payloads]
+
+    def build(self, prepared: Sequence[Prepared]) -> list[NewRun]:
+        """The runs of payloads :meth:`prepare` accepted, with fresh ids."""
+        task = self.task
         ids = new_run_id.many(len(prepared))
         keyed = self.idempotency_key is not None or self.singleton_key is not None
         runs = []

@@ -26,7 +26,7 @@ from runlane.core.ids import (
 from runlane.core.lane import Lane
 from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, TickReport
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
+from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.transport.protocol import DeliveryMessage
@@ -237,7 +237,7 @@ class Runlane:
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
         :data:`TRIGGER_CONCURRENCY` at a time (one after another inside the caller's
         ``connection``). If a batch fails, others may have been written."""
-        new_runs = self.plan_trigger(
+        plan = self.plan_trigger(
             task,
             queue=queue,
             delay=delay,
@@ -245,21 +245,22 @@ class Runlane:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
-        ).new_runs(payloads)
+        )
+        prepared = plan.prepare(payloads)
         batches = [
-            new_runs[start : start + TRIGGER_BATCH_SIZE]
-            for start in range(0, len(new_runs), TRIGGER_BATCH_SIZE)
+            prepared[start : start + TRIGGER_BATCH_SIZE]
+            for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
         ]
         if connection is not None or len(batches) < 2:
-            written = [await self._create(batch, connection=connection) for batch in batches]
+            written = [await self._create(plan.build(b), connection=connection) for b in batches]
         else:
             # A few batches in flight at once: the database stores one while this
-            # process encodes the next.
+            # process builds the next.
             gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
 
-            async def write(batch: Sequence[NewRun]) -> list[CreateOutcome]:
+            async def write(batch: Sequence[Prepared]) -> list[CreateOutcome]:
                 async with gate:
-                    return await self._create(batch)
+                    return await self._create(plan.build(batch))
 
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(write(batch)) for batch in batches]

@@ -315,6 +315,9 @@ class PostgresStorage:
                 async with conn.transaction():
                     await creation.copy_runs(conn, self._q, batch)
                 return batch.outcomes()
+            if batch.plain and len(runs) == 1:
+                await conn.execute(self._q["insert_run"], batch.single_params())
+                return batch.outcomes()
             if not batch.keyed:
                 return await creation.create_runs(AsyncSession(conn), self._q, batch)
             async with conn.transaction():

@@ -70,6 +70,26 @@ wakeup AS (
 )
 SELECT id, (SELECT count(*) FROM wakeup) AS woken FROM inserted;
 
+-- name: insert_run
+-- One run without keys, delivery request or lease (a lone trigger): scalar
+-- parameters, no arrays to encode.
+WITH inserted AS (
+    INSERT INTO {schema}.runlane_runs (
+        environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+        first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+        trace_carrier
+    )
+    VALUES (
+        %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::jsonb, 0, 0,
+        %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
+        %(trace_carrier)s::jsonb
+    )
+    RETURNING status, run_at
+)
+SELECT pg_notify(%(channel)s, %(environment)s)
+FROM inserted
+WHERE status = 'queued' AND run_at <= %(now)s;
+
 -- name: copy_runs
 -- The bulk path for runs without keys, delivery requests or leases: COPY is the
 -- cheapest way into the table. The caller sends announce_work in the same transaction.

@@ -61,6 +61,24 @@ class CreationBatch:
             return {**self.shared, **self.columns}
         return {**self.shared, **{k: [v[i] for i in indexes] for k, v in self.columns.items()}}
 
+    def single_params(self) -> dict[str, Any]:
+        """Parameters of ``insert_run`` for a plain batch of one run."""
+        c = self.columns
+        return {
+            "environment": self.environment,
+            "now": self.now_us,
+            "channel": WORK_CHANNEL,
+            "id": c["ids"][0],
+            "task_id": c["task_ids"][0],
+            "queue": c["queues"][0],
+            "status": c["statuses"][0],
+            "payload": c["payloads"][0],
+            "run_at": c["run_ats"][0],
+            "source": c["sources"][0],
+            "concurrency_key": c["concurrency_keys"][0],
+            "trace_carrier": c["trace_carriers"][0],
+        }
+
     def copy_rows(self) -> Iterator[tuple[Any, ...]]:
         """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease)."""
         environment, now, c = self.environment, self.now_us, self.columns
