@@ -20,7 +20,13 @@ from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.versioning import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_MIGRATIONS = ["001_initial", "002_schedules", "003_outbox", "004_implicit_created_event"]
+ALL_MIGRATIONS = [
+    "001_initial",
+    "002_schedules",
+    "003_outbox",
+    "004_implicit_created_event",
+    "005_prune_bookkeeping",
+]
 
 
 @task("noop")
@@ -58,7 +64,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     storage = PostgresStorage(postgres_dsn, schema=schema)
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4] == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -76,7 +82,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5]
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -106,7 +112,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5]
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -167,7 +173,7 @@ async def test_a_run_created_before_version_4_keeps_its_stored_created_event(
             (json.dumps(created),),
         )
     rl = _runtime(postgres_dsn, schema)
-    assert await rl.migrate() == ["004_implicit_created_event"]
+    assert await rl.migrate() == ALL_MIGRATIONS[3:]
     async with rl:
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created

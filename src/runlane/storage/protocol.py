@@ -296,7 +296,9 @@ class Storage(Protocol):
         statuses: Sequence[RunStatus],
         limit: int,
     ) -> int:
-        """Delete up to ``limit`` terminal runs last updated before ``older_than``."""
+        """Delete up to ``limit`` terminal runs last updated before ``older_than``, with
+        every row that belongs to them (events, idempotency ownership, outbox rows,
+        schedule occurrences)."""
 
     async def queue_stats(
         self, environment: str, queues: Sequence[QueuePolicy], now: datetime

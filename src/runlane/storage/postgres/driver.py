@@ -472,7 +472,8 @@ class PostgresStorage:
     async def prune_runs(
         self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
     ) -> int:
-        """Delete up to ``limit`` finished runs with their history and ownership rows."""
+        """Delete up to ``limit`` finished runs with their history, ownership, outbox and
+        occurrence rows."""
         rows = await self._fetch(
             "prune_runs",
             {

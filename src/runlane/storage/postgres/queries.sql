@@ -369,7 +369,8 @@ DELETE FROM {schema}.runlane_idempotency_keys
 WHERE environment = %(environment)s AND task_id = %(task_id)s AND key = %(key)s;
 
 -- name: prune_runs
--- One bounded batch: the runs, their history and their ownership rows together.
+-- One bounded batch: the runs, their history, ownership, outbox and schedule
+-- occurrence rows together.
 WITH doomed AS (
     SELECT id FROM {schema}.runlane_runs
     WHERE environment = %(environment)s
@@ -392,6 +393,16 @@ history AS (
 ownership AS (
     DELETE FROM {schema}.runlane_idempotency_keys k
     WHERE k.environment = %(environment)s AND k.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+outbox AS (
+    DELETE FROM {schema}.runlane_outbox o
+    WHERE o.environment = %(environment)s AND o.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+-- A pruned run's slot lies long before its schedule's last_slot, so no tick
+-- proposes it again: its occurrence row has done its job.
+occurrences AS (
+    DELETE FROM {schema}.runlane_schedule_occurrences s
+    WHERE s.environment = %(environment)s AND s.run_id = ANY(ARRAY(SELECT id FROM pruned))
 )
 SELECT count(*) AS pruned FROM pruned;
 

@@ -245,7 +245,7 @@ class SqliteStorage:
     async def prune_runs(
         self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
     ) -> int:
-        """Delete finished runs with their history and ownership rows."""
+        """Delete finished runs with their history, ownership, outbox and occurrence rows."""
         params = pruning.prune_params(environment, older_than, statuses, limit)
         return await self._db.transact(lambda cur: pruning.prune_runs(cur, environment, params))
 

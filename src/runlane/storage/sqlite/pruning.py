@@ -1,4 +1,5 @@
-"""Pruning: deleting finished runs with their history and ownership rows."""
+"""Pruning: deleting finished runs with their history, ownership, outbox and
+schedule occurrence rows."""
 
 from __future__ import annotations
 
@@ -26,10 +27,15 @@ def prune_params(
 
 
 def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) -> int:
-    """Delete the runs :func:`prune_params` selects, then their events and ownership rows."""
+    """Delete the runs :func:`prune_params` selects, then every row that belongs to them."""
     ids = [row["id"] for row in cur.execute(QUERIES["prune_runs"], params).fetchall()]
     if ids:
         scope = {"environment": environment, "run_ids": json.dumps(ids)}
-        cur.execute(QUERIES["delete_run_events"], scope)
-        cur.execute(QUERIES["delete_idempotency_keys_of_runs"], scope)
+        for query in (
+            "delete_run_events",
+            "delete_idempotency_keys_of_runs",
+            "delete_outbox_of_runs",
+            "delete_schedule_occurrences_of_runs",
+        ):
+            cur.execute(QUERIES[query], scope)
     return len(ids)

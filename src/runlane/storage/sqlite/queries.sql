@@ -220,6 +220,16 @@ WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run
 DELETE FROM runlane_idempotency_keys
 WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
 
+-- name: delete_outbox_of_runs
+DELETE FROM runlane_outbox
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_schedule_occurrences_of_runs
+-- A pruned run's slot lies long before its schedule's last_slot, so no tick
+-- proposes it again: its occurrence row has done its job.
+DELETE FROM runlane_schedule_occurrences
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
 -- name: queue_stats
 -- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
 SELECT queue, concurrency_key, status, count(*) AS count,

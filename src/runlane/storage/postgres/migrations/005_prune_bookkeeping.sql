@@ -1,0 +1,6 @@
+-- Pruning a run also deletes its outbox rows and its schedule occurrence: both are
+-- found by run id.
+CREATE INDEX IF NOT EXISTS runlane_outbox_run
+    ON {schema}.runlane_outbox (run_id, environment);
+CREATE INDEX IF NOT EXISTS runlane_schedule_occurrences_run
+    ON {schema}.runlane_schedule_occurrences (run_id, environment);
