@@ -21,7 +21,7 @@ import psycopg
 from runlane.core.models import Run
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
-from runlane.storage.records import run_from_row
+from runlane.storage.records import run_from_row, runs_from_rows
 
 
 def compose_claims(q: Mapping[str, str]) -> dict[str, str]:
@@ -108,4 +108,4 @@ async def claim_run(
 
 
 def _runs(rows: Sequence[Any]) -> list[Run]:
-    return sorted((run_from_row(row) for row in rows), key=lambda run: (run.run_at, run.id))
+    return sorted(runs_from_rows(rows), key=lambda run: (run.run_at, run.id))
