@@ -11,6 +11,7 @@ an asyncio task beside a heartbeat. Default durability (fsync on).
     .venv/bin/python bench/bench_postgres.py                  # own throwaway server
     .venv/bin/python bench/bench_postgres.py --json
     .venv/bin/python bench/bench_postgres.py --claim-scaling  # + claim cost at 10k / 1M
+    .venv/bin/python bench/bench_postgres.py --only drain,latency  # some measurements
     RUNLANE_BENCH_DATABASE_URL=postgresql://... .venv/bin/python bench/bench_postgres.py
 """
 
@@ -346,31 +347,57 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def measure(dsn: str, concurrency: int, claim_scaling: bool) -> dict[str, Any]:
-    """Every measurement, in rows of (Runlane, raw single, raw batched)."""
-    bulk = BULK_RUNS / await runlane_bulk_trigger(dsn, _schema(), BULK_RUNS)
-    raw_bulk = BULK_RUNS / await raw_insert(dsn, BULK_RUNS, RAW_INSERT_BATCH)
-    single = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS)
-    raw_single = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1)
-    many = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS, PRODUCERS)
-    raw_many = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1, PRODUCERS)
-    drain = DRAIN_RUNS / await runlane_drain(dsn, _schema(), DRAIN_RUNS, concurrency)
-    raw_drain_one = RAW_SINGLE_DRAIN_RUNS / await raw_drain(dsn, RAW_SINGLE_DRAIN_RUNS, 1)
-    raw_drain_many = DRAIN_RUNS / await raw_drain(dsn, DRAIN_RUNS, RAW_CLAIM_BATCH)
-    latencies = await runlane_latency(dsn, _schema(), LATENCY_RUNS, LATENCY_RATE)
-    raw_latencies = await raw_latency(dsn, LATENCY_RUNS, LATENCY_RATE)
-    rows = [
-        {"operation": f"bulk trigger ({BULK_RUNS:,} runs, runs/s)", "runlane": bulk,
-         "raw_single": raw_single, "raw_batched": raw_bulk, "ratio": bulk / raw_bulk},
-        {"operation": f"single trigger ({SINGLE_RUNS:,} runs, runs/s)", "runlane": single,
-         "raw_single": raw_single, "raw_batched": None, "ratio": single / raw_single},
-        {"operation": f"single trigger, {PRODUCERS} producers (runs/s)", "runlane": many,
-         "raw_single": raw_many, "raw_batched": None, "ratio": many / raw_many},
-        {"operation": f"drain ({DRAIN_RUNS:,} runs, worker x{concurrency}, runs/s)",
-         "runlane": drain, "raw_single": raw_drain_one, "raw_batched": raw_drain_many,
-         "ratio": drain / raw_drain_many},
-    ]  # fmt: skip
-    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+def _row(
+    operation: str, runlane: float, raw_single: float, raw_batched: float | None, ratio: float
+) -> dict[str, Any]:
+    return {
+        "operation": operation,
+        "runlane": runlane,
+        "raw_single": raw_single,
+        "raw_batched": raw_batched,
+        "ratio": ratio,
+    }
+
+
+#: Measurement groups ``--only`` may pick (default: all of them).
+GROUPS = ("bulk", "single", "drain", "latency")
+
+
+async def measure(
+    dsn: str, concurrency: int, claim_scaling: bool, only: frozenset[str] = frozenset(GROUPS)
+) -> dict[str, Any]:
+    """Every measurement (or the groups in ``only``), in rows of (Runlane, raw single,
+    raw batched)."""
+    rows: list[dict[str, Any]] = []
+    if "bulk" in only:
+        bulk = BULK_RUNS / await runlane_bulk_trigger(dsn, _schema(), BULK_RUNS)
+        raw_bulk = BULK_RUNS / await raw_insert(dsn, BULK_RUNS, RAW_INSERT_BATCH)
+    if "single" in only:
+        single = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS)
+        raw_single = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1)
+        many = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS, PRODUCERS)
+        raw_many = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1, PRODUCERS)
+    elif "bulk" in only:
+        raw_single = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1)
+    if "drain" in only:
+        drain = DRAIN_RUNS / await runlane_drain(dsn, _schema(), DRAIN_RUNS, concurrency)
+        raw_drain_one = RAW_SINGLE_DRAIN_RUNS / await raw_drain(dsn, RAW_SINGLE_DRAIN_RUNS, 1)
+        raw_drain_many = DRAIN_RUNS / await raw_drain(dsn, DRAIN_RUNS, RAW_CLAIM_BATCH)
+    if "latency" in only:
+        latencies = await runlane_latency(dsn, _schema(), LATENCY_RUNS, LATENCY_RATE)
+        raw_latencies = await raw_latency(dsn, LATENCY_RUNS, LATENCY_RATE)
+    if "bulk" in only:
+        rows.append(_row(f"bulk trigger ({BULK_RUNS:,} runs, runs/s)", bulk, raw_single,
+                         raw_bulk, bulk / raw_bulk))  # fmt: skip
+    if "single" in only:
+        rows.append(_row(f"single trigger ({SINGLE_RUNS:,} runs, runs/s)", single, raw_single,
+                         None, single / raw_single))  # fmt: skip
+        rows.append(_row(f"single trigger, {PRODUCERS} producers (runs/s)", many, raw_many,
+                         None, many / raw_many))  # fmt: skip
+    if "drain" in only:
+        rows.append(_row(f"drain ({DRAIN_RUNS:,} runs, worker x{concurrency}, runs/s)", drain,
+                         raw_drain_one, raw_drain_many, drain / raw_drain_many))  # fmt: skip
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)) if "latency" in only else ():
         ours = _percentile(latencies, fraction) * 1000
         raw = _percentile(raw_latencies, fraction) * 1000
         rows.append(
@@ -413,13 +440,21 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--claim-scaling", action="store_true", help="Also time claims at 1M.")
     parser.add_argument("--json", action="store_true", help="Print JSON.")
+    parser.add_argument(
+        "--only",
+        default=",".join(GROUPS),
+        help=f"Comma-separated measurement groups to run (default: all of {', '.join(GROUPS)}).",
+    )
     args = parser.parse_args()
+    only = frozenset(name.strip() for name in args.only.split(",") if name.strip())
+    if not only or not only <= set(GROUPS):
+        parser.error(f"--only takes a comma-separated subset of {', '.join(GROUPS)}")
     dsn = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
     with contextlib.ExitStack() as stack:
         if not dsn:
             server = stack.enter_context(PostgresServer())
             dsn = server.create_database("runlane_bench")
-        result = asyncio.run(measure(dsn, args.concurrency, args.claim_scaling))
+        result = asyncio.run(measure(dsn, args.concurrency, args.claim_scaling, only))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -195,4 +195,15 @@ async def test_abandoned_waits_and_removed_callbacks_leave_nothing_behind() -> N
         child = Signal()
         signal.add_callback(child.set)
         signal.remove_callback(child.set)
-    assert signal._loop_events == [] and signal._callbacks == []
+    assert not signal._loop_events and not signal._callbacks
+
+
+def test_a_callback_added_twice_is_called_twice_until_removed_once() -> None:
+    calls: list[SignalReason] = []
+    signal = Signal()
+    signal.add_callback(calls.append)
+    signal.add_callback(calls.append)
+    signal.add_callback(calls.append)
+    signal.remove_callback(calls.append)
+    signal.set(SignalReason.SHUTDOWN)
+    assert calls == [SignalReason.SHUTDOWN, SignalReason.SHUTDOWN]

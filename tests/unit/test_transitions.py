@@ -23,6 +23,7 @@ from runlane.core.transitions import (
     LeaseExpired,
     Released,
     Succeeded,
+    project,
     request_cancellation,
     sanitize_exception,
     settle_attempt,
@@ -289,3 +290,33 @@ def test_the_exception_type_is_recorded_by_its_qualified_name() -> None:
 def test_a_failure_round_trips_through_its_storage_form() -> None:
     failure = sanitize_exception(KeyError("k"))
     assert RunFailure.from_json(failure.to_json()) == failure
+
+
+@pytest.mark.parametrize(
+    "outcome", [Succeeded({"n": 1}), Failed(BOOM), Failed(FATAL), Released(30.0, "later")]
+)
+def test_project_changes_exactly_what_the_transition_writes(outcome: object) -> None:
+    run = _run(
+        idempotency_key="key",
+        singleton_key="one",
+        concurrency_key="tenant",
+        trace_carrier={"traceparent": "00-x"},
+    )
+    transition = settle_attempt(run, outcome, NO_JITTER, NOW)  # type: ignore[arg-type]
+    changes = transition.changes
+    expected = dataclasses.replace(
+        run,
+        status=changes.status,
+        run_at=changes.run_at or run.run_at,
+        result=changes.result,
+        failure=changes.failure,
+        cancel_reason=changes.cancel_reason,
+        failure_count=run.failure_count + int(changes.add_failure),
+        event_sequence=run.event_sequence + len(transition.events),
+        updated_at=NOW,
+        lease=None,
+    )
+    assert project(run, transition, NOW) == expected
+    waiting = request_cancellation(run, "stop")
+    assert waiting is not None
+    assert project(run, waiting, NOW).lease == run.lease

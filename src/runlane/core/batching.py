@@ -3,60 +3,159 @@
 The first write starts a flush right away; writes that arrive while it is in
 flight ride on the next one. Under load this turns N settles into a handful of
 round trips; when idle it adds no latency.
+
+A worker's own batcher may also carry claims: a flush then settles and claims
+the next runs in one storage call (see :class:`ClaimHook`), so a busy worker
+commits once per batch instead of twice; and it may keep more than one flush in
+flight, so storage writes one batch while the worker runs the next.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, cast
 
 from runlane.core.models import Run
 from runlane.core.transitions import project
-from runlane.storage.protocol import Transition
+from runlane.storage.protocol import LeaseRequest, QueuePolicy, SettlesAndClaims, Transition
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
+
+logger = logging.getLogger("runlane.worker")
 
 #: Most transitions written in one storage call.
 MAX_SETTLE_BATCH = 500
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A claim to make together with a flush of settles."""
+
+    queues: Sequence[QueuePolicy]
+    limit: int
+    lease: LeaseRequest
+
+
+class ClaimHook(Protocol):
+    """The worker side of a batcher that claims while it settles."""
+
+    def claim_request(self, settling: int) -> ClaimRequest | None:
+        """The claim to make with a flush of ``settling`` settles, if any."""
+        ...
+
+    def claimed(self, runs: list[Run], request: ClaimRequest) -> None:
+        """The runs a flush claimed for ``request`` (none if the claim failed)."""
+        ...
+
+    def flushed(self) -> None:
+        """A flush ended (the batcher may have become idle)."""
+        ...
+
+
 class TransitionBatcher:
     """Applies transitions for one runtime, batching those that arrive together."""
 
-    def __init__(self, runtime: Runlane) -> None:
+    def __init__(
+        self,
+        runtime: Runlane,
+        *,
+        max_batch: int = MAX_SETTLE_BATCH,
+        max_flushes: int = 1,
+        claims: ClaimHook | None = None,
+    ) -> None:
         self._rt = runtime
+        #: Most settles in one write that carries a claim (alone, up to MAX_SETTLE_BATCH).
+        self._max_batch = max(1, min(max_batch, MAX_SETTLE_BATCH))
+        self._max_flushes = max(1, max_flushes)
+        self._claims = claims if isinstance(runtime.storage, SettlesAndClaims) else None
         self._pending: list[tuple[Run, Transition, asyncio.Future[Run | None]]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        #: Flush tasks started and not finished; whether one has not taken its batch yet.
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._starting = False
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is waiting to be written or being written."""
+        return not self._pending and not self._flushes
 
     async def apply(self, run: Run, transition: Transition) -> Run | None:
         """Apply one transition of ``run``; the run as stored after it, or ``None`` when its
         compare-and-set condition failed."""
         future: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
         self._pending.append((run, transition, future))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.ensure_future(self._flush())
+        self._start_flush()
         return await future
 
+    def _start_flush(self) -> None:
+        # A new flush starts on the next turn of the loop and takes everything pending
+        # by then: writes that arrive together go together.
+        if self._pending and not self._starting and len(self._flushes) < self._max_flushes:
+            self._starting = True
+            task = asyncio.ensure_future(self._flush())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
     async def _flush(self) -> None:
+        self._starting = False
+        try:
+            while self._pending:
+                await self._flush_once()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._flushes.discard(task)
+            if self._claims is not None:
+                self._claims.flushed()
+
+    async def _flush_once(self) -> None:
         rt = self._rt
-        while self._pending:
-            batch, self._pending = (
-                self._pending[:MAX_SETTLE_BATCH],
-                self._pending[MAX_SETTLE_BATCH:],
-            )
-            now = rt.clock.now()
-            try:
-                applied = await rt.storage.apply_transitions(
-                    rt.environment, [t for _, t, _ in batch], now
-                )
-            except BaseException as error:
-                for _, _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
-                if not isinstance(error, Exception):
-                    raise
-                continue
-            for (run, transition, future), ok in zip(batch, applied, strict=True):
+        hook = self._claims
+        size = self._max_batch
+        request = hook.claim_request(min(size, len(self._pending))) if hook is not None else None
+        if request is None:
+            # The cap only splits settles that carry a claim; alone, they go together.
+            size = MAX_SETTLE_BATCH
+        batch, self._pending = self._pending[:size], self._pending[size:]
+        # What is left may go out in another flush at the same time.
+        self._start_flush()
+        now = rt.clock.now()
+        transitions = [t for _, t, _ in batch]
+        claimed: list[Run] = []
+        try:
+            if request is None:
+                applied = await rt.storage.apply_transitions(rt.environment, transitions, now)
+            else:
+                applied, claimed = await self._apply_and_claim(transitions, now, request)
+        except BaseException as error:
+            for _, _, future in batch:
                 if not future.done():
-                    future.set_result(project(run, transition, now) if ok else None)
+                    future.set_exception(error)
+            if hook is not None and request is not None:
+                hook.claimed([], request)
+            if not isinstance(error, Exception):
+                raise
+            return
+        for (run, transition, future), ok in zip(batch, applied, strict=True):
+            if not future.done():
+                future.set_result(project(run, transition, now) if ok else None)
+        if hook is not None and request is not None:
+            hook.claimed(claimed, request)
+
+    async def _apply_and_claim(
+        self, transitions: list[Transition], now: datetime, request: ClaimRequest
+    ) -> tuple[list[bool], list[Run]]:
+        rt = self._rt
+        combined = cast(SettlesAndClaims, rt.storage)  # checked when the hook was accepted
+        try:
+            return await combined.apply_transitions_and_claim(
+                rt.environment, transitions, now, request.queues, request.limit, request.lease
+            )
+        except Exception as error:
+            # Settles must not fail because a claim did: write them on their own.
+            logger.warning("settling and claiming failed (%s); settling alone", error)
+            return await rt.storage.apply_transitions(rt.environment, transitions, now), []

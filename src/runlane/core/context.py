@@ -34,7 +34,9 @@ class Signal:
         # Created on first use: most signals are never waited on from a thread.
         self._thread_event: threading.Event | None = None
         self._loop_events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-        self._callbacks: list[Callable[[SignalReason], None]] = []
+        # Callback -> times added, in order of first addition: a worker's stop signal
+        # gains and loses one callback per attempt, so removal must not scan a list.
+        self._callbacks: dict[Callable[[SignalReason], None], int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -53,7 +55,7 @@ class Signal:
                 return
             self._reason = reason
             waiters, self._loop_events = self._loop_events, []
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = self._callbacks, {}
         if self._thread_event is not None:
             self._thread_event.set()
         for loop, event in waiters:
@@ -61,14 +63,15 @@ class Signal:
                 continue
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(event.set)
-        for callback in callbacks:
-            callback(reason)
+        for callback, times in callbacks.items():
+            for _ in range(times):
+                callback(reason)
 
     def add_callback(self, callback: Callable[[SignalReason], None]) -> None:
         """Call ``callback(reason)`` when the signal is set (at once if it already is)."""
         with self._lock:
             if self._reason is None:
-                self._callbacks.append(callback)
+                self._callbacks[callback] = self._callbacks.get(callback, 0) + 1
                 return
             reason = self._reason
         callback(reason)
@@ -76,8 +79,11 @@ class Signal:
     def remove_callback(self, callback: Callable[[SignalReason], None]) -> None:
         """Forget a callback added with :meth:`add_callback` (no error if it is gone)."""
         with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
+            times = self._callbacks.get(callback, 0)
+            if times > 1:
+                self._callbacks[callback] = times - 1
+            elif times:
+                del self._callbacks[callback]
 
     async def wait(self) -> SignalReason:
         """Wait until the signal is set and return the reason."""

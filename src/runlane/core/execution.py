@@ -55,6 +55,7 @@ class AttemptRunner:
     def __init__(self, runtime: Runlane) -> None:
         self._rt = runtime
         self._settles = TransitionBatcher(runtime)
+        self._keeper = _LeaseKeeper()
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
@@ -69,6 +70,21 @@ class AttemptRunner:
         max_attempt_duration: float | None = None,
     ) -> Run:
         """Execute the attempt ``run`` is leased for and return the run as settled."""
+        outcome, policy = await self.attempt(
+            run, settings, stop=stop, max_attempt_duration=max_attempt_duration
+        )
+        return await self.settle(run, outcome, policy)
+
+    async def attempt(
+        self,
+        run: Run,
+        settings: LeaseSettings,
+        *,
+        stop: Signal | None = None,
+        max_attempt_duration: float | None = None,
+    ) -> tuple[AttemptOutcome, RetryPolicy]:
+        """Call the handler of the attempt ``run`` is leased for, keeping the lease alive;
+        the outcome to settle and the retry policy that applies to it."""
         assert run.lease is not None
         signal = Signal()
         if stop is not None:
@@ -82,7 +98,7 @@ class AttemptRunner:
         if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
             # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
             outcome = Released(0.0, "worker shutdown")
-        return await self._settle(run, outcome, policy)
+        return outcome, policy
 
     async def _attempt(
         self,
@@ -93,7 +109,7 @@ class AttemptRunner:
     ) -> tuple[AttemptOutcome, RetryPolicy]:
         rt = self._rt
         task = rt.registry.tasks.get(run.task_id)
-        heartbeat = _Heartbeat(rt, run, settings, signal)
+        heartbeat = _Heartbeat(rt, run, settings, signal, self._keeper)
         outcome: AttemptOutcome
         if task is None:
             outcome = Failed(
@@ -183,12 +199,21 @@ class AttemptRunner:
             return Failed(sanitize_exception(error))
         return _outcome(run, value)
 
-    async def _settle(self, run: Run, outcome: AttemptOutcome, policy: Any) -> Run:
+    async def settle(
+        self,
+        run: Run,
+        outcome: AttemptOutcome,
+        policy: RetryPolicy,
+        batcher: TransitionBatcher | None = None,
+    ) -> Run:
+        """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
+        runtime's); re-read and recompute when a concurrent change won the race."""
         rt = self._rt
+        settles = batcher or self._settles
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
             transition = settle_attempt(current, outcome, policy, rt.clock.now())
-            settled = await self._settles.apply(current, transition)
+            settled = await settles.apply(current, transition)
             if settled is not None:
                 return settled
             fresh = await rt.storage.get_run(rt.environment, run.id)
@@ -206,19 +231,63 @@ class AttemptRunner:
         )
 
 
+class _LeaseKeeper:
+    """One timer per (event loop, heartbeat interval) for every attempt's first renewal.
+
+    Most attempts end long before their first heartbeat is due. Each one only
+    enters and leaves an insertion-ordered dict (its due time grows with the
+    order of entry, as the interval is the same), instead of arming and
+    cancelling a timer of its own.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[tuple[asyncio.AbstractEventLoop, float], dict[_Heartbeat, float]] = {}
+
+    def add(self, beat: _Heartbeat, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        key = (loop, interval)
+        waiting = self._due.get(key)
+        if waiting is None:
+            waiting = self._due[key] = {}
+            loop.call_at(loop.time() + interval, self._fire, key)
+        waiting[beat] = loop.time() + interval
+
+    def discard(self, beat: _Heartbeat, interval: float) -> None:
+        waiting = self._due.get((asyncio.get_running_loop(), interval))
+        if waiting is not None:
+            waiting.pop(beat, None)
+
+    def _fire(self, key: tuple[asyncio.AbstractEventLoop, float]) -> None:
+        loop = key[0]
+        waiting = self._due[key]
+        now = loop.time()
+        while waiting:
+            beat, due = next(iter(waiting.items()))
+            if due > now:
+                loop.call_at(due, self._fire, key)
+                return
+            del waiting[beat]
+            beat.due()
+        # Nobody is waiting: the next attempt arms a new timer.
+        del self._due[key]
+
+
 class _Heartbeat:
     """Renews the lease in the background and turns storage news into signals.
 
-    A timer, not a task, waits for the first renewal: most attempts end before
-    it fires, and a cancelled timer costs far less than a cancelled task.
+    The runner's :class:`_LeaseKeeper`, not a timer or task of its own, waits for
+    the renewal: most attempts end before it is due.
     """
 
-    def __init__(self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal) -> None:
+    def __init__(
+        self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal, keeper: _LeaseKeeper
+    ) -> None:
         self._rt = rt
         self._run = run
         self._settings = settings
         self._signal = signal
-        self._timer: asyncio.TimerHandle | None = None
+        self._keeper = keeper
+        self._interval = settings.interval
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -227,10 +296,9 @@ class _Heartbeat:
 
     def _schedule(self) -> None:
         if not self._stopped:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._settings.interval, self._due)
+            self._keeper.add(self, self._interval)
 
-    def _due(self) -> None:
+    def due(self) -> None:
         self._task = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
@@ -243,8 +311,7 @@ class _Heartbeat:
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._keeper.discard(self, self._interval)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -282,6 +349,7 @@ def _outcome(run: Run, value: Any) -> AttemptOutcome:
     return Succeeded(value)
 
 
-def _min_or_none(*values: float | None) -> float | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
+def _min_or_none(first: float | None, second: float | None) -> float | None:
+    if first is None:
+        return second
+    return first if second is None else min(first, second)

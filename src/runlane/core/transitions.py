@@ -6,7 +6,6 @@ compare-and-set, so a rule computed from a stale read never lands.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -126,17 +125,30 @@ def _failure_changes(
 def project(run: Run, transition: Transition, now: datetime) -> Run:
     """The run as storage holds it after ``transition`` was applied to ``run`` at ``now``."""
     changes = transition.changes
-    return dataclasses.replace(
-        run,
+    # Built field by field rather than with dataclasses.replace: this runs once per
+    # settled attempt, and replace() inspects the dataclass's fields on every call.
+    return Run(
+        id=run.id,
+        environment=run.environment,
+        task_id=run.task_id,
+        queue=run.queue,
         status=changes.status,
+        payload=run.payload,
+        attempt=run.attempt,
+        failure_count=run.failure_count + int(changes.add_failure),
         run_at=changes.run_at or run.run_at,
+        created_at=run.created_at,
+        updated_at=now,
+        event_sequence=run.event_sequence + len(transition.events),
+        source=run.source,
         result=changes.result,
         failure=changes.failure,
-        cancel_reason=changes.cancel_reason,
-        failure_count=run.failure_count + int(changes.add_failure),
-        event_sequence=run.event_sequence + len(transition.events),
-        updated_at=now,
+        idempotency_key=run.idempotency_key,
+        singleton_key=run.singleton_key,
+        concurrency_key=run.concurrency_key,
+        trace_carrier=run.trace_carrier,
         lease=run.lease if changes.keep_lease else None,
+        cancel_reason=changes.cancel_reason,
     )
 
 

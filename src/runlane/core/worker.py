@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from runlane.core.batching import ClaimRequest, TransitionBatcher
 from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings
@@ -29,6 +30,11 @@ ERROR_BACKOFF_MAX = 30.0
 #: (at most this many) are free, so claims come in batches rather than one by one.
 CLAIM_BATCH_DIVISOR = 2
 MAX_CLAIM_BATCH_WAIT = 50
+#: Settles that carry a claim go at most this share of the slots per write, and
+#: this many such writes may be in flight: storage writes one batch (settles and
+#: the claim riding on them) while the worker runs another.
+SETTLE_BATCH_DIVISOR = 2
+MAX_SETTLE_FLUSHES = 2
 
 
 class WorkerMode(StrEnum):
@@ -69,8 +75,21 @@ class Worker:
         self._on_progress = on_progress
         self._stop = Signal()
         self._active: set[asyncio.Task[None]] = set()
+        #: Attempts holding a slot, by (run id, attempt): from claim until the handler is
+        #: done (its outcome is then written, with no handler running any more).
+        self._holding: set[tuple[str, int]] = set()
+        #: Slots promised to claims in flight (the loop's own, or ones riding on settles).
+        self._reserved = 0
         self._slot_freed: asyncio.Event | None = None
         self._claim_batch = max(1, min(concurrency // CLAIM_BATCH_DIVISOR, MAX_CLAIM_BATCH_WAIT))
+        #: Whether the last claim got all it asked for (so more runs are probably due).
+        self._more_due = False
+        self._settles = TransitionBatcher(
+            runtime,
+            max_batch=max(1, concurrency // SETTLE_BATCH_DIVISOR),
+            max_flushes=MAX_SETTLE_FLUSHES,
+            claims=self,
+        )
         self.executed = 0
 
     async def stop(self) -> None:
@@ -93,13 +112,19 @@ class Worker:
         backoff = ERROR_BACKOFF_INITIAL
         try:
             while not self._stop.is_set():
-                free = self.concurrency - len(self._active)
-                if free <= 0 or (self._active and free < self._claim_batch):
-                    # Busy: wait until enough slots are free to make a claim worth a trip.
+                free = self.concurrency - len(self._holding) - self._reserved
+                if (
+                    free <= 0
+                    or (self._holding and free < self._claim_batch)
+                    or (self._more_due and not self._settles.idle)
+                ):
+                    # Busy: wait until enough slots are free to make a claim worth a trip
+                    # (while runs are due and settles are being written, they claim).
                     await self._wait_for(self._slot_freed, None)
                     continue
                 work.clear()
                 busy_before_claim = bool(self._active)
+                self._reserved += free
                 try:
                     claimed = await rt.storage.claim_due_runs(
                         rt.environment,
@@ -121,10 +146,11 @@ class Worker:
                     await self._wait_for(asyncio.Event(), backoff)
                     backoff = min(backoff * 2, ERROR_BACKOFF_MAX)
                     continue
+                finally:
+                    self._reserved -= free
                 backoff = ERROR_BACKOFF_INITIAL
-                for run in claimed:
-                    task = loop.create_task(self._execute(run))
-                    self._active.add(task)
+                self._more_due = len(claimed) >= free
+                self._start(claimed)
                 if claimed:
                     continue
                 if self.mode is WorkerMode.DRAIN:
@@ -142,9 +168,22 @@ class Worker:
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
+    def _start(self, runs: list[Run]) -> None:
+        """Start an attempt of each claimed run in a slot of its own."""
+        loop = asyncio.get_running_loop()
+        for run in runs:
+            self._holding.add((run.id, run.attempt))
+            task = loop.create_task(self._execute(run))
+            self._active.add(task)
+
     async def _execute(self, run: Run) -> None:
+        attempts = self._rt.attempts
         try:
-            settled = await self._rt.attempts.execute(run, self.lease, stop=self._stop)
+            try:
+                outcome, policy = await attempts.attempt(run, self.lease, stop=self._stop)
+            finally:
+                self._free_slot(run)
+            settled = await attempts.settle(run, outcome, policy, self._settles)
             self.executed += 1
             if self._on_progress is not None:
                 self._on_progress(settled)
@@ -159,6 +198,37 @@ class Worker:
                 self._active.discard(task)
             if self._slot_freed is not None:
                 self._slot_freed.set()
+
+    def _free_slot(self, run: Run) -> None:
+        self._holding.discard((run.id, run.attempt))
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+
+    # -- claiming while settling (the batcher's ClaimHook) ---------------------------
+
+    def claim_request(self, settling: int) -> ClaimRequest | None:
+        """Claim with a flush of settles while runs are due and enough slots are free."""
+        if not self._more_due or self._stop.is_set():
+            return None
+        free = self.concurrency - len(self._holding) - self._reserved
+        if free < self._claim_batch:
+            return None
+        # About as many as are settled: the next flush claims for the next batch.
+        limit = min(free, max(settling, self._claim_batch))
+        self._reserved += limit
+        lease = self._rt.attempts.lease_request(self.worker_id, self.lease)
+        return ClaimRequest(self.queues, limit, lease)
+
+    def claimed(self, runs: list[Run], request: ClaimRequest) -> None:
+        """Start the runs claimed with a flush of settles."""
+        self._reserved -= request.limit
+        self._more_due = len(runs) >= request.limit
+        self._start(runs)
+
+    def flushed(self) -> None:
+        """Let the loop look again: it claims itself once settles stop carrying claims."""
+        if self._slot_freed is not None:
+            self._slot_freed.set()
 
     async def _wait_for(
         self, event: asyncio.Event, limit: float | None, *, notify: bool = False
@@ -191,7 +261,8 @@ class Worker:
             event.clear()
 
     async def _finish_in_flight(self) -> None:
-        if self._active:
+        # Settles of finishing attempts may still start runs they claimed: wait for those too.
+        while self._active:
             await asyncio.gather(*self._active, return_exceptions=True)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:

@@ -356,3 +356,27 @@ class WorkNotifier(Protocol):
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Return True when new runnable work was announced, False after ``timeout``."""
+
+
+@runtime_checkable
+class SettlesAndClaims(Protocol):
+    """Optional: apply transitions and claim due runs in one atomic write.
+
+    A busy worker settles the attempts that ended and claims as many runs as
+    that frees in one transaction (one commit) instead of two.
+    """
+
+    async def apply_transitions_and_claim(
+        self,
+        environment: str,
+        transitions: Sequence[Transition],
+        now: datetime,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+    ) -> tuple[list[bool], list[Run]]:
+        """:meth:`Storage.apply_transitions`, then :meth:`Storage.claim_due_runs`, atomically.
+
+        The claim sees the transitions applied: capacity they free is claimable, and
+        a run they make due again may be claimed. Returns what each call returns.
+        """

@@ -71,37 +71,84 @@ def _json(value: str | bytes) -> Any:
     return json.loads(value)
 
 
+_loads = json.loads
+_STATUSES = {status.value: status for status in RunStatus}
+
+
+class RunDecoder:
+    """Builds runs from ``runs`` rows, sharing the equal immutable values rows repeat.
+
+    Rows decoded together (one claim, one listing page) mostly share their times,
+    source and lease: a claim leases every run under one token, and runs created by
+    one bulk trigger share their times and source. Each distinct value is decoded
+    once per decoder; mutable values (payload, result, trace carrier) never are shared.
+    """
+
+    __slots__ = ("_leases", "_sources", "_times")
+
+    def __init__(self) -> None:
+        self._times: dict[int, datetime] = {}
+        self._sources: dict[str, RunSource] = {}
+        self._leases: dict[tuple[str, str, int], Lease] = {}
+
+    def time(self, micros: int) -> datetime:
+        """``from_micros(micros)``, once per distinct value."""
+        moment = self._times.get(micros)
+        if moment is None:
+            moment = self._times[micros] = from_micros(micros)
+        return moment
+
+    def run(self, row: Row) -> Run:
+        """Build a :class:`Run` from a ``runs`` row."""
+        time = self.time
+        source_text = row["source"]
+        source = self._sources.get(source_text)
+        if source is None:
+            source = self._sources[source_text] = RunSource.from_json(_loads(source_text))
+        token = row["lease_token"]
+        lease = None
+        if token is not None:
+            key = (row["lease_owner"], token, row["lease_expires_at"])
+            lease = self._leases.get(key)
+            if lease is None:
+                lease = self._leases[key] = Lease(key[0], token, time(key[2]))
+        result = row["result"]
+        failure = row["failure"]
+        carrier = row["trace_carrier"]
+        return Run(
+            id=row["id"],
+            environment=row["environment"],
+            task_id=row["task_id"],
+            queue=row["queue"],
+            status=_STATUSES[row["status"]],
+            payload=_loads(row["payload"]),
+            attempt=row["attempt"],
+            failure_count=row["failure_count"],
+            run_at=time(row["run_at"]),
+            created_at=time(row["created_at"]),
+            updated_at=time(row["updated_at"]),
+            event_sequence=row["event_sequence"],
+            source=source,
+            result=_loads(result) if result is not None else None,
+            failure=RunFailure.from_json(_loads(failure)) if failure is not None else None,
+            idempotency_key=row["idempotency_key"],
+            singleton_key=row["singleton_key"],
+            concurrency_key=row["concurrency_key"],
+            trace_carrier=_loads(carrier) if carrier is not None else None,
+            lease=lease,
+            cancel_reason=row["cancel_reason"],
+        )
+
+
 def run_from_row(row: Row) -> Run:
     """Build a :class:`Run` from a ``runs`` row."""
-    token = row["lease_token"]
-    failure = row["failure"]
-    return Run(
-        id=row["id"],
-        environment=row["environment"],
-        task_id=row["task_id"],
-        queue=row["queue"],
-        status=RunStatus(row["status"]),
-        payload=_json(row["payload"]),
-        attempt=row["attempt"],
-        failure_count=row["failure_count"],
-        run_at=from_micros(row["run_at"]),
-        created_at=from_micros(row["created_at"]),
-        updated_at=from_micros(row["updated_at"]),
-        event_sequence=row["event_sequence"],
-        source=RunSource.from_json(_json(row["source"])),
-        result=_json(row["result"]) if row["result"] is not None else None,
-        failure=RunFailure.from_json(_json(failure)) if failure is not None else None,
-        idempotency_key=row["idempotency_key"],
-        singleton_key=row["singleton_key"],
-        concurrency_key=row["concurrency_key"],
-        trace_carrier=_json(row["trace_carrier"]) if row["trace_carrier"] is not None else None,
-        lease=(
-            Lease(row["lease_owner"], token, from_micros(row["lease_expires_at"]))
-            if token is not None
-            else None
-        ),
-        cancel_reason=row["cancel_reason"],
-    )
+    return RunDecoder().run(row)
+
+
+def runs_from_rows(rows: Iterable[Row]) -> list[Run]:
+    """Build :class:`Run` records from ``runs`` rows, decoding shared values once."""
+    decode = RunDecoder().run
+    return [decode(row) for row in rows]
 
 
 def outbox_from_row(row: Row) -> OutboxMessage:

@@ -9,6 +9,10 @@ scoped advisory lock per queue first, and counts and claims in the next
 statement (a fresh snapshot that sees every decision committed before it).
 Workers skip a bounded queue whose lock another worker holds rather than wait:
 that worker is filling the capacity anyway.
+
+A busy worker settles finished attempts and claims again in one transaction
+(:func:`apply_and_claim`); on unbounded queues all of it goes in one pipelined
+round trip with one commit.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from runlane.core.models import Run
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
-from runlane.storage.records import run_from_row
+from runlane.storage.records import run_from_row, runs_from_rows
 
 
 def compose_claims(q: Mapping[str, str]) -> dict[str, str]:
@@ -107,5 +112,48 @@ async def claim_run(
     return run_from_row(rows[0]) if rows else None
 
 
+async def apply_and_claim(
+    conn: psycopg.AsyncConnection[Any],
+    q: Queries,
+    lock_prefix: str,
+    rounds: Sequence[dict[str, Any]],
+    queues: Sequence[QueuePolicy],
+    limit: int,
+    params: dict[str, Any],
+) -> tuple[list[set[str]], list[Run]]:
+    """In one transaction: ``apply_transitions`` once per round (the ids each applied),
+    then claim up to ``limit`` due runs as :func:`claim_due_runs` does, seeing them."""
+    if any(p.concurrency_limit is not None for p in queues):
+        # Bounded queues decide on the advisory locks' answer: statement by statement.
+        session = AsyncSession(conn)
+        async with conn.transaction():
+            applied = [
+                {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
+                for round_params in rounds
+            ]
+            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
+        return applied, claimed
+    unbounded = list(dict.fromkeys(p.name for p in queues))
+    cursors = [conn.cursor(row_factory=dict_row) for _ in range(len(rounds) + 1)]
+    try:
+        # BEGIN, the rounds, the claim and COMMIT go out together; errors surface at the
+        # pipeline's sync, and the transaction then rolls back as a whole.
+        async with conn.pipeline(), conn.transaction():
+            # Generic plans from the first execution: the statements are prepared on first
+            # use, and planning the claim afresh each time costs more than running it.
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            for cur, round_params in zip(cursors, rounds, strict=False):
+                await cur.execute(q["apply_transitions"], round_params, prepare=True)
+            await cursors[-1].execute(
+                q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True
+            )
+        applied = [{row["id"] for row in await cur.fetchall()} for cur in cursors[:-1]]
+        rows = await cursors[-1].fetchall()
+    finally:
+        for cur in cursors:
+            await cur.close()
+    return applied, _runs(rows)
+
+
 def _runs(rows: Sequence[Any]) -> list[Run]:
-    return sorted((run_from_row(row) for row in rows), key=lambda run: (run.run_at, run.id))
+    return sorted(runs_from_rows(rows), key=lambda run: (run.run_at, run.id))

@@ -401,6 +401,39 @@ class PostgresStorage:
 
         return await self._run(op)
 
+    async def apply_transitions_and_claim(
+        self,
+        environment: str,
+        transitions: Sequence[Transition],
+        now: datetime,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+    ) -> tuple[list[bool], list[Run]]:
+        """Apply transitions, then claim due runs that sees them, in one transaction."""
+        if not transitions:
+            return [], await self.claim_due_runs(environment, queues, limit, lease, now)
+        if limit < 1 or not queues:
+            return await self.apply_transitions(environment, transitions, now), []
+        now_us = to_micros(now)
+        rounds = transition_rounds(transitions)
+        round_params = [
+            transition_params(environment, [transitions[i] for i in indexes], now_us)
+            for indexes in rounds
+        ]
+        params = {"environment": environment, "limit": limit, **lease_params(lease, now_us)}
+        prefix = self._lock_prefix(environment)
+        done, claimed = await self._run(
+            lambda conn: claims.apply_and_claim(
+                conn, self._q, prefix, round_params, queues, limit, params
+            )
+        )
+        applied = [False] * len(transitions)
+        for indexes, ids in zip(rounds, done, strict=True):
+            for i in indexes:
+                applied[i] = transitions[i].run_id in ids
+        return applied, claimed
+
     # -- reads ---------------------------------------------------------------------
 
     async def get_run(self, environment: str, run_id: str) -> Run | None:

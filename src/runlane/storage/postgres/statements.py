@@ -268,37 +268,39 @@ def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
 def transition_params(
     environment: str, transitions: Sequence[Transition], now_us: int
 ) -> dict[str, Any]:
-    """Parameters of ``apply_transitions`` for one round."""
-    params: dict[str, Any] = {
-        name: []
-        for name in (
-            "ids", "statuses", "run_ats", "results", "failures", "cancel_reasons",
-            "add_failures", "event_counts", "keep_leases", "expected_sequences",
-            "lease_tokens", "lease_expired_bys", "event_run_ids", "event_sequences",
-            "event_types", "event_data",
-        )
-    }  # fmt: skip
-    params["environment"] = environment
-    params["now"] = now_us
+    """Parameters of ``apply_transitions`` for one round: the transitions and their
+    events as JSON arrays of positional fields (see the query for the order)."""
+    ids: list[str] = []
+    rows: list[list[Any]] = []
+    events: list[list[Any]] = []
     for transition in transitions:
         changes = transition.changes
-        params["ids"].append(transition.run_id)
-        params["statuses"].append(changes.status.value)
-        params["run_ats"].append(micros_or_none(changes.run_at))
-        params["results"].append(dumps(changes.result) if changes.result is not None else None)
-        params["failures"].append(
-            dumps(changes.failure.to_json()) if changes.failure is not None else None
+        run_id = transition.run_id
+        sequence = transition.expected_sequence
+        failure = changes.failure
+        ids.append(run_id)
+        rows.append(
+            [
+                run_id,
+                changes.status.value,
+                micros_or_none(changes.run_at),
+                changes.result,
+                failure.to_json() if failure is not None else None,
+                changes.cancel_reason,
+                int(changes.add_failure),
+                len(transition.events),
+                changes.keep_lease,
+                sequence,
+                transition.lease_token,
+                micros_or_none(transition.lease_expired_by),
+            ]
         )
-        params["cancel_reasons"].append(changes.cancel_reason)
-        params["add_failures"].append(int(changes.add_failure))
-        params["event_counts"].append(len(transition.events))
-        params["keep_leases"].append(changes.keep_lease)
-        params["expected_sequences"].append(transition.expected_sequence)
-        params["lease_tokens"].append(transition.lease_token)
-        params["lease_expired_bys"].append(micros_or_none(transition.lease_expired_by))
         for offset, event in enumerate(transition.events, start=1):
-            params["event_run_ids"].append(transition.run_id)
-            params["event_sequences"].append(transition.expected_sequence + offset)
-            params["event_types"].append(event.type.value)
-            params["event_data"].append(dumps(event.data))
-    return params
+            events.append([run_id, sequence + offset, event.type.value, event.data])
+    return {
+        "environment": environment,
+        "now": now_us,
+        "ids": ids,
+        "transitions": dumps(rows),
+        "events": dumps(events),
+    }

@@ -188,6 +188,28 @@ class SqliteStorage:
             lambda cur: apply_transitions(cur, environment, transitions, now_us)
         )
 
+    async def apply_transitions_and_claim(
+        self,
+        environment: str,
+        transitions: Sequence[Transition],
+        now: datetime,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+    ) -> tuple[list[bool], list[Run]]:
+        """Apply transitions, then claim due runs that sees them, in one transaction."""
+        now_us = to_micros(now)
+        params = lease_params(lease, now)
+
+        def op(cur: sqlite3.Cursor) -> tuple[list[bool], list[Run]]:
+            applied = apply_transitions(cur, environment, transitions, now_us)
+            if limit < 1 or not queues:
+                return applied, []
+            claimed = claims.claim_due_runs(cur, environment, queues, limit, params, self._rotation)
+            return applied, claimed
+
+        return await self._db.transact(op)
+
     # -- reads ---------------------------------------------------------------------
 
     async def get_run(self, environment: str, run_id: str) -> Run | None:
