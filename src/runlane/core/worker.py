@@ -152,6 +152,8 @@ class Worker:
                 self._more_due = len(claimed) >= free
                 self._start(claimed)
                 if claimed:
+                    # Let the attempts just started begin before claiming more.
+                    await asyncio.sleep(0)
                     continue
                 if self.mode is WorkerMode.DRAIN:
                     if not busy_before_claim and not self._active:
