@@ -12,6 +12,7 @@ an asyncio task beside a heartbeat. Default durability (fsync on).
     .venv/bin/python bench/bench_postgres.py --json
     .venv/bin/python bench/bench_postgres.py --claim-scaling  # + claim cost at 10k / 1M
     .venv/bin/python bench/bench_postgres.py --only drain,latency  # some measurements
+    .venv/bin/python bench/bench_postgres.py --repeat 5       # medians of 5 rounds (default 3)
     RUNLANE_BENCH_DATABASE_URL=postgresql://... .venv/bin/python bench/bench_postgres.py
 """
 
@@ -26,7 +27,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ LATENCY_RATE = 100.0
 DEFAULT_CONCURRENCY = 100
 #: Producers triggering at once in the concurrent single-trigger measurement.
 PRODUCERS = 10
+#: Rounds of every measurement (interleaved with its raw twin); rates are medians.
+DEFAULT_REPEAT = 3
 #: Jobs per statement in the raw batched loops (as trigger_many writes 1,000 per call).
 RAW_INSERT_BATCH = 1_000
 RAW_CLAIM_BATCH = 100
@@ -363,54 +366,84 @@ def _row(
 GROUPS = ("bulk", "single", "drain", "latency")
 
 
+async def _median_rate(runs: int, *measurements: Callable[[], Awaitable[float]],
+                       repeat: int) -> list[float]:  # fmt: skip
+    """Runs per second of each measurement: the median over ``repeat`` rounds, the
+    measurements taking turns within a round so a slow spell of the machine hits all."""
+    seconds: list[list[float]] = [[] for _ in measurements]
+    for _ in range(repeat):
+        for times, measurement in zip(seconds, measurements, strict=True):
+            times.append(await measurement())
+    return [runs / statistics.median(times) for times in seconds]
+
+
 async def measure(
-    dsn: str, concurrency: int, claim_scaling: bool, only: frozenset[str] = frozenset(GROUPS)
+    dsn: str,
+    concurrency: int,
+    claim_scaling: bool,
+    only: frozenset[str] = frozenset(GROUPS),
+    repeat: int = DEFAULT_REPEAT,
 ) -> dict[str, Any]:
     """Every measurement (or the groups in ``only``), in rows of (Runlane, raw single,
-    raw batched)."""
+    raw batched); rates are medians of ``repeat`` interleaved rounds."""
     rows: list[dict[str, Any]] = []
+    if "bulk" in only or "single" in only:
+        single, raw_single = await _median_rate(
+            SINGLE_RUNS,
+            lambda: runlane_single_trigger(dsn, _schema(), SINGLE_RUNS),
+            lambda: raw_insert(dsn, SINGLE_RUNS, 1),
+            repeat=repeat,
+        )
     if "bulk" in only:
-        bulk = BULK_RUNS / await runlane_bulk_trigger(dsn, _schema(), BULK_RUNS)
-        raw_bulk = BULK_RUNS / await raw_insert(dsn, BULK_RUNS, RAW_INSERT_BATCH)
-    if "single" in only:
-        single = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS)
-        raw_single = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1)
-        many = SINGLE_RUNS / await runlane_single_trigger(dsn, _schema(), SINGLE_RUNS, PRODUCERS)
-        raw_many = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1, PRODUCERS)
-    elif "bulk" in only:
-        raw_single = SINGLE_RUNS / await raw_insert(dsn, SINGLE_RUNS, 1)
-    if "drain" in only:
-        drain = DRAIN_RUNS / await runlane_drain(dsn, _schema(), DRAIN_RUNS, concurrency)
-        raw_drain_one = RAW_SINGLE_DRAIN_RUNS / await raw_drain(dsn, RAW_SINGLE_DRAIN_RUNS, 1)
-        raw_drain_many = DRAIN_RUNS / await raw_drain(dsn, DRAIN_RUNS, RAW_CLAIM_BATCH)
-    if "latency" in only:
-        latencies = await runlane_latency(dsn, _schema(), LATENCY_RUNS, LATENCY_RATE)
-        raw_latencies = await raw_latency(dsn, LATENCY_RUNS, LATENCY_RATE)
-    if "bulk" in only:
+        bulk, raw_bulk = await _median_rate(
+            BULK_RUNS,
+            lambda: runlane_bulk_trigger(dsn, _schema(), BULK_RUNS),
+            lambda: raw_insert(dsn, BULK_RUNS, RAW_INSERT_BATCH),
+            repeat=repeat,
+        )
         rows.append(_row(f"bulk trigger ({BULK_RUNS:,} runs, runs/s)", bulk, raw_single,
                          raw_bulk, bulk / raw_bulk))  # fmt: skip
     if "single" in only:
+        many, raw_many = await _median_rate(
+            SINGLE_RUNS,
+            lambda: runlane_single_trigger(dsn, _schema(), SINGLE_RUNS, PRODUCERS),
+            lambda: raw_insert(dsn, SINGLE_RUNS, 1, PRODUCERS),
+            repeat=repeat,
+        )
         rows.append(_row(f"single trigger ({SINGLE_RUNS:,} runs, runs/s)", single, raw_single,
                          None, single / raw_single))  # fmt: skip
         rows.append(_row(f"single trigger, {PRODUCERS} producers (runs/s)", many, raw_many,
                          None, many / raw_many))  # fmt: skip
     if "drain" in only:
+        drain, raw_drain_many = await _median_rate(
+            DRAIN_RUNS,
+            lambda: runlane_drain(dsn, _schema(), DRAIN_RUNS, concurrency),
+            lambda: raw_drain(dsn, DRAIN_RUNS, RAW_CLAIM_BATCH),
+            repeat=repeat,
+        )
+        raw_drain_one = RAW_SINGLE_DRAIN_RUNS / await raw_drain(dsn, RAW_SINGLE_DRAIN_RUNS, 1)
         rows.append(_row(f"drain ({DRAIN_RUNS:,} runs, worker x{concurrency}, runs/s)", drain,
                          raw_drain_one, raw_drain_many, drain / raw_drain_many))  # fmt: skip
-    for label, fraction in (("p50", 0.5), ("p99", 0.99)) if "latency" in only else ():
-        ours = _percentile(latencies, fraction) * 1000
-        raw = _percentile(raw_latencies, fraction) * 1000
-        rows.append(
-            {
-                "operation": f"enqueue→start latency {label} (ms, {LATENCY_RUNS} at "
-                f"{LATENCY_RATE:g}/s)",
-                "runlane": ours,
-                "raw_single": raw,
-                "raw_batched": None,
-                "ratio": ours / raw,
-            }
-        )
-    result: dict[str, Any] = {"results": rows}
+    if "latency" in only:
+        # Every round's samples pooled: percentiles of repeat x LATENCY_RUNS triggers each.
+        latencies: list[float] = []
+        raw_latencies: list[float] = []
+        for _ in range(repeat):
+            latencies += await runlane_latency(dsn, _schema(), LATENCY_RUNS, LATENCY_RATE)
+            raw_latencies += await raw_latency(dsn, LATENCY_RUNS, LATENCY_RATE)
+        for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+            ours = _percentile(latencies, fraction) * 1000
+            raw = _percentile(raw_latencies, fraction) * 1000
+            rows.append(
+                _row(
+                    f"enqueue→start latency {label} (ms, {LATENCY_RUNS} at {LATENCY_RATE:g}/s)",
+                    ours,
+                    raw,
+                    None,
+                    ours / raw,
+                )
+            )
+    result: dict[str, Any] = {"repeat": repeat, "results": rows}
     if claim_scaling:
         result["claim_latency_ms"] = {
             f"{queued:,} queued": await claim_latency_at(dsn, _schema(), queued) * 1000
@@ -420,7 +453,10 @@ async def measure(
 
 
 def _print(result: dict[str, Any]) -> None:
-    print("Runlane on PostgreSQL beside raw psycopg (same server, fsync on)")
+    print(
+        "Runlane on PostgreSQL beside raw psycopg (same server, fsync on; "
+        f"medians of {result['repeat']} interleaved rounds)"
+    )
     print(f"{'operation':<52}{'runlane':>10}{'raw single':>12}{'raw batched':>13}{'ratio':>8}")
     for row in result["results"]:
         batched = f"{row['raw_batched']:,.0f}" if row["raw_batched"] is not None else "-"
@@ -441,6 +477,12 @@ def main() -> None:
     parser.add_argument("--claim-scaling", action="store_true", help="Also time claims at 1M.")
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULT_REPEAT,
+        help=f"Rounds per measurement; rates are medians (default {DEFAULT_REPEAT}).",
+    )
+    parser.add_argument(
         "--only",
         default=",".join(GROUPS),
         help=f"Comma-separated measurement groups to run (default: all of {', '.join(GROUPS)}).",
@@ -454,7 +496,9 @@ def main() -> None:
         if not dsn:
             server = stack.enter_context(PostgresServer())
             dsn = server.create_database("runlane_bench")
-        result = asyncio.run(measure(dsn, args.concurrency, args.claim_scaling, only))
+        result = asyncio.run(
+            measure(dsn, args.concurrency, args.claim_scaling, only, max(1, args.repeat))
+        )
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -27,10 +27,24 @@ from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
 from runlane.storage.protocol import CreateOutcome, NewRun
 
-#: A payload as :func:`prepare_payload` returns it: (handler value, JSON value, JSON text).
-Prepared = tuple[Any, Any, str]
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Validated payloads as parallel lists: value for the handler, JSON value, JSON text.
+
+    Lists rather than a tuple per payload: a large ``trigger_many`` keeps them until
+    it returns, and every tuple kept is one more object for the garbage collector.
+    """
+
+    instances: list[Any]
+    values: list[Any]
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return len(self.texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +67,33 @@ class TriggerPlan:
 
     def new_runs(self, payloads: Sequence[Any]) -> list[NewRun]:
         """One validated :class:`NewRun` per payload, in order; nothing is written."""
-        return self.build(self.prepare(payloads))
+        prepared = self.prepare(payloads)
+        return self.build(prepared, 0, len(prepared))
 
-    def prepare(self, payloads: Sequence[Any]) -> list[Prepared]:
+    def prepare(self, payloads: Sequence[Any]) -> Prepared:
         """Validate and encode every payload (raises on the first bad one)."""
         task, limit = self.task, self.max_payload_bytes
-        return [prepare_payload(task, payload, limit) for payload in payloads]
+        prepared = Prepared([], [], [])
+        for payload in payloads:
+            instance, value, text = prepare_payload(task, payload, limit)
+            prepared.instances.append(instance)
+            prepared.values.append(value)
+            prepared.texts.append(text)
+        return prepared
 
-    def build(self, prepared: Sequence[Prepared]) -> list[NewRun]:
-        """The runs of payloads :meth:`prepare` accepted, with fresh ids."""
+    def build(self, prepared: Prepared, start: int, stop: int) -> list[NewRun]:
+        """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh ids."""
         task = self.task
-        ids = new_run_id.many(len(prepared))
+        ids = new_run_id.many(stop - start)
         keyed = self.idempotency_key is not None or self.singleton_key is not None
         runs = []
-        for run_id, (instance, value, encoded) in zip(ids, prepared, strict=True):
+        for run_id, instance, value, encoded in zip(
+            ids,
+            prepared.instances[start:stop],
+            prepared.values[start:stop],
+            prepared.texts[start:stop],
+            strict=True,
+        ):
             idempotency_key = singleton_key = None
             if keyed:
                 idempotency_key = _key_from(self.idempotency_key, instance, "idempotency_key")

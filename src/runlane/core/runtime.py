@@ -26,7 +26,7 @@ from runlane.core.ids import (
 from runlane.core.lane import Lane
 from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, TickReport
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
+from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.transport.protocol import DeliveryMessage
@@ -247,25 +247,30 @@ class Runlane:
             source=_TRIGGERED,
         )
         prepared = plan.prepare(payloads)
-        batches = [
-            prepared[start : start + TRIGGER_BATCH_SIZE]
+        spans = [
+            (start, min(start + TRIGGER_BATCH_SIZE, len(prepared)))
             for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
         ]
-        if connection is not None or len(batches) < 2:
-            written = [await self._create(plan.build(b), connection=connection) for b in batches]
+
+        async def write(start: int, stop: int) -> list[Run]:
+            outcomes = await self._create(plan.build(prepared, start, stop), connection=connection)
+            return [outcome.run for outcome in outcomes]
+
+        if connection is not None or len(spans) < 2:
+            written = [await write(start, stop) for start, stop in spans]
         else:
             # A few batches in flight at once: the database stores one while this
             # process builds the next.
             gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
 
-            async def write(batch: Sequence[Prepared]) -> list[CreateOutcome]:
+            async def gated(start: int, stop: int) -> list[Run]:
                 async with gate:
-                    return await self._create(plan.build(batch))
+                    return await write(start, stop)
 
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(write(batch)) for batch in batches]
+                tasks = [group.create_task(gated(start, stop)) for start, stop in spans]
             written = [task.result() for task in tasks]
-        return [outcome.run for outcomes in written for outcome in outcomes]
+        return [run for runs in written for run in runs]
 
     async def _create(
         self, new_runs: Sequence[NewRun], *, connection: Any = None
