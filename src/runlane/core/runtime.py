@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -102,7 +103,10 @@ class Runlane:
         self._open = False
         self._open_lock: asyncio.Lock | None = None
         self._attempts = AttemptRunner(self)
-        self._creations = CreationBatcher(self._create)
+        #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
+        self._creations: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
         if dispatch not in ("eager", "deferred"):
@@ -217,7 +221,11 @@ class Runlane:
         ).new_runs([payload])
         if connection is None and new.idempotency_key is None and new.singleton_key is None:
             # Concurrent lone triggers share one write and one commit.
-            return (await self._creations.create(new)).run
+            loop = asyncio.get_running_loop()
+            batcher = self._creations.get(loop)
+            if batcher is None:
+                batcher = self._creations[loop] = CreationBatcher(self._create)
+            return (await batcher.create(new)).run
         (outcome,) = await self._create([new], connection=connection)
         return outcome.run
 

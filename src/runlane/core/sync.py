@@ -1,7 +1,9 @@
 """``rl.sync``: the blocking facade for sync apps (Flask, Django, scripts).
 
 The runtime runs on an event loop in a daemon thread; each blocking call
-submits the matching coroutine there and waits for it.
+submits the matching coroutine there and waits for it. Use one runtime object
+either through ``rl.sync`` or from your own event loop, not through both at
+once: its storage's connections belong to the loop that opened them.
 """
 
 from __future__ import annotations
