@@ -17,10 +17,12 @@ round trip with one commit.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row
 
 from runlane.core.models import Run
@@ -136,9 +138,13 @@ async def apply_and_claim(
     unbounded = list(dict.fromkeys(p.name for p in queues))
     cursors = [conn.cursor(row_factory=dict_row) for _ in range(len(rounds) + 1)]
     try:
-        # BEGIN, the rounds, the claim and COMMIT go out together; errors surface at the
-        # pipeline's sync, and the transaction then rolls back as a whole.
-        async with conn.pipeline(), conn.transaction():
+        # BEGIN, the rounds, the claim and COMMIT go out together, ended by the pipeline's
+        # one Sync: a single round trip. (psycopg's transaction() in a pipeline syncs after
+        # BEGIN and before COMMIT, three round trips.) A failed statement makes the server
+        # skip the rest, COMMIT included, so the transaction rolls back as a whole; the
+        # error surfaces at the Sync, and the block below ends the failed transaction.
+        async with conn.pipeline():
+            await conn.execute("BEGIN")
             # Generic plans from the first execution: the statements are prepared on first
             # use, and planning the claim afresh each time costs more than running it.
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -147,12 +153,23 @@ async def apply_and_claim(
             await cursors[-1].execute(
                 q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True
             )
+            await conn.execute("COMMIT")
         applied = [{row["id"] for row in await cur.fetchall()} for cur in cursors[:-1]]
         rows = await cursors[-1].fetchall()
+    except BaseException:
+        # Failed on the server (or interrupted before COMMIT went out): roll back, so
+        # nothing of it lands and the connection goes back to the pool idle.
+        if conn.info.transaction_status in _IN_TRANSACTION:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
     finally:
         for cur in cursors:
             await cur.close()
     return applied, _runs(rows)
+
+
+_IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 
 
 def _runs(rows: Sequence[Any]) -> list[Run]:
