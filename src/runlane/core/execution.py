@@ -205,15 +205,21 @@ class AttemptRunner:
         outcome: AttemptOutcome,
         policy: RetryPolicy,
         batcher: TransitionBatcher | None = None,
+        *,
+        project: bool = True,
     ) -> Run:
         """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
-        runtime's); re-read and recompute when a concurrent change won the race."""
+        runtime's); re-read and recompute when a concurrent change won the race.
+
+        Returns the run as settled; with ``project=False`` (the caller does not look at
+        it) a written outcome returns the run as it was leased, without building a new one.
+        """
         rt = self._rt
         settles = batcher or self._settles
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
             transition = settle_attempt(current, outcome, policy, rt.clock.now())
-            settled = await settles.apply(current, transition)
+            settled = await settles.apply(current, transition, project=project)
             if settled is not None:
                 return settled
             fresh = await rt.storage.get_run(rt.environment, run.id)

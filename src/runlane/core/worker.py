@@ -185,10 +185,14 @@ class Worker:
                 outcome, policy = await attempts.attempt(run, self.lease, stop=self._stop)
             finally:
                 self._free_slot(run)
-            settled = await attempts.settle(run, outcome, policy, self._settles)
+            # The settled run is built only for on_progress: nothing else looks at it.
+            on_progress = self._on_progress
+            settled = await attempts.settle(
+                run, outcome, policy, self._settles, project=on_progress is not None
+            )
             self.executed += 1
-            if self._on_progress is not None:
-                self._on_progress(settled)
+            if on_progress is not None:
+                on_progress(settled)
         except Exception:
             # The lease will expire and maintenance recovers the run; keep the worker alive.
             logger.exception(
