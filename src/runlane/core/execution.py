@@ -227,19 +227,17 @@ class _LeaseKeeper:
     def __init__(self) -> None:
         self._due: dict[tuple[asyncio.AbstractEventLoop, float], dict[_Heartbeat, float]] = {}
 
-    def add(self, beat: _Heartbeat, interval: float) -> None:
+    def add(self, beat: _Heartbeat, interval: float) -> dict[_Heartbeat, float]:
+        """Wait ``interval`` for ``beat``; the dict it waits in (leaving it: ``pop(beat)``)."""
         loop = asyncio.get_running_loop()
         key = (loop, interval)
+        due = loop.time() + interval
         waiting = self._due.get(key)
         if waiting is None:
             waiting = self._due[key] = {}
-            loop.call_at(loop.time() + interval, self._fire, key)
-        waiting[beat] = loop.time() + interval
-
-    def discard(self, beat: _Heartbeat, interval: float) -> None:
-        waiting = self._due.get((asyncio.get_running_loop(), interval))
-        if waiting is not None:
-            waiting.pop(beat, None)
+            loop.call_at(due, self._fire, key)
+        waiting[beat] = due
+        return waiting
 
     def _fire(self, key: tuple[asyncio.AbstractEventLoop, float]) -> None:
         loop = key[0]
@@ -263,7 +261,17 @@ class _Heartbeat:
     the renewal: most attempts end before it is due.
     """
 
-    __slots__ = ("_interval", "_keeper", "_rt", "_run", "_settings", "_signal", "_stopped", "_task")
+    __slots__ = (
+        "_interval",
+        "_keeper",
+        "_rt",
+        "_run",
+        "_settings",
+        "_signal",
+        "_stopped",
+        "_task",
+        "_waiting",
+    )
 
     def __init__(
         self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal, keeper: _LeaseKeeper
@@ -277,11 +285,11 @@ class _Heartbeat:
         self._interval = interval = settings.interval
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
-        keeper.add(self, interval)
+        self._waiting = keeper.add(self, interval)
 
     def _schedule(self) -> None:
         if not self._stopped:
-            self._keeper.add(self, self._interval)
+            self._waiting = self._keeper.add(self, self._interval)
 
     def due(self) -> None:
         self._task = asyncio.ensure_future(self._renew())
@@ -297,7 +305,8 @@ class _Heartbeat:
     def stop(self) -> asyncio.Task[None] | None:
         """Stop renewing; a renewal in flight is cancelled and returned, to be awaited."""
         self._stopped = True
-        self._keeper.discard(self, self._interval)
+        # A heartbeat the keeper already let go of (renewing) is in no dict any more.
+        self._waiting.pop(self, None)
         task = self._task
         if task is not None:
             task.cancel()
