@@ -73,7 +73,8 @@ class TransitionBatcher:
         self._max_batch = max(1, min(max_batch, MAX_SETTLE_BATCH))
         self._max_flushes = max(1, max_flushes)
         self._claims = claims if isinstance(runtime.storage, SettlesAndClaims) else None
-        self._pending: list[tuple[Run, Transition, asyncio.Future[Run | None]]] = []
+        #: (run, transition, future, whether the caller wants the run as stored after it).
+        self._pending: list[tuple[Run, Transition, asyncio.Future[Run | None], bool]] = []
         #: Flush tasks started and not finished; whether one has not taken its batch yet.
         self._flushes: set[asyncio.Task[None]] = set()
         self._starting = False
@@ -83,11 +84,15 @@ class TransitionBatcher:
         """Whether nothing is waiting to be written or being written."""
         return not self._pending and not self._flushes
 
-    async def apply(self, run: Run, transition: Transition) -> Run | None:
+    async def apply(self, run: Run, transition: Transition, *, project: bool = True) -> Run | None:
         """Apply one transition of ``run``; the run as stored after it, or ``None`` when its
-        compare-and-set condition failed."""
+        compare-and-set condition failed.
+
+        With ``project=False`` the caller does not need the stored run: an applied
+        transition then returns ``run`` itself, as it was before (no new record is built).
+        """
         future: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((run, transition, future))
+        self._pending.append((run, transition, future, project))
         self._start_flush()
         return await future
 
@@ -124,7 +129,7 @@ class TransitionBatcher:
         # What is left may go out in another flush at the same time.
         self._start_flush()
         now = rt.clock.now()
-        transitions = [t for _, t, _ in batch]
+        transitions = [t for _, t, _, _ in batch]
         claimed: list[Run] = []
         try:
             if request is None:
@@ -132,7 +137,7 @@ class TransitionBatcher:
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
-            for _, _, future in batch:
+            for _, _, future, _ in batch:
                 if not future.done():
                     future.set_exception(error)
             if hook is not None and request is not None:
@@ -140,9 +145,12 @@ class TransitionBatcher:
             if not isinstance(error, Exception):
                 raise
             return
-        for (run, transition, future), ok in zip(batch, applied, strict=True):
+        for (run, transition, future, wanted), ok in zip(batch, applied, strict=True):
             if not future.done():
-                future.set_result(project(run, transition, now) if ok else None)
+                if not ok:
+                    future.set_result(None)
+                else:
+                    future.set_result(project(run, transition, now) if wanted else run)
         if hook is not None and request is not None:
             hook.claimed(claimed, request)
 

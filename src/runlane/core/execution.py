@@ -86,11 +86,48 @@ class AttemptRunner:
         """Call the handler of the attempt ``run`` is leased for, keeping the lease alive;
         the outcome to settle and the retry policy that applies to it."""
         assert run.lease is not None
+        rt = self._rt
         signal = Signal()
         if stop is not None:
             stop.add_callback(signal.set)
+        outcome: AttemptOutcome
         try:
-            outcome, policy = await self._attempt(run, settings, signal, max_attempt_duration)
+            task = rt.registry.tasks.get(run.task_id)
+            if task is None:
+                outcome = Failed(
+                    RunFailure(
+                        ErrorCode.TASK_NOT_FOUND.value,
+                        f"Task {run.task_id!r} is not registered in this worker.",
+                        retryable=True,
+                    )
+                )
+                policy = DEFAULT_RETRY_POLICY
+            else:
+                policy = task.retry
+                time_limit = _min_or_none(task.timeout, max_attempt_duration)
+                heartbeat = _Heartbeat(rt, run, settings, signal, self._keeper)
+                try:
+                    prepared = _prepare(task, run, signal, heartbeat)
+                    if isinstance(prepared, Failed):
+                        outcome = prepared
+                    elif task.is_async and time_limit is None:
+                        # The common case, awaited right here: no frame or task of its own.
+                        try:
+                            outcome = _outcome(run, await task.fn(*prepared))
+                        except Exception as error:
+                            logger.info(
+                                "run %s attempt %s raised %s",
+                                run.id,
+                                run.attempt,
+                                type(error).__name__,
+                            )
+                            outcome = Failed(sanitize_exception(error))
+                    else:
+                        outcome = await self._call(task, run, signal, prepared, time_limit)
+                finally:
+                    renewing = heartbeat.stop()
+                    if renewing is not None:
+                        await _cancelled(renewing)
         finally:
             if stop is not None:
                 # A long-lived worker signal must not keep one callback per past attempt.
@@ -100,80 +137,21 @@ class AttemptRunner:
             outcome = Released(0.0, "worker shutdown")
         return outcome, policy
 
-    async def _attempt(
-        self,
-        run: Run,
-        settings: LeaseSettings,
-        signal: Signal,
-        max_attempt_duration: float | None,
-    ) -> tuple[AttemptOutcome, RetryPolicy]:
-        rt = self._rt
-        task = rt.registry.tasks.get(run.task_id)
-        heartbeat = _Heartbeat(rt, run, settings, signal, self._keeper)
-        outcome: AttemptOutcome
-        if task is None:
-            outcome = Failed(
-                RunFailure(
-                    ErrorCode.TASK_NOT_FOUND.value,
-                    f"Task {run.task_id!r} is not registered in this worker.",
-                    retryable=True,
-                )
-            )
-            policy = DEFAULT_RETRY_POLICY
-        else:
-            policy = task.retry
-            timeout = _min_or_none(task.timeout, max_attempt_duration)
-            heartbeat.start()
-            try:
-                outcome = await self._call(task, run, signal, heartbeat, time_limit=timeout)
-            finally:
-                await heartbeat.stop()
-        return outcome, policy
-
     async def _call(
         self,
         task: Any,
         run: Run,
         signal: Signal,
-        heartbeat: _Heartbeat,
-        *,
+        prepared: tuple[Any, Context],
         time_limit: float | None,
     ) -> AttemptOutcome:
-        rt = self._rt
-        try:
-            # A schema-less payload came out of storage as JSON already: nothing to check.
-            payload = validate_payload(task, run.payload)[0] if task.schema else run.payload
-        except RunlaneError as error:
-            return Failed(
-                sanitize_exception(RunlaneError(error.code, error.message, meta=error.meta))
-            )
-        assert run.lease is not None
-        ctx = Context(
-            run_id=run.id,
-            task_id=run.task_id,
-            queue=run.queue,
-            attempt=run.attempt,
-            signal=signal,
-            scheduled_for=run.source.occurs_at,
-            trace_carrier=run.trace_carrier,
-            heartbeat=heartbeat.beat,
-            worker_id=run.lease.owner,
-        )
-        if task.is_async and time_limit is None:
-            # No time limit: await the coroutine in this task; no extra task to schedule.
-            try:
-                return _outcome(run, await task.fn(payload, ctx))
-            except Exception as error:
-                logger.info(
-                    "run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__
-                )
-                return Failed(sanitize_exception(error))
+        """A sync handler (in the thread pool) or a handler with a time limit (as a task)."""
         loop = asyncio.get_running_loop()
         job: asyncio.Future[Any]
         if task.is_async:
-            job = asyncio.ensure_future(task.fn(payload, ctx))
+            job = asyncio.ensure_future(task.fn(*prepared))
         else:
-            job = loop.run_in_executor(rt.thread_pool, lambda: task.fn(payload, ctx))
+            job = loop.run_in_executor(self._rt.thread_pool, lambda: task.fn(*prepared))
         try:
             done, _ = await asyncio.wait({job}, timeout=time_limit)
             if not done:
@@ -205,15 +183,21 @@ class AttemptRunner:
         outcome: AttemptOutcome,
         policy: RetryPolicy,
         batcher: TransitionBatcher | None = None,
+        *,
+        project: bool = True,
     ) -> Run:
         """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
-        runtime's); re-read and recompute when a concurrent change won the race."""
+        runtime's); re-read and recompute when a concurrent change won the race.
+
+        Returns the run as settled; with ``project=False`` (the caller does not look at
+        it) a written outcome returns the run as it was leased, without building a new one.
+        """
         rt = self._rt
         settles = batcher or self._settles
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
             transition = settle_attempt(current, outcome, policy, rt.clock.now())
-            settled = await settles.apply(current, transition)
+            settled = await settles.apply(current, transition, project=project)
             if settled is not None:
                 return settled
             fresh = await rt.storage.get_run(rt.environment, run.id)
@@ -243,19 +227,17 @@ class _LeaseKeeper:
     def __init__(self) -> None:
         self._due: dict[tuple[asyncio.AbstractEventLoop, float], dict[_Heartbeat, float]] = {}
 
-    def add(self, beat: _Heartbeat, interval: float) -> None:
+    def add(self, beat: _Heartbeat, interval: float) -> dict[_Heartbeat, float]:
+        """Wait ``interval`` for ``beat``; the dict it waits in (leaving it: ``pop(beat)``)."""
         loop = asyncio.get_running_loop()
         key = (loop, interval)
+        due = loop.time() + interval
         waiting = self._due.get(key)
         if waiting is None:
             waiting = self._due[key] = {}
-            loop.call_at(loop.time() + interval, self._fire, key)
-        waiting[beat] = loop.time() + interval
-
-    def discard(self, beat: _Heartbeat, interval: float) -> None:
-        waiting = self._due.get((asyncio.get_running_loop(), interval))
-        if waiting is not None:
-            waiting.pop(beat, None)
+            loop.call_at(due, self._fire, key)
+        waiting[beat] = due
+        return waiting
 
     def _fire(self, key: tuple[asyncio.AbstractEventLoop, float]) -> None:
         loop = key[0]
@@ -279,24 +261,35 @@ class _Heartbeat:
     the renewal: most attempts end before it is due.
     """
 
+    __slots__ = (
+        "_interval",
+        "_keeper",
+        "_rt",
+        "_run",
+        "_settings",
+        "_signal",
+        "_stopped",
+        "_task",
+        "_waiting",
+    )
+
     def __init__(
         self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal, keeper: _LeaseKeeper
     ) -> None:
+        """Start waiting for the first renewal."""
         self._rt = rt
         self._run = run
         self._settings = settings
         self._signal = signal
         self._keeper = keeper
-        self._interval = settings.interval
+        self._interval = interval = settings.interval
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
-
-    def start(self) -> None:
-        self._schedule()
+        self._waiting = keeper.add(self, interval)
 
     def _schedule(self) -> None:
         if not self._stopped:
-            self._keeper.add(self, self._interval)
+            self._waiting = self._keeper.add(self, self._interval)
 
     def due(self) -> None:
         self._task = asyncio.ensure_future(self._renew())
@@ -309,13 +302,15 @@ class _Heartbeat:
         if self._signal.reason is not SignalReason.LEASE_LOST:
             self._schedule()
 
-    async def stop(self) -> None:
+    def stop(self) -> asyncio.Task[None] | None:
+        """Stop renewing; a renewal in flight is cancelled and returned, to be awaited."""
         self._stopped = True
-        self._keeper.discard(self, self._interval)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        # A heartbeat the keeper already let go of (renewing) is in no dict any more.
+        self._waiting.pop(self, None)
+        task = self._task
+        if task is not None:
+            task.cancel()
+        return task
 
     async def beat(self) -> None:
         rt, run = self._rt, self._run
@@ -328,6 +323,36 @@ class _Heartbeat:
             self._signal.set(SignalReason.LEASE_LOST)
         elif status is RunStatus.CANCELLATION_REQUESTED:
             self._signal.set(SignalReason.CANCELLED)
+
+
+def _prepare(
+    task: Any, run: Run, signal: Signal, heartbeat: _Heartbeat
+) -> tuple[Any, Context] | Failed:
+    """The handler's arguments (payload, context), or the failure of an invalid payload."""
+    try:
+        # A schema-less payload came out of storage as JSON already: nothing to check.
+        payload = validate_payload(task, run.payload)[0] if task.schema else run.payload
+    except RunlaneError as error:
+        return Failed(sanitize_exception(RunlaneError(error.code, error.message, meta=error.meta)))
+    lease = run.lease
+    assert lease is not None
+    ctx = Context(
+        run_id=run.id,
+        task_id=run.task_id,
+        queue=run.queue,
+        attempt=run.attempt,
+        signal=signal,
+        scheduled_for=run.source.occurs_at,
+        trace_carrier=run.trace_carrier,
+        heartbeat=heartbeat.beat,
+        worker_id=lease.owner,
+    )
+    return payload, ctx
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _outcome(run: Run, value: Any) -> AttemptOutcome:

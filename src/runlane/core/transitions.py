@@ -53,6 +53,10 @@ LEASE_EXPIRED_FAILURE = RunFailure(
 )
 
 
+#: What a success without a result writes (shared: RunChanges is immutable).
+_SUCCEEDED = RunChanges(status=RunStatus.SUCCEEDED)
+
+
 def settle_attempt(
     run: Run,
     outcome: AttemptOutcome,
@@ -65,6 +69,17 @@ def settle_attempt(
         raise RunlaneError(
             ErrorCode.INVALID_STATE,
             f"run {run.id} holds no lease (status {run.status.value}); no attempt to settle.",
+        )
+    if type(outcome) is Succeeded and run.status is RunStatus.RUNNING:
+        # The common case, built directly: one event, and for a handler that returned
+        # nothing the same (immutable) changes every time.
+        result = outcome.result
+        return Transition(
+            run.id,
+            run.event_sequence,
+            _SUCCEEDED if result is None else RunChanges(RunStatus.SUCCEEDED, result=result),
+            (NewEvent(RunEventType.SUCCEEDED, {"attempt": run.attempt}),),
+            run.lease.token,
         )
     events: list[NewEvent] = []
     expired = isinstance(outcome, LeaseExpired)

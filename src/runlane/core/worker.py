@@ -74,7 +74,8 @@ class Worker:
         self._handle_signals = handle_signals
         self._on_progress = on_progress
         self._stop = Signal()
-        self._active: set[asyncio.Task[None]] = set()
+        #: Attempt tasks until their outcome is written, by (run id, attempt).
+        self._active: dict[tuple[str, int], asyncio.Task[None]] = {}
         #: Attempts holding a slot, by (run id, attempt): from claim until the handler is
         #: done (its outcome is then written, with no handler running any more).
         self._holding: set[tuple[str, int]] = set()
@@ -172,39 +173,39 @@ class Worker:
 
     def _start(self, runs: list[Run]) -> None:
         """Start an attempt of each claimed run in a slot of its own."""
-        loop = asyncio.get_running_loop()
+        create_task = asyncio.get_running_loop().create_task
+        holding, active = self._holding, self._active
         for run in runs:
-            self._holding.add((run.id, run.attempt))
-            task = loop.create_task(self._execute(run))
-            self._active.add(task)
+            key = (run.id, run.attempt)
+            holding.add(key)
+            active[key] = create_task(self._execute(run, key))
 
-    async def _execute(self, run: Run) -> None:
+    async def _execute(self, run: Run, key: tuple[str, int]) -> None:
         attempts = self._rt.attempts
         try:
             try:
                 outcome, policy = await attempts.attempt(run, self.lease, stop=self._stop)
             finally:
-                self._free_slot(run)
-            settled = await attempts.settle(run, outcome, policy, self._settles)
+                self._holding.discard(key)
+                if self._slot_freed is not None:
+                    self._slot_freed.set()
+            # The settled run is built only for on_progress: nothing else looks at it.
+            on_progress = self._on_progress
+            settled = await attempts.settle(
+                run, outcome, policy, self._settles, project=on_progress is not None
+            )
             self.executed += 1
-            if self._on_progress is not None:
-                self._on_progress(settled)
+            if on_progress is not None:
+                on_progress(settled)
         except Exception:
             # The lease will expire and maintenance recovers the run; keep the worker alive.
             logger.exception(
                 "worker %s: attempt of run %s could not be settled", self.worker_id, run.id
             )
         finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._active.discard(task)
+            self._active.pop(key, None)
             if self._slot_freed is not None:
                 self._slot_freed.set()
-
-    def _free_slot(self, run: Run) -> None:
-        self._holding.discard((run.id, run.attempt))
-        if self._slot_freed is not None:
-            self._slot_freed.set()
 
     # -- claiming while settling (the batcher's ClaimHook) ---------------------------
 
@@ -265,7 +266,7 @@ class Worker:
     async def _finish_in_flight(self) -> None:
         # Settles of finishing attempts may still start runs they claimed: wait for those too.
         while self._active:
-            await asyncio.gather(*self._active, return_exceptions=True)
+            await asyncio.gather(*self._active.values(), return_exceptions=True)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():

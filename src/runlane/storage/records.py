@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from importlib import resources
+from operator import itemgetter
 from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
@@ -75,6 +76,35 @@ _loads = json.loads
 _STATUSES = {status.value: status for status in RunStatus}
 
 
+#: The ``runs`` columns a run is built from, in the order :class:`RunDecoder` reads them.
+RUN_COLUMNS = (
+    "id",
+    "environment",
+    "task_id",
+    "queue",
+    "status",
+    "payload",
+    "attempt",
+    "failure_count",
+    "run_at",
+    "created_at",
+    "updated_at",
+    "event_sequence",
+    "source",
+    "result",
+    "failure",
+    "idempotency_key",
+    "singleton_key",
+    "concurrency_key",
+    "trace_carrier",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "cancel_reason",
+)
+_BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
+
+
 class RunDecoder:
     """Builds runs from ``runs`` rows, sharing the equal immutable values rows repeat.
 
@@ -82,14 +112,26 @@ class RunDecoder:
     source and lease: a claim leases every run under one token, and runs created by
     one bulk trigger share their times and source. Each distinct value is decoded
     once per decoder; mutable values (payload, result, trace carrier) never are shared.
+
+    Rows are read by column name (``sqlite3.Row``, dict rows) unless ``columns`` names
+    the columns of plain tuple rows (a cursor's description): each row's values then
+    come out by position, in one call, with no dict built per row.
     """
 
-    __slots__ = ("_leases", "_sources", "_times")
+    __slots__ = ("_fields", "_leases", "_sources", "_times")
 
-    def __init__(self) -> None:
+    _fields: Callable[[Row], tuple[Any, ...]]
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
         self._times: dict[int, datetime] = {}
         self._sources: dict[str, RunSource] = {}
         self._leases: dict[tuple[str, str, int], Lease] = {}
+        if columns is None:
+            self._fields = _BY_NAME
+        else:
+            index = {name: i for i, name in enumerate(columns)}
+            positions = [index[name] for name in RUN_COLUMNS]
+            self._fields = itemgetter(*positions)
 
     def time(self, micros: int) -> datetime:
         """``from_micros(micros)``, once per distinct value."""
@@ -100,43 +142,63 @@ class RunDecoder:
 
     def run(self, row: Row) -> Run:
         """Build a :class:`Run` from a ``runs`` row."""
+        (
+            run_id,
+            environment,
+            task_id,
+            queue,
+            status,
+            payload,
+            attempt,
+            failure_count,
+            run_at,
+            created_at,
+            updated_at,
+            event_sequence,
+            source_text,
+            result,
+            failure,
+            idempotency_key,
+            singleton_key,
+            concurrency_key,
+            carrier,
+            lease_owner,
+            token,
+            lease_expires_at,
+            cancel_reason,
+        ) = self._fields(row)
         time = self.time
-        source_text = row["source"]
         source = self._sources.get(source_text)
         if source is None:
             source = self._sources[source_text] = RunSource.from_json(_loads(source_text))
-        token = row["lease_token"]
         lease = None
         if token is not None:
-            key = (row["lease_owner"], token, row["lease_expires_at"])
+            key = (lease_owner, token, lease_expires_at)
             lease = self._leases.get(key)
             if lease is None:
-                lease = self._leases[key] = Lease(key[0], token, time(key[2]))
-        result = row["result"]
-        failure = row["failure"]
-        carrier = row["trace_carrier"]
+                lease = self._leases[key] = Lease(lease_owner, token, time(lease_expires_at))
         return Run(
-            id=row["id"],
-            environment=row["environment"],
-            task_id=row["task_id"],
-            queue=row["queue"],
-            status=_STATUSES[row["status"]],
-            payload=_loads(row["payload"]),
-            attempt=row["attempt"],
-            failure_count=row["failure_count"],
-            run_at=time(row["run_at"]),
-            created_at=time(row["created_at"]),
-            updated_at=time(row["updated_at"]),
-            event_sequence=row["event_sequence"],
+            id=run_id,
+            environment=environment,
+            task_id=task_id,
+            queue=queue,
+            status=_STATUSES[status],
+            payload=_loads(payload),
+            attempt=attempt,
+            failure_count=failure_count,
+            run_at=time(run_at),
+            created_at=time(created_at),
+            updated_at=time(updated_at),
+            event_sequence=event_sequence,
             source=source,
             result=_loads(result) if result is not None else None,
             failure=RunFailure.from_json(_loads(failure)) if failure is not None else None,
-            idempotency_key=row["idempotency_key"],
-            singleton_key=row["singleton_key"],
-            concurrency_key=row["concurrency_key"],
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
             trace_carrier=_loads(carrier) if carrier is not None else None,
             lease=lease,
-            cancel_reason=row["cancel_reason"],
+            cancel_reason=cancel_reason,
         )
 
 
@@ -145,9 +207,10 @@ def run_from_row(row: Row) -> Run:
     return RunDecoder().run(row)
 
 
-def runs_from_rows(rows: Iterable[Row]) -> list[Run]:
-    """Build :class:`Run` records from ``runs`` rows, decoding shared values once."""
-    decode = RunDecoder().run
+def runs_from_rows(rows: Iterable[Row], columns: Sequence[str] | None = None) -> list[Run]:
+    """Build :class:`Run` records from ``runs`` rows, decoding shared values once
+    (``columns``: the column names of tuple rows, as :class:`RunDecoder` takes them)."""
+    decode = RunDecoder(columns).run
     return [decode(row) for row in rows]
 
 

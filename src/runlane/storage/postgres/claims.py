@@ -17,11 +17,14 @@ round trip with one commit.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg import Column, pq
+from psycopg.rows import tuple_row
 
 from runlane.core.models import Run
 from runlane.storage.postgres.sessions import AsyncSession, Queries
@@ -60,8 +63,9 @@ async def claim_due_runs(
     unbounded = list(dict.fromkeys(p.name for p in queues if p.concurrency_limit is None))
     limits = {p.name: p.concurrency_limit for p in queues if p.concurrency_limit is not None}
     if not limits:
-        rows = await session.fetch(q["claim_due_runs"], {**params, "queues": unbounded})
-        return _runs(rows)
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded})
+            return _runs(await cur.fetchall(), cur.description)
     async with conn.transaction():
         locked = await session.fetch(
             q["lock_capacity"],
@@ -134,11 +138,15 @@ async def apply_and_claim(
             claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
-    cursors = [conn.cursor(row_factory=dict_row) for _ in range(len(rounds) + 1)]
+    cursors = [conn.cursor(row_factory=tuple_row) for _ in range(len(rounds) + 1)]
     try:
-        # BEGIN, the rounds, the claim and COMMIT go out together; errors surface at the
-        # pipeline's sync, and the transaction then rolls back as a whole.
-        async with conn.pipeline(), conn.transaction():
+        # BEGIN, the rounds, the claim and COMMIT go out together, ended by the pipeline's
+        # one Sync: a single round trip. (psycopg's transaction() in a pipeline syncs after
+        # BEGIN and before COMMIT, three round trips.) A failed statement makes the server
+        # skip the rest, COMMIT included, so the transaction rolls back as a whole; the
+        # error surfaces at the Sync, and the block below ends the failed transaction.
+        async with conn.pipeline():
+            await conn.execute("BEGIN")
             # Generic plans from the first execution: the statements are prepared on first
             # use, and planning the claim afresh each time costs more than running it.
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -147,13 +155,33 @@ async def apply_and_claim(
             await cursors[-1].execute(
                 q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True
             )
-        applied = [{row["id"] for row in await cur.fetchall()} for cur in cursors[:-1]]
-        rows = await cursors[-1].fetchall()
+            await conn.execute("COMMIT")
+        # Each round returns the ids it applied, the claim whole runs.
+        applied = [{row[0] for row in await cur.fetchall()} for cur in cursors[:-1]]
+        claim = cursors[-1]
+        rows = await claim.fetchall()
+        description = claim.description
+    except BaseException:
+        # Failed on the server (or interrupted before COMMIT went out): roll back, so
+        # nothing of it lands and the connection goes back to the pool idle.
+        if conn.info.transaction_status in _IN_TRANSACTION:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
     finally:
         for cur in cursors:
             await cur.close()
-    return applied, _runs(rows)
+    return applied, _runs(rows, description)
 
 
-def _runs(rows: Sequence[Any]) -> list[Run]:
-    return sorted(runs_from_rows(rows), key=lambda run: (run.run_at, run.id))
+_IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
+
+
+def _runs(rows: Sequence[Any], description: Sequence[Column] | None = None) -> list[Run]:
+    """Runs from dict rows, or from tuple rows with their cursor's ``description``."""
+    columns = None if description is None else [column.name for column in description]
+    return sorted(runs_from_rows(rows, columns), key=_claim_order)
+
+
+def _claim_order(run: Run) -> tuple[datetime, str]:
+    return run.run_at, run.id
