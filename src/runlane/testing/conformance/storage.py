@@ -212,19 +212,32 @@ async def test_runs_created_in_bulk_read_back_as_returned_with_their_created_eve
 async def test_concurrent_triggers_each_create_their_own_run(make_runtime: Factory) -> None:
     _, record = _recorder()
     rl = await make_runtime([record])
-    runs = await asyncio.gather(*(rl.trigger(record, {"order_id": i}) for i in range(50)))
-    assert [r.payload["order_id"] for r in runs] == list(range(50))
-    assert len({r.id for r in runs}) == 50
-    for run in runs[::10]:
+    # Enough at once for one shared write to take the bulk path, across queues and due times.
+    runs = await asyncio.gather(
+        *(
+            rl.trigger(
+                record,
+                {"order_id": i},
+                queue=OTHER if i % 3 == 0 else None,
+                delay="1h" if i % 7 == 0 else None,
+            )
+            for i in range(150)
+        )
+    )
+    assert [r.payload["order_id"] for r in runs] == list(range(150))
+    assert len({r.id for r in runs}) == 150
+    for run in runs[::7]:
         assert await rl.runs.get(run.id) == run
         assert await _event_types(rl, run.id) == ["run.created"]
+    assert runs[0].queue == "other" and runs[0].status is RunStatus.SCHEDULED
+    assert runs[1].queue == "main" and runs[1].status is RunStatus.QUEUED
     good = rl.trigger(record, {"order_id": 99})
     results = await asyncio.gather(
         rl.trigger(record, {"order_id": "x"}), good, return_exceptions=True
     )
     assert isinstance(results[0], RunlaneError) and results[0].code is ErrorCode.PAYLOAD_INVALID
     assert isinstance(results[1], Run) and (await rl.runs.get(results[1].id)) == results[1]
-    assert len(await _all_runs(rl)) == 51
+    assert len(await _all_runs(rl)) == 151
 
 
 # -- bad input changes nothing -------------------------------------------------------------
