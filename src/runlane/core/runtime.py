@@ -208,8 +208,9 @@ class Runlane:
         With an owned ``idempotency_key`` or an active ``singleton_key`` the
         existing run is returned instead of a new one.
         """
-        (new,) = self.plan_trigger(
+        new = self.build_new_run(
             task,
+            payload,
             queue=queue,
             delay=delay,
             run_at=run_at,
@@ -218,7 +219,7 @@ class Runlane:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
-        ).new_runs([payload])
+        )
         if connection is None and new.idempotency_key is None and new.singleton_key is None:
             # Concurrent lone triggers share one write and one commit.
             loop = asyncio.get_running_loop()

@@ -60,7 +60,9 @@ VALUES (:environment, :task_id, :key, :run_id, :expires_at)
 ON CONFLICT (environment, task_id, key) DO UPDATE
     SET run_id = excluded.run_id, expires_at = excluded.expires_at;
 
--- name: claim_due_runs
+-- name: lease_candidates
+-- Not a statement on its own: the head of every claim, which queries.py closes
+-- around one of the *_candidates queries below (they choose which runs).
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -71,30 +73,20 @@ SET status = 'running',
     reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id IN (
-    SELECT id FROM runlane_runs
-    WHERE environment = :environment
-      AND queue = :queue
-      AND status IN ('queued', 'scheduled', 'retrying', 'released')
-      AND run_at <= :now
-    ORDER BY run_at, id
-    LIMIT :limit
-)
-RETURNING *;
 
--- name: claim_bounded_runs
+-- name: due_candidates
+SELECT id FROM runlane_runs
+WHERE environment = :environment
+  AND queue = :queue
+  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at <= :now
+ORDER BY run_at, id
+LIMIT :limit
+
+-- name: bounded_candidates
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
 -- minus the runs that hold an active lease. Callers hold the write lock, so the
 -- count cannot change under us.
-UPDATE runlane_runs
-SET status = 'running',
-    attempt = attempt + 1,
-    event_sequence = event_sequence + 1,
-    lease_owner = :worker_id,
-    lease_token = :lease_token,
-    lease_expires_at = :lease_expires_at,
-    reserved_until = NULL,
-    updated_at = :now
-WHERE environment = :environment AND id IN (
     SELECT c.id FROM (
         SELECT r.id, r.queue, r.run_at, q.lim, coalesce(r.concurrency_key, '') AS part,
                row_number() OVER (
@@ -121,8 +113,6 @@ WHERE environment = :environment AND id IN (
     WHERE c.rn <= c.lim - coalesce(o.n, 0)
     ORDER BY c.run_at, c.id
     LIMIT :limit
-)
-RETURNING *;
 
 -- name: occupied_capacity
 SELECT count(*) AS n FROM runlane_runs
@@ -131,20 +121,11 @@ WHERE environment = :environment AND queue = :queue
   AND status IN ('running', 'cancellation_requested')
   AND lease_expires_at > :now;
 
--- name: claim_run
-UPDATE runlane_runs
-SET status = 'running',
-    attempt = attempt + 1,
-    event_sequence = event_sequence + 1,
-    lease_owner = :worker_id,
-    lease_token = :lease_token,
-    lease_expires_at = :lease_expires_at,
-    reserved_until = NULL,
-    updated_at = :now
+-- name: run_candidate
+SELECT id FROM runlane_runs
 WHERE environment = :environment AND id = :id
   AND status IN ('queued', 'scheduled', 'retrying', 'released')
   AND run_at <= :now
-RETURNING *;
 
 -- name: heartbeat
 UPDATE runlane_runs
