@@ -56,17 +56,22 @@ COPY_TYPES = [
 ]  # fmt: skip
 
 
-async def copy_runs(conn: psycopg.AsyncConnection[Any], q: Queries, batch: CreationBatch) -> None:
+async def copy_runs(
+    conn: psycopg.AsyncConnection[Any], q: Queries, batch: CreationBatch
+) -> list[CreateOutcome]:
     """Write a plain batch (see :attr:`CreationBatch.plain`) with COPY; the caller holds
-    the transaction, so the wakeup is sent only if the rows commit."""
+    the transaction, so the outcomes count, and the wakeup is sent, only if it commits."""
     async with conn.cursor() as cur:
         cur.adapters.register_dumper(None, JsonbTextDumper)
         async with cur.copy(q["copy_runs"]) as copy:
             copy.set_types(COPY_TYPES)
             for row in batch.copy_rows():
                 await copy.write_row(row)
+            # The server is still storing the rows sent: build the outcomes meanwhile.
+            outcomes = batch.outcomes()
         if batch.announces_work:
             await cur.execute(q["announce_work"], batch.shared)
+    return outcomes
 
 
 async def create_keyed_run(

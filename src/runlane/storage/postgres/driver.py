@@ -313,8 +313,7 @@ class PostgresStorage:
         async def op(conn: Connection) -> list[CreateOutcome]:
             if batch.plain and len(runs) >= COPY_THRESHOLD:
                 async with conn.transaction():
-                    await creation.copy_runs(conn, self._q, batch)
-                return batch.outcomes()
+                    return await creation.copy_runs(conn, self._q, batch)
             if batch.plain and len(runs) == 1:
                 await conn.execute(self._q["insert_run"], batch.single_params())
                 return batch.outcomes()
