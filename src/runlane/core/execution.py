@@ -16,6 +16,7 @@ from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.payloads import validate_payload
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from runlane.core.text import NUL, encoded_nul, without_nul
 from runlane.core.transitions import (
     AttemptOutcome,
     Failed,
@@ -358,11 +359,13 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
 def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
-        return Released(value.delay, value.reason)
-    if value is None or isinstance(value, str | bool | int):
+        return Released(value.delay, without_nul(value.reason))
+    if value is None or isinstance(value, bool | int):
         return Succeeded(value)
+    if isinstance(value, str):
+        return _unstorable(run) if NUL in value else Succeeded(value)
     try:
-        json.dumps(value, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return Failed(
             RunFailure(
@@ -371,7 +374,19 @@ def _outcome(run: Run, value: Any) -> AttemptOutcome:
                 retryable=False,
             )
         )
-    return Succeeded(value)
+    return _unstorable(run) if encoded_nul(value, encoded) else Succeeded(value)
+
+
+def _unstorable(run: Run) -> Failed:
+    # Failing only this run: stored, the result would fail the whole batch of settles.
+    return Failed(
+        RunFailure(
+            ErrorCode.TASK_FAILED.value,
+            f"Task {run.task_id!r} returned a result containing the NUL character "
+            "(\\u0000), which PostgreSQL cannot store.",
+            retryable=False,
+        )
+    )
 
 
 def _min_or_none(first: float | None, second: float | None) -> float | None:

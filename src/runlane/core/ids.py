@@ -15,6 +15,8 @@ def validate_identifier(value: object, *, name: str) -> str:
     """Return ``value`` if it is a valid identifier (non-empty, no ``:``), else raise."""
     if not isinstance(value, str) or not value.strip():
         raise configuration_error(f"{name} must be a non-empty string, got {value!r}.")
+    if "\x00" in value:
+        raise configuration_error(f"{name} must not contain the NUL character.")
     if ":" in value:
         raise configuration_error(f"{name} {value!r} must not contain ':' (reserved by storage).")
     if len(value) > MAX_IDENTIFIER_LENGTH:

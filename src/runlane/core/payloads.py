@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.text import encoded_nul
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
@@ -31,7 +32,7 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
         encoded = _dumps(payload)
     except (TypeError, ValueError) as error:
         raise _not_json(task.id, error) from None
-    _check_size(task.id, encoded, max_bytes)
+    _check_storable(task.id, payload, encoded, max_bytes)
     return payload, payload, encoded
 
 
@@ -75,8 +76,18 @@ def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
             ErrorCode.PAYLOAD_INVALID,
             f"payload for task {task_id!r} is not strict JSON: {error}",
         ) from None
-    _check_size(task_id, encoded, max_bytes)
+    _check_storable(task_id, value, encoded, max_bytes)
     return encoded
+
+
+def _check_storable(task_id: str, value: Any, encoded: str, max_bytes: int) -> None:
+    if encoded_nul(value, encoded):
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID,
+            f"payload for task {task_id!r} contains the NUL character (\\u0000), which "
+            "PostgreSQL cannot store; encode binary data (base64) or drop it.",
+        )
+    _check_size(task_id, encoded, max_bytes)
 
 
 def _check_size(task_id: str, encoded: str, max_bytes: int) -> None:

@@ -25,6 +25,7 @@ from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
+from runlane.core.text import contains_nul
 from runlane.storage.protocol import CreateOutcome, NewRun
 
 #: The most runs one group-committed write carries.
@@ -186,6 +187,8 @@ def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | Non
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
         raise configuration_error("trace_carrier must map strings to strings.")
+    if contains_nul(dict(carrier)):
+        raise configuration_error("trace_carrier must not contain the NUL character.")
     return dict(carrier)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,11 +45,12 @@ class ScheduleDef:
     catch_up: bool
 
     def validate_for(self, task: TaskDef[Any]) -> None:
-        """Check the static payload against the task's schema at definition time."""
-        from runlane.core.payloads import validate_payload
+        """Check the static payload against the task's schema (and that storage can keep
+        it) at definition time, not at every tick; the runtime's size cap applies later."""
+        from runlane.core.payloads import prepare_payload
 
         try:
-            validate_payload(task, self.payload)
+            prepare_payload(task, self.payload, sys.maxsize)
         except RunlaneError as error:
             raise configuration_error(
                 f"schedule {self.id!r}: its payload does not fit task {task.id!r}: {error.message}"

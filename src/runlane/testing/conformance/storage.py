@@ -285,6 +285,23 @@ async def test_concurrent_triggers_each_create_their_own_run(make_runtime: Facto
             lambda rl, t: rl.runs.prune(older_than="1d", statuses=["queued"]),
             ErrorCode.CONFIGURATION_INVALID,
         ),
+        # NUL characters: PostgreSQL cannot store them, so no lane accepts them.
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1, "note": "a\x00b"}),
+            ErrorCode.PAYLOAD_INVALID,
+        ),
+        (
+            lambda rl, t: rl.trigger_many(t, [{"order_id": 1}, {"order_id": 2, "note": "\x00"}]),
+            ErrorCode.PAYLOAD_INVALID,
+        ),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, idempotency_key="k\x00"),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
+        (
+            lambda rl, t: rl.trigger(t, {"order_id": 1}, trace_carrier={"traceparent": "\x00"}),
+            ErrorCode.CONFIGURATION_INVALID,
+        ),
     ],
 )
 async def test_bad_input_raises_a_typed_error_and_writes_nothing(
@@ -408,6 +425,36 @@ async def test_any_json_value_round_trips_as_payload_and_result(
     assert done.result == value and done.payload == value
     stored = await rl.runs.get(run.id)
     assert stored.result == value and stored.status is RunStatus.SUCCEEDED
+
+
+async def test_nul_characters_from_task_code_fail_only_their_own_run(
+    make_runtime: Factory,
+) -> None:
+    @task("nul.mixed")
+    async def mixed(payload: int, ctx: Context) -> Any:
+        if payload == 3:
+            return {"text": "a\x00b"}
+        if payload == 5:
+            raise ValueError("bad \x00 byte")
+        if payload == 7:
+            return ctx.release("1h", reason="wait \x00")
+        return payload
+
+    rl = await make_runtime([mixed])
+    runs = await rl.trigger_many(mixed, list(range(10)))
+    # One worker settles all ten together: a value storage refuses must not fail the rest.
+    await rl.worker(mode=WorkerMode.DRAIN, concurrency=10, handle_signals=False).run()
+    stored = {r.payload: await rl.runs.get(r.id) for r in runs}
+    assert stored[3].status is RunStatus.FAILED and stored[3].failure is not None
+    assert "NUL" in stored[3].failure.message and not stored[3].failure.retryable
+    assert stored[5].status is RunStatus.RETRYING and stored[5].failure is not None
+    assert stored[5].failure.meta["detail"] == "bad \ufffd byte"
+    assert stored[7].status is RunStatus.RELEASED
+    others = [stored[n] for n in (0, 1, 2, 4, 6, 8, 9)]
+    assert all(r.status is RunStatus.SUCCEEDED and r.result == r.payload for r in others)
+    with pytest.raises(RunlaneError) as caught:
+        await rl.runs.cancel(runs[0].id, reason="stop \x00")
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
 
 
 async def test_release_waits_and_runs_again_without_spending_retries(make_runtime: Factory) -> None:
