@@ -1,10 +1,18 @@
-"""NUL characters: found in any string of a JSON value, replaced where text must be kept."""
+"""Text storage can keep: NUL characters and lone surrogates found, refused or replaced."""
 
 from __future__ import annotations
 
 import json
 
-from runlane.core.text import REPLACEMENT, contains_nul, encoded_nul, without_nul
+from runlane.core.text import (
+    REPLACEMENT,
+    contains_nul,
+    encoded_nul,
+    storable,
+    storable_json,
+    unstorable,
+    unstorable_json,
+)
 
 
 def test_nul_is_found_in_keys_values_and_nested_lists() -> None:
@@ -21,10 +29,21 @@ def test_a_literal_backslash_u0000_is_not_a_nul() -> None:
     assert encoded_nul(nul, json.dumps(nul))
 
 
-def test_without_nul_replaces_only_the_nul_characters() -> None:
-    assert without_nul({"m": "a\x00b", "n": [1, "\x00"]}) == {
-        "m": f"a{REPLACEMENT}b",
+def test_lone_surrogates_are_not_storable_but_real_unicode_is() -> None:
+    assert unstorable("naïve ☃ 𝄞") is None
+    assert unstorable("a\ud800") is not None and "surrogate" in str(unstorable("a\ud800"))
+    assert "NUL" in str(unstorable("\x00"))
+    value = {"k": ["\udfff"]}
+    assert unstorable_json(value, json.dumps(value, ensure_ascii=False)) is not None
+    ok = {"k": ["é"]}
+    assert unstorable_json(ok, json.dumps(ok, ensure_ascii=False)) is None
+
+
+def test_storable_replaces_only_what_storage_cannot_keep() -> None:
+    assert storable("a\x00b\ud800c é") == f"a{REPLACEMENT}b{REPLACEMENT}c é"
+    assert storable_json({"m\x00": "a\x00b", "n": [1, "\ud800"]}) == {
+        f"m{REPLACEMENT}": f"a{REPLACEMENT}b",
         "n": [1, REPLACEMENT],
     }
     clean = {"m": "ok"}
-    assert without_nul(clean) == clean and without_nul(None) is None
+    assert storable_json(clean) == clean and storable_json(None) is None

@@ -16,7 +16,7 @@ from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.payloads import validate_payload
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from runlane.core.text import NUL, encoded_nul, without_nul
+from runlane.core.text import storable, unstorable, unstorable_json
 from runlane.core.transitions import (
     AttemptOutcome,
     Failed,
@@ -359,13 +359,15 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
 def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
-        return Released(value.delay, without_nul(value.reason))
+        reason = storable(value.reason) if value.reason is not None else None
+        return Released(value.delay, reason)
     if value is None or isinstance(value, bool | int):
         return Succeeded(value)
     if isinstance(value, str):
-        return _unstorable(run) if NUL in value else Succeeded(value)
+        problem = unstorable(value)
+        return Succeeded(value) if problem is None else _unstorable(run, problem)
     try:
-        encoded = json.dumps(value, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError):
         return Failed(
             RunFailure(
@@ -374,16 +376,16 @@ def _outcome(run: Run, value: Any) -> AttemptOutcome:
                 retryable=False,
             )
         )
-    return _unstorable(run) if encoded_nul(value, encoded) else Succeeded(value)
+    problem = unstorable_json(value, encoded)
+    return Succeeded(value) if problem is None else _unstorable(run, problem)
 
 
-def _unstorable(run: Run) -> Failed:
+def _unstorable(run: Run, problem: str) -> Failed:
     # Failing only this run: stored, the result would fail the whole batch of settles.
     return Failed(
         RunFailure(
             ErrorCode.TASK_FAILED.value,
-            f"Task {run.task_id!r} returned a result containing the NUL character "
-            "(\\u0000), which PostgreSQL cannot store.",
+            f"Task {run.task_id!r} returned a result containing {problem}.",
             retryable=False,
         )
     )

@@ -7,6 +7,7 @@ import threading
 import time
 
 from runlane.core.errors import configuration_error
+from runlane.core.text import unstorable
 
 MAX_IDENTIFIER_LENGTH = 255
 
@@ -15,8 +16,9 @@ def validate_identifier(value: object, *, name: str) -> str:
     """Return ``value`` if it is a valid identifier (non-empty, no ``:``), else raise."""
     if not isinstance(value, str) or not value.strip():
         raise configuration_error(f"{name} must be a non-empty string, got {value!r}.")
-    if "\x00" in value:
-        raise configuration_error(f"{name} must not contain the NUL character.")
+    problem = unstorable(value)
+    if problem is not None:
+        raise configuration_error(f"{name} must not contain {problem}.")
     if ":" in value:
         raise configuration_error(f"{name} {value!r} must not contain ':' (reserved by storage).")
     if len(value) > MAX_IDENTIFIER_LENGTH:

@@ -14,7 +14,7 @@ from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import validate_identifier
 from runlane.core.maintenance import prune_finished_runs
 from runlane.core.models import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
-from runlane.core.text import NUL
+from runlane.core.text import unstorable
 from runlane.core.transitions import project, request_cancellation
 from runlane.storage.protocol import RunFilter
 
@@ -83,8 +83,12 @@ class Runs:
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """Cancel a waiting run at once; ask a running one to stop (CANCELLATION_REQUESTED)."""
         rt = self._rt
-        if reason is not None and (not isinstance(reason, str) or NUL in reason):
-            raise configuration_error("reason must be a string without the NUL character.")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise configuration_error("reason must be a string.")
+            problem = unstorable(reason)
+            if problem is not None:
+                raise configuration_error(f"reason must not contain {problem}.")
         for _ in range(MAX_CANCEL_ATTEMPTS):
             run = await self.get(run_id)
             transition = request_cancellation(run, reason)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.text import encoded_nul
+from runlane.core.text import unstorable_json, utf8_size
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
@@ -81,20 +81,17 @@ def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
 
 
 def _check_storable(task_id: str, value: Any, encoded: str, max_bytes: int) -> None:
-    if encoded_nul(value, encoded):
+    problem = unstorable_json(value, encoded)
+    if problem is not None:
         raise RunlaneError(
             ErrorCode.PAYLOAD_INVALID,
-            f"payload for task {task_id!r} contains the NUL character (\\u0000), which "
-            "PostgreSQL cannot store; encode binary data (base64) or drop it.",
+            f"payload for task {task_id!r} contains {problem}; "
+            "encode binary data (base64, for one) or drop it.",
         )
-    _check_size(task_id, encoded, max_bytes)
-
-
-def _check_size(task_id: str, encoded: str, max_bytes: int) -> None:
     # A code point takes at most 4 bytes in UTF-8: short texts need no encoding to measure.
     if len(encoded) * 4 <= max_bytes:
         return
-    size = len(encoded.encode())
+    size = utf8_size(encoded) or 0
     if size > max_bytes:
         raise RunlaneError(
             ErrorCode.PAYLOAD_TOO_LARGE,

@@ -25,7 +25,7 @@ from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
-from runlane.core.text import contains_nul
+from runlane.core.text import unstorable
 from runlane.storage.protocol import CreateOutcome, NewRun
 
 #: The most runs one group-committed write carries.
@@ -187,8 +187,10 @@ def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | Non
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
         raise configuration_error("trace_carrier must map strings to strings.")
-    if contains_nul(dict(carrier)):
-        raise configuration_error("trace_carrier must not contain the NUL character.")
+    for text in (*carrier.keys(), *carrier.values()):
+        problem = unstorable(text)
+        if problem is not None:
+            raise configuration_error(f"trace_carrier must not contain {problem}.")
     return dict(carrier)
 
 

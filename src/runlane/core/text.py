@@ -1,21 +1,25 @@
-"""Text that storage can keep: no NUL characters.
+"""Text that storage can keep: UTF-8 without NUL characters.
 
 PostgreSQL's text and jsonb reject the NUL character (``\\x00``, ``\\u0000`` in
-JSON), while SQLite keeps it. So that both lanes behave alike, values that
-callers choose (payloads, keys, reasons) are refused with a typed error, and
-values the runtime must store whatever they hold (failure text from task code)
-have it replaced.
+JSON), and no driver can encode a lone surrogate (``\\ud800``) as UTF-8, while
+Python strings may hold both. So that every lane behaves alike and one bad value
+never fails a whole batch of writes, values that callers choose (payloads, keys,
+reasons) are refused with a typed error, results that hold them fail their own
+run, and text the runtime must store whatever it holds (failure text from task
+code) has them replaced.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 NUL = "\x00"
-#: What a NUL character in stored failure text becomes.
+#: What a NUL character or a lone surrogate in stored failure text becomes.
 REPLACEMENT = "\ufffd"
 #: How a JSON encoder writes a NUL character inside a string.
 ESCAPED_NUL = "\\u0000"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def contains_nul(value: Any) -> bool:
@@ -38,12 +42,54 @@ def encoded_nul(value: Any, encoded: str) -> bool:
     return ESCAPED_NUL in encoded and contains_nul(value)
 
 
-def without_nul(value: Any) -> Any:
-    """A JSON value with every NUL character in its strings replaced."""
+def utf8_size(text: str) -> int | None:
+    """Bytes of ``text`` in UTF-8, or ``None`` if it holds a lone surrogate."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError:
+        return None
+
+
+_NUL_REASON = "the NUL character (\\u0000), which PostgreSQL cannot store"
+_SURROGATE_REASON = "a lone surrogate, which is not UTF-8"
+
+
+def unstorable(text: str) -> str | None:
+    """Why storage cannot keep ``text`` (``None`` if it can)."""
+    if NUL in text:
+        return _NUL_REASON
+    if utf8_size(text) is None:
+        return _SURROGATE_REASON
+    return None
+
+
+def unstorable_json(value: Any, encoded: str) -> str | None:
+    """Why storage cannot keep JSON value ``value``, encoded (``ensure_ascii=False``) as
+    ``encoded`` (``None`` if it can)."""
+    if encoded_nul(value, encoded):
+        return _NUL_REASON
+    if utf8_size(encoded) is None:
+        return _SURROGATE_REASON
+    return None
+
+
+def storable(text: str) -> str:
+    """``text`` with NUL characters and lone surrogates replaced."""
+    if NUL in text:
+        text = text.replace(NUL, REPLACEMENT)
+    if not text.isascii():
+        text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def storable_json(value: Any) -> Any:
+    """A JSON value whose strings (keys included) are all :func:`storable`."""
     if isinstance(value, str):
-        return value.replace(NUL, REPLACEMENT) if NUL in value else value
+        return storable(value)
     if isinstance(value, dict):
-        return {without_nul(k): without_nul(v) for k, v in value.items()}
+        return {storable_json(k): storable_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [without_nul(item) for item in value]
+        return [storable_json(item) for item in value]
     return value

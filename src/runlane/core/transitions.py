@@ -14,7 +14,7 @@ from typing import Any
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import CLAIMABLE_STATUSES, Run, RunEventType, RunFailure, RunStatus
 from runlane.core.retry import RetryPolicy
-from runlane.core.text import without_nul
+from runlane.core.text import storable, storable_json
 from runlane.storage.protocol import NewEvent, RunChanges, Transition
 
 
@@ -198,16 +198,16 @@ def sanitize_exception(error: BaseException) -> RunFailure:
     A :class:`RunlaneError` keeps its code, message and retryable flag. Anything
     else becomes ``task_failed`` (retryable) with the exception type in ``meta``;
     its text is kept in ``meta`` too, since task code owns it, but is cut short.
-    NUL characters, which PostgreSQL cannot store, are replaced.
+    NUL characters and lone surrogates, which storage cannot keep, are replaced.
     """
     if isinstance(error, RunlaneError):
         return RunFailure(
             code=error.code.value,
-            message=without_nul(error.message),
+            message=storable(error.message),
             retryable=error.retryable,
-            meta=without_nul(error.meta),
+            meta=storable_json(error.meta),
         )
-    text = without_nul(str(error))
+    text = storable(str(error))
     return RunFailure(
         code=ErrorCode.TASK_FAILED.value,
         message=f"Task raised {type(error).__name__}.",

@@ -295,6 +295,10 @@ async def test_concurrent_triggers_each_create_their_own_run(make_runtime: Facto
             ErrorCode.PAYLOAD_INVALID,
         ),
         (
+            lambda rl, t: rl.trigger(t, {"order_id": 1, "note": "\ud800"}),
+            ErrorCode.PAYLOAD_INVALID,
+        ),
+        (
             lambda rl, t: rl.trigger(t, {"order_id": 1}, idempotency_key="k\x00"),
             ErrorCode.CONFIGURATION_INVALID,
         ),
@@ -438,6 +442,8 @@ async def test_nul_characters_from_task_code_fail_only_their_own_run(
             raise ValueError("bad \x00 byte")
         if payload == 7:
             return ctx.release("1h", reason="wait \x00")
+        if payload == 8:
+            return ["\udc80"]
         return payload
 
     rl = await make_runtime([mixed])
@@ -450,7 +456,9 @@ async def test_nul_characters_from_task_code_fail_only_their_own_run(
     assert stored[5].status is RunStatus.RETRYING and stored[5].failure is not None
     assert stored[5].failure.meta["detail"] == "bad \ufffd byte"
     assert stored[7].status is RunStatus.RELEASED
-    others = [stored[n] for n in (0, 1, 2, 4, 6, 8, 9)]
+    assert stored[8].status is RunStatus.FAILED and stored[8].failure is not None
+    assert "surrogate" in stored[8].failure.message
+    others = [stored[n] for n in (0, 1, 2, 4, 6, 9)]
     assert all(r.status is RunStatus.SUCCEEDED and r.result == r.payload for r in others)
     with pytest.raises(RunlaneError) as caught:
         await rl.runs.cancel(runs[0].id, reason="stop \x00")
