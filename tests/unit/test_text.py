@@ -47,3 +47,11 @@ def test_storable_replaces_only_what_storage_cannot_keep() -> None:
     }
     clean = {"m": "ok"}
     assert storable_json(clean) == clean and storable_json(None) is None
+
+
+def test_storable_json_turns_what_json_cannot_hold_into_text() -> None:
+    value = {1: float("nan"), "o": object(), "t": (1, float("inf"))}
+    safe = storable_json(value)
+    assert safe["1"] == "nan" and safe["t"] == [1, "inf"]
+    assert safe["o"].startswith("<object object")
+    json.dumps(safe, allow_nan=False)

@@ -359,7 +359,7 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
 def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
-        reason = storable(value.reason) if value.reason is not None else None
+        reason = storable(str(value.reason)) if value.reason is not None else None
         return Released(value.delay, reason)
     if value is None or isinstance(value, bool | int):
         return Succeeded(value)

@@ -11,6 +11,7 @@ code) has them replaced.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -85,11 +86,16 @@ def storable(text: str) -> str:
 
 
 def storable_json(value: Any) -> Any:
-    """A JSON value whose strings (keys included) are all :func:`storable`."""
+    """``value`` as JSON storage can keep, whatever task code put in it: strings (keys
+    included) :func:`storable`, non-finite floats and other objects as their ``repr``."""
     if isinstance(value, str):
         return storable(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
     if isinstance(value, dict):
-        return {storable_json(k): storable_json(v) for k, v in value.items()}
+        return {storable(str(k)): storable_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [storable_json(item) for item in value]
-    return value
+    return storable(repr(value))

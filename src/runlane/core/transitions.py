@@ -198,12 +198,13 @@ def sanitize_exception(error: BaseException) -> RunFailure:
     A :class:`RunlaneError` keeps its code, message and retryable flag. Anything
     else becomes ``task_failed`` (retryable) with the exception type in ``meta``;
     its text is kept in ``meta`` too, since task code owns it, but is cut short.
-    NUL characters and lone surrogates, which storage cannot keep, are replaced.
+    What storage cannot keep (NUL characters, lone surrogates, non-JSON values in
+    ``meta``) is replaced, so one bad failure never fails a batch of settles.
     """
     if isinstance(error, RunlaneError):
         return RunFailure(
             code=error.code.value,
-            message=storable(error.message),
+            message=storable(str(error.message)),
             retryable=error.retryable,
             meta=storable_json(error.meta),
         )

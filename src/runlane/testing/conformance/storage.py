@@ -16,6 +16,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from math import nan
 from typing import Any
 
 import pytest
@@ -431,7 +432,7 @@ async def test_any_json_value_round_trips_as_payload_and_result(
     assert stored.result == value and stored.status is RunStatus.SUCCEEDED
 
 
-async def test_nul_characters_from_task_code_fail_only_their_own_run(
+async def test_values_storage_cannot_keep_fail_only_their_own_run(
     make_runtime: Factory,
 ) -> None:
     @task("nul.mixed")
@@ -444,6 +445,8 @@ async def test_nul_characters_from_task_code_fail_only_their_own_run(
             return ctx.release("1h", reason="wait \x00")
         if payload == 8:
             return ["\udc80"]
+        if payload == 6:
+            raise RunlaneError(ErrorCode.TASK_FAILED, "odd meta", meta={"o": object(), "f": nan})
         return payload
 
     rl = await make_runtime([mixed])
@@ -458,7 +461,9 @@ async def test_nul_characters_from_task_code_fail_only_their_own_run(
     assert stored[7].status is RunStatus.RELEASED
     assert stored[8].status is RunStatus.FAILED and stored[8].failure is not None
     assert "surrogate" in stored[8].failure.message
-    others = [stored[n] for n in (0, 1, 2, 4, 6, 9)]
+    assert stored[6].status is RunStatus.FAILED and stored[6].failure is not None
+    assert stored[6].failure.meta["f"] == "nan" and stored[6].failure.meta["o"].startswith("<")
+    others = [stored[n] for n in (0, 1, 2, 4, 9)]
     assert all(r.status is RunStatus.SUCCEEDED and r.result == r.payload for r in others)
     with pytest.raises(RunlaneError) as caught:
         await rl.runs.cancel(runs[0].id, reason="stop \x00")
