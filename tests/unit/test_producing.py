@@ -115,3 +115,35 @@ def test_bulk_run_ids_are_uuid7_unique_and_in_creation_order() -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(uuid.UUID(i).version == 7 for i in ids[:50])
     assert new_run_id.many(0) == []
+
+
+async def test_a_failed_bulk_batch_raises_its_own_error_and_stops_the_rest(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    from runlane import Context, ErrorCode, Runlane, RunlaneError, queue, sqlite_lane, task
+
+    @task("bulk.noop")
+    async def noop(payload: int, ctx: Context) -> None:
+        return None
+
+    rl = Runlane(
+        lane=sqlite_lane(f"{tmp_path}/bulk.db"), queues=[queue("main", default=True)], tasks=[noop]
+    )
+    async with rl:
+        real = rl.storage.create_runs
+        calls = 0
+
+        async def flaky(*args: object, **kwargs: object) -> list[CreateOutcome]:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise RunlaneError(ErrorCode.STORAGE_UNAVAILABLE, "down", retryable=True)
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+        rl.storage.create_runs = flaky  # type: ignore[method-assign]
+        with pytest.raises(RunlaneError) as caught:
+            await rl.trigger_many(noop, list(range(5000)))
+        assert caught.value.code is ErrorCode.STORAGE_UNAVAILABLE
+        # Batches are atomic: whole ones written before the failure, none after it.
+        written = len((await rl.runs.list(limit=1000)).data)
+        assert written % 1000 == 0 and written < 5000

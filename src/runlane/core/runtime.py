@@ -276,9 +276,16 @@ class Runlane:
                 async with gate:
                     return await write(start, stop)
 
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(gated(start, stop)) for start, stop in spans]
-            written = [task.result() for task in tasks]
+            writes = [asyncio.ensure_future(gated(start, stop)) for start, stop in spans]
+            try:
+                written = await asyncio.gather(*writes)
+            except BaseException:
+                # The first failure is the caller's error (not an ExceptionGroup): stop
+                # the batches not written yet and wait for those in flight.
+                for pending in writes:
+                    pending.cancel()
+                await asyncio.gather(*writes, return_exceptions=True)
+                raise
         return [run for runs in written for run in runs]
 
     async def _create(
