@@ -61,9 +61,13 @@ def load_migrations(package: str) -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+#: One encoder for every call (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODE(value)
 
 
 def _json(value: str | bytes) -> Any:

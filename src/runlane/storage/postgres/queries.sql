@@ -10,15 +10,15 @@
 -- or run.started when run_now leases them, and one wakeup for listening workers
 -- when a created run is due now. A run whose singleton key already has an active
 -- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
+-- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
+-- than a dozen arrays), fields in the order below.
 WITH input AS (
-    SELECT *
-    FROM unnest(
-        %(ids)b::text[], %(task_ids)b::text[], %(queues)b::text[], %(statuses)b::text[],
-        %(payloads)b::text[], %(run_ats)b::bigint[], %(event_sequences)b::int[],
-        %(sources)b::text[], %(idempotency_keys)b::text[], %(singleton_keys)b::text[],
-        %(concurrency_keys)b::text[], %(trace_carriers)b::text[], %(request_deliveries)b::bool[]
-    ) AS t(id, task_id, queue, status, payload, run_at, event_sequence, source,
-           idempotency_key, singleton_key, concurrency_key, trace_carrier, request_delivery)
+    SELECT r.x->>0 AS id, r.x->>1 AS task_id, r.x->>2 AS queue, r.x->>3 AS status,
+           r.x->4 AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
+           r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
+           r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
+           (r.x->>12)::bool AS request_delivery
+    FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
 ),
 inserted AS (
     INSERT INTO {schema}.runlane_runs (
@@ -27,9 +27,9 @@ inserted AS (
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
         lease_expires_at, delivery_requested_at
     )
-    SELECT %(environment)s, id, task_id, queue, status, payload::jsonb, %(attempt)s, 0,
-           run_at, run_at, %(now)s, %(now)s, event_sequence, source::jsonb, idempotency_key,
-           singleton_key, concurrency_key, trace_carrier::jsonb, %(lease_owner)s::text,
+    SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
+           run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
+           singleton_key, concurrency_key, trace_carrier, %(lease_owner)s::text,
            %(lease_token)s::text, %(lease_expires_at)s::bigint,
            CASE WHEN request_delivery THEN %(now)s::bigint END
     FROM input

@@ -56,10 +56,23 @@ class CreationBatch:
         return any(status == "queued" and run_at <= now for status, run_at in pairs)
 
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
-        """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all)."""
-        if indexes is None:
-            return {**self.shared, **self.columns}
-        return {**self.shared, **{k: [v[i] for i in indexes] for k, v in self.columns.items()}}
+        """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
+        runs as one JSON array of positional fields (see the query for the order), with
+        payload, source and trace carrier spliced in as the JSON texts they already are."""
+        c = self.columns
+        rows = []
+        for i in range(len(self.runs)) if indexes is None else indexes:
+            names = dumps([c["ids"][i], c["task_ids"][i], c["queues"][i], c["statuses"][i]])
+            counts = dumps([c["run_ats"][i], c["event_sequences"][i]])
+            keys = dumps(
+                [c["idempotency_keys"][i], c["singleton_keys"][i], c["concurrency_keys"][i]]
+            )
+            rows.append(
+                f"[{names[1:-1]},{c['payloads'][i]},{counts[1:-1]},{c['sources'][i]},"
+                f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
+                f"{'true' if c['request_deliveries'][i] else 'false'}]"
+            )
+        return {**self.shared, "runs": f"[{','.join(rows)}]"}
 
     def single_params(self) -> dict[str, Any]:
         """Parameters of ``insert_run`` for a plain batch of one run."""
