@@ -123,3 +123,19 @@ async def test_an_idle_polling_worker_starts_a_run_from_another_process_within_a
     finally:
         await worker.stop()
         await asyncio.wait_for(running, 5)
+
+
+async def test_a_burst_of_triggers_wakes_an_idle_worker_for_every_run(runtime: Factory) -> None:
+    """Triggers back to back from another process: each run starts without waiting for the
+    poll interval."""
+    consumer, producer = runtime(), runtime()
+    worker = consumer.worker(concurrency=4, poll_interval="30s", handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(1.0)  # idle: the worker waits on notifications
+        runs = [await producer.trigger(ping, None) for _ in range(40)]
+        for run in runs:
+            await wait_for_status(producer, run.id, RunStatus.SUCCEEDED, within=3)
+    finally:
+        await worker.stop()
+        await asyncio.wait_for(running, 5)
