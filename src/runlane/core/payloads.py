@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.text import unstorable_json, utf8_size
+from runlane.core.text import measure_json
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
@@ -81,17 +81,14 @@ def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:
 
 
 def _check_storable(task_id: str, value: Any, encoded: str, max_bytes: int) -> None:
-    problem = unstorable_json(value, encoded)
+    # One UTF-8 measurement for both checks (free for ASCII text).
+    size, problem = measure_json(value, encoded)
     if problem is not None:
         raise RunlaneError(
             ErrorCode.PAYLOAD_INVALID,
             f"payload for task {task_id!r} contains {problem}; "
             "encode binary data (base64, for one) or drop it.",
         )
-    # A code point takes at most 4 bytes in UTF-8: short texts need no encoding to measure.
-    if len(encoded) * 4 <= max_bytes:
-        return
-    size = utf8_size(encoded) or 0
     if size > max_bytes:
         raise RunlaneError(
             ErrorCode.PAYLOAD_TOO_LARGE,

@@ -66,14 +66,21 @@ def unstorable(text: str) -> str | None:
     return None
 
 
+def measure_json(value: Any, encoded: str) -> tuple[int, str | None]:
+    """UTF-8 size of JSON value ``value``, encoded (``ensure_ascii=False``) as ``encoded``,
+    and why storage cannot keep it (``None`` if it can): one measurement for both."""
+    size = utf8_size(encoded)
+    if encoded_nul(value, encoded):
+        return size or 0, _NUL_REASON
+    if size is None:
+        return 0, _SURROGATE_REASON
+    return size, None
+
+
 def unstorable_json(value: Any, encoded: str) -> str | None:
     """Why storage cannot keep JSON value ``value``, encoded (``ensure_ascii=False``) as
     ``encoded`` (``None`` if it can)."""
-    if encoded_nul(value, encoded):
-        return _NUL_REASON
-    if utf8_size(encoded) is None:
-        return _SURROGATE_REASON
-    return None
+    return measure_json(value, encoded)[1]
 
 
 def storable(text: str) -> str:
