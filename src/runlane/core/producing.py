@@ -198,7 +198,8 @@ Write = Callable[[Sequence[NewRun]], Awaitable[list[CreateOutcome]]]
 
 
 class CreationBatcher:
-    """Group commit for concurrent lone triggers (see the module docstring)."""
+    """Group commit for concurrent lone triggers (see the module docstring); one per
+    event loop (the runtime keeps one for each loop it is used on)."""
 
     def __init__(self, write: Write) -> None:
         self._write = write
@@ -211,13 +212,9 @@ class CreationBatcher:
         A caller cancelled before its group is written creates nothing.
         """
         loop = asyncio.get_running_loop()
-        writer = self._writer
-        if writer is not None and writer.get_loop() is not loop:
-            # A runtime reused on a new event loop: the old loop's writer is gone.
-            writer, self._waiting = None, []
         future: asyncio.Future[CreateOutcome] = loop.create_future()
         self._waiting.append((new, future))
-        if writer is None or writer.done():
+        if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._drain())
         return await future
 
