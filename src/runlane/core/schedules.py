@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
+from runlane.core.cron import is_valid_cron, wall_times_after, wall_times_before
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.ids import validate_identifier
@@ -99,11 +98,11 @@ class ScheduleDef:
         assert self.cron is not None
         # Start early: around a repeated (fall-back) hour the wall clock runs backwards.
         local = (moment - _DST_MARGIN).astimezone(self.zone).replace(tzinfo=None)
-        iterator = croniter(self.cron, local)
-        while True:
-            candidate = _wall_to_utc(iterator.get_next(datetime), self.zone)
+        for wall in wall_times_after(self.cron, local):
+            candidate = _wall_to_utc(wall, self.zone)
             if candidate > moment:
                 return candidate
+        return None  # pragma: no cover - a valid cron expression never runs out of slots
 
     def _slots_descending(self, moment: datetime) -> Iterator[datetime]:
         if self.every is not None:
@@ -118,10 +117,9 @@ class ScheduleDef:
         # wall time that occurs twice fires once, one that does not exist fires at
         # the first valid instant after it.
         local = (moment + _DST_MARGIN).astimezone(zone).replace(tzinfo=None)
-        iterator = croniter(self.cron, local)
         previous: datetime | None = None
-        while True:
-            slot = _wall_to_utc(iterator.get_prev(datetime), zone)
+        for wall in wall_times_before(self.cron, local):
+            slot = _wall_to_utc(wall, zone)
             if slot > moment or (previous is not None and slot >= previous):
                 continue
             previous = slot
@@ -180,9 +178,7 @@ def schedule(
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise configuration_error(f"schedule {id!r}: unknown time zone {timezone!r}.") from None
-    if cron is not None and (
-        not isinstance(cron, str) or not croniter.is_valid(cron) or len(cron.split()) != 5
-    ):
+    if cron is not None and not is_valid_cron(cron):
         raise configuration_error(
             f"schedule {id!r}: {cron!r} is not a valid five-field cron expression."
         )
