@@ -59,4 +59,5 @@ __all__ = [
     "sqlite_lane",
     "task",
 ]
+#: The package version; the build reads it from here (the only place it is written).
 __version__ = "0.1.0"

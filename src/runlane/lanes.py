@@ -33,7 +33,9 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
         from runlane.storage.postgres import PostgresStorage
     except ImportError as error:  # pragma: no cover - depends on the install
         raise configuration_error(
-            "postgres_lane needs psycopg; install runlane[postgres].", missing=str(error)
+            "postgres_lane needs psycopg with a libpq: install runlane[postgres] (uses the "
+            "system's libpq) or runlane[postgres-binary] (bundles one).",
+            missing=str(error),
         ) from None
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
