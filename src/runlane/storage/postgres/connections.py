@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-import select
+import selectors
 from typing import Any
 
 import psycopg
@@ -89,11 +89,16 @@ async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
     """
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("connection closed")
-    if _readable(conn.pgconn.socket):
+    if socket_readable(conn.pgconn.socket):
         await AsyncConnectionPool.check_connection(conn)
 
 
-def _readable(fd: int) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-    return bool(poller.poll(0))
+def socket_readable(fd: int) -> bool:
+    """Whether ``fd`` has data or a hang-up waiting, without blocking.
+
+    ``selectors`` picks what the platform has (epoll, kqueue, or select on Windows,
+    where ``select.poll`` does not exist); a hang-up reads as readable everywhere.
+    """
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=0))
