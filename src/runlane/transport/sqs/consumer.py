@@ -30,7 +30,9 @@ from runlane.transport.sqs.delivery import (
     validate_delivery_options,
 )
 from runlane.transport.sqs.provider import (
-    call_sqs,
+    DEFAULT_MAX_THREADS,
+    BlockingCalls,
+    check_max_threads,
     entry_retryable,
     is_provider_error,
     provider_call_error,
@@ -71,6 +73,7 @@ class SqsDeliveryConsumer:
         on_delivery_failure: OnDeliveryFailure | None,
         fifo: bool,
         receive_params: Mapping[str, Any],
+        max_threads: int = DEFAULT_MAX_THREADS,
     ) -> None:
         self.queue_url = queue_url
         self.fifo = fifo
@@ -78,6 +81,7 @@ class SqsDeliveryConsumer:
         #: every delivery gets it as ``signal``, so running tasks see it as ``ctx.signal``.
         self.signal = Signal()
         self._client = client
+        self._calls = BlockingCalls(max_threads)
         options = dict(delivery_options)
         self._forwarded_signal: Signal | None = options.pop("signal", None)
         self._delivery = WakeupDelivery(
@@ -177,7 +181,7 @@ class SqsDeliveryConsumer:
         if self._stop_requested.is_set():
             return None
         receive = asyncio.ensure_future(
-            call_sqs(self._client, "receive_message", **self._receive_params)
+            self._calls.call_sqs(self._client, "receive_message", **self._receive_params)
         )
         stopped = asyncio.ensure_future(self._stop_requested.wait())
         await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -258,7 +262,7 @@ class SqsDeliveryConsumer:
             for index, (message, _) in enumerate(resolved)
         ]
         try:
-            response = await call_sqs(
+            response = await self._calls.call_sqs(
                 self._client, "delete_message_batch", QueueUrl=self.queue_url, Entries=entries
             )
         except Exception as error:
@@ -322,6 +326,7 @@ def create_sqs_delivery_consumer(
     wait_time_seconds: int = DEFAULT_WAIT_TIME_SECONDS,
     visibility_timeout_seconds: int | None = None,
     on_delivery_failure: OnDeliveryFailure | None = None,
+    max_threads: int = DEFAULT_MAX_THREADS,
 ) -> SqsDeliveryConsumer:
     """A long-running consumer of one SQS queue that executes each wakeup it receives.
 
@@ -331,6 +336,7 @@ def create_sqs_delivery_consumer(
     messages whose delivery resolved are deleted. With ``fifo=True`` (the URL
     must end in ``.fifo``) a batch is handled in order and stops at its first
     failure. ``visibility_timeout_seconds`` should exceed the longest delivery.
+    boto3 calls (the long poll, deletes) run on at most ``max_threads`` threads.
 
     >>> consumer = create_sqs_delivery_consumer(
     ...     client=boto3.client("sqs"), queue_url=url, execute_delivery=rl.execute_delivery,
@@ -380,6 +386,7 @@ def create_sqs_delivery_consumer(
         on_delivery_failure=on_delivery_failure,
         fifo=fifo,
         receive_params=receive_params,
+        max_threads=check_max_threads(max_threads, owner),
     )
 
 

@@ -1,9 +1,9 @@
 """The boundary to the SQS API: blocking boto3 calls off the event loop, failures classified.
 
-boto3 is synchronous. Calls run on daemon worker threads (idle ones are reused)
-and settle an asyncio future, so a 20-second long poll neither blocks the event
-loop, nor delays any other call, nor holds up interpreter or event-loop shutdown
-once its caller stops waiting for it.
+boto3 is synchronous. Calls run on a bounded set of daemon worker threads (idle
+ones are reused) and settle an asyncio future, so a 20-second long poll neither
+blocks the event loop nor holds up interpreter or event-loop shutdown once its
+caller stops waiting for it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 
 try:
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
@@ -47,65 +47,87 @@ RETRYABLE_PROVIDER_CODES = frozenset(
 )
 #: A worker thread with no call to run for this long exits.
 IDLE_WORKER_TIMEOUT_S = 60.0
+#: Threads one transport or consumer runs boto3 calls on at most: botocore keeps 10
+#: connections per client by default, so more threads would only open and discard
+#: extra connections. Calls beyond it wait for a thread.
+DEFAULT_MAX_THREADS = 10
 _SERVER_ERROR_STATUS = 500
 T = TypeVar("T")
 _THROTTLED_STATUS = 429
 
 
-async def call_sqs(client: Any, operation: str, **params: Any) -> dict[str, Any]:
-    """Call ``client.<operation>(**params)`` off the event loop and await its response."""
-    response: dict[str, Any] = await run_blocking(getattr(client, operation), **params)
-    return response
+def check_max_threads(max_threads: object, owner: str) -> int:
+    """``max_threads`` as a whole number of at least 1, or CONFIGURATION_INVALID."""
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise configuration_error(f"{owner}: max_threads must be a whole number of at least 1.")
+    return max_threads
 
 
-async def run_blocking(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """Run a blocking call on a daemon thread; cancelling the await abandons the call."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-    context = contextvars.copy_context()
+class BlockingCalls:
+    """Runs blocking boto3 calls on at most ``max_threads`` daemon threads.
 
-    def settle(setter: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            setter(value)
-
-    def run() -> None:
-        outcome: tuple[Callable[[Any], None], Any]
-        try:
-            outcome = (future.set_result, context.run(function, *args, **kwargs))
-        except BaseException as error:  # handed to the awaiting coroutine
-            outcome = (future.set_exception, error)
-        with contextlib.suppress(RuntimeError):  # the loop closed while we were away
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    _workers.submit(run)
-    return await future
-
-
-class _DaemonWorkers:
-    """Daemon threads for blocking calls: an idle one takes the call, else a new one starts.
-
-    Unlike an executor, a call never queues behind busy workers (a long poll cannot
-    delay a publish), and nothing joins the threads at exit. Invariant: ``_idle``
-    = workers waiting for a job - jobs submitted to the queue and not yet taken.
+    An idle thread takes the next call; below the bound a new thread starts; at
+    the bound the call waits for a thread to finish. Nothing joins the threads at
+    exit, and an idle one retires after ``idle_timeout`` seconds.
+    Invariant: ``_idle`` = threads waiting for a call - calls queued and not yet taken.
     """
 
-    def __init__(self, idle_timeout: float) -> None:
+    def __init__(
+        self, max_threads: int = DEFAULT_MAX_THREADS, idle_timeout: float = IDLE_WORKER_TIMEOUT_S
+    ) -> None:
+        self.max_threads = max_threads
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
+        self._threads = 0
         self._idle_timeout = idle_timeout
 
-    def submit(self, job: Callable[[], None]) -> None:
+    @property
+    def threads(self) -> int:
+        """Threads alive now (busy or idle)."""
         with self._lock:
-            reuse = self._idle > 0
-            if reuse:
+            return self._threads
+
+    async def call_sqs(self, client: Any, operation: str, **params: Any) -> dict[str, Any]:
+        """Call ``client.<operation>(**params)`` off the event loop and await its response."""
+        response: dict[str, Any] = await self.run(getattr(client, operation), **params)
+        return response
+
+    async def run(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call on a pool thread; cancelling the await abandons the call."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(setter: Callable[[Any], None], value: Any) -> None:
+            if not future.done():
+                setter(value)
+
+        def job() -> None:
+            outcome: tuple[Callable[[Any], None], Any]
+            try:
+                outcome = (future.set_result, context.run(function, *args, **kwargs))
+            except BaseException as error:  # handed to the awaiting coroutine
+                outcome = (future.set_exception, error)
+            with contextlib.suppress(RuntimeError):  # the loop closed while we were away
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        self._submit(job)
+        return await future
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle <= 0 and self._threads < self.max_threads
+            if start:
+                self._threads += 1
+            else:  # an idle thread takes it, or the next one to finish does
                 self._idle -= 1
-        if reuse:
-            self._jobs.put(job)
-        else:
+        if start:
             threading.Thread(
                 target=self._work, args=(job,), name="runlane-sqs", daemon=True
             ).start()
+        else:
+            self._jobs.put(job)
 
     def _work(self, job: Callable[[], None]) -> None:
         while True:
@@ -118,12 +140,10 @@ class _DaemonWorkers:
                     break
                 except queue.Empty:
                     with self._lock:
-                        if self._idle > 0:  # nobody is counting on this worker: retire
+                        if self._idle > 0:  # nobody is counting on this thread: retire
                             self._idle -= 1
+                            self._threads -= 1
                             return
-
-
-_workers = _DaemonWorkers(IDLE_WORKER_TIMEOUT_S)
 
 
 def is_provider_error(error: BaseException) -> bool:

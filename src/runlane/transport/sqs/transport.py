@@ -34,12 +34,13 @@ from runlane.transport.sqs.bindings import (
     SqsQueueBinding,
 )
 from runlane.transport.sqs.provider import (
-    call_sqs,
+    DEFAULT_MAX_THREADS,
+    BlockingCalls,
+    check_max_threads,
     entry_retryable,
     is_provider_error,
     provider_call_error,
     response_request_id,
-    run_blocking,
 )
 
 #: Default number of wakeups per ``SendMessageBatch`` request (the SQS maximum).
@@ -88,9 +89,11 @@ class SqsTransport:
         bindings: Sequence[SqsQueueBinding],
         batch_size: int,
         name: str,
+        max_threads: int = DEFAULT_MAX_THREADS,
     ) -> None:
         self.name = name
         self._client = client
+        self._calls = BlockingCalls(max_threads)
         self._bindings = {binding.queue.name: binding for binding in bindings}
         self._batch_size = min(batch_size, SQS_MAX_BATCH_ENTRIES)
         self._resolved_urls: dict[str, str] = {
@@ -187,7 +190,7 @@ class SqsTransport:
         entries = [send_entry(str(i), attempts[i], bindings[i].fifo) for i in batch]
         queue_names = sorted({bindings[i].queue.name for i in batch})
         try:
-            response = await call_sqs(
+            response = await self._calls.call_sqs(
                 self._client, "send_message_batch", QueueUrl=url, Entries=entries
             )
         except Exception as error:
@@ -236,7 +239,7 @@ class SqsTransport:
         if cached is not None:
             return cached
         try:
-            return await run_blocking(self._resolve_blocking, binding)
+            return await self._calls.run(self._resolve_blocking, binding)
         except Exception as error:
             if not is_provider_error(error):
                 raise
@@ -309,11 +312,15 @@ def sqs_transport(
     queues: Sequence[SqsQueueBinding],
     batch_size: int = DEFAULT_BATCH_SIZE,
     name: str = "sqs",
+    max_threads: int = DEFAULT_MAX_THREADS,
 ) -> SqsTransport:
     """An SQS transport for a lane: one binding per runlane queue it carries.
 
     ``client`` is a boto3 SQS client (``boto3.client("sqs")``); ``batch_size``
     caps wakeups per ``SendMessageBatch`` request (SQS allows at most 10).
+    boto3 blocks, so its calls run on at most ``max_threads`` threads (default
+    :data:`~runlane.transport.sqs.provider.DEFAULT_MAX_THREADS`, botocore's
+    connection pool size); raise both together for very high publish rates.
 
     >>> transport = sqs_transport(
     ...     client=boto3.client("sqs"),
@@ -359,4 +366,10 @@ def sqs_transport(
         )
     if not isinstance(name, str) or not name.strip():
         raise configuration_error("sqs_transport name must be a non-empty string.")
-    return SqsTransport(client=client, bindings=list(queues), batch_size=batch_size, name=name)
+    return SqsTransport(
+        client=client,
+        bindings=list(queues),
+        batch_size=batch_size,
+        name=name,
+        max_threads=check_max_threads(max_threads, "sqs_transport"),
+    )
