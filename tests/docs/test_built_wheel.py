@@ -44,7 +44,8 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: 
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         metadata = archive.read(f"runlane-{runlane.__version__}.dist-info/METADATA").decode()
-    assert f"runlane-{runlane.__version__}.dist-info/licenses/LICENSE" in names
+    dist_info = f"runlane-{runlane.__version__}.dist-info/"
+    assert any(n.startswith(dist_info) and n.endswith("/LICENSE") for n in names)
     assert "runlane/py.typed" in names
     assert any(n.startswith("runlane/storage/postgres/migrations/") for n in names)
     assert any(n.startswith("runlane/storage/sqlite/migrations/") for n in names)
