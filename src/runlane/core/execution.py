@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
+from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.payloads import validate_payload
@@ -186,6 +187,7 @@ class AttemptRunner:
             value = job.result()
             if isinstance(value, _Escaped):
                 raise value.error
+            return _outcome(run, value)
         except asyncio.CancelledError as error:
             if _being_cancelled():
                 job.cancel()
@@ -193,7 +195,6 @@ class AttemptRunner:
             return _raised(run, error)  # the task cancelled itself: its own failure
         except Exception as error:
             return _raised(run, error)
-        return _outcome(run, value)
 
     async def settle(
         self,
@@ -407,8 +408,21 @@ def _raised(run: Run, error: BaseException) -> Failed:
 def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
-        reason = storable(str(value.reason)) if value.reason is not None else None
-        return Released(value.delay, reason)
+        try:
+            delay = parse_duration(value.delay, name="the Release delay")
+            reason = storable(str(value.reason)) if value.reason is not None else None
+        except Exception as error:
+            # Settling would raise (a NaN or overflowing delay, a reason that cannot
+            # be printed): fail this attempt instead of leaving the run leased.
+            return Failed(
+                RunFailure(
+                    ErrorCode.TASK_FAILED.value,
+                    f"Task {run.task_id!r} returned a Release that cannot be honoured: "
+                    f"{error.message if isinstance(error, RunlaneError) else 'bad reason'}.",
+                    retryable=False,
+                )
+            )
+        return Released(delay, reason)
     if value is None or isinstance(value, bool | int):
         return Succeeded(value)
     if isinstance(value, str):

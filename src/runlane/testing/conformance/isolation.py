@@ -20,6 +20,7 @@ from runlane import (
     Context,
     ErrorCode,
     ManualClock,
+    Release,
     Run,
     Runlane,
     RunlaneError,
@@ -27,6 +28,7 @@ from runlane import (
     schedule,
     task,
 )
+from runlane.core.delivery import DeliveryOutcome
 from runlane.core.models import RunSourceType
 from runlane.operator import tick_report_view
 from runlane.storage.protocol import LeaseRequest, QueuePolicy
@@ -164,6 +166,50 @@ async def test_an_exit_from_task_code_settles_the_attempt_then_proceeds(
     assert stored.status is RunStatus.RETRYING and stored.lease is None
     assert stored.failure is not None and stored.failure.retryable
     assert exit_type.__name__ in stored.failure.message
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize(
+    "release",
+    [Release(float("nan")), Release(1e300), Release("soon"), Release(1, _Unprintable())],  # type: ignore[arg-type]
+    ids=["nan", "overflow", "not-a-duration", "unprintable-reason"],
+)
+async def test_a_release_that_cannot_be_honoured_fails_the_attempt(
+    make_runtime: Factory, kind: str, release: Release
+) -> None:
+    if kind == "sync":
+
+        @task("releases")
+        def releases(payload: Any, ctx: Context) -> Release:
+            return release
+
+    else:
+
+        @task("releases")
+        async def releases(payload: Any, ctx: Context) -> Release:
+            return release
+
+    rl = await make_runtime([releases])
+    run = await rl.trigger(releases, None)
+    settled = await rl.execute_next()
+    assert settled is not None and settled.id == run.id
+    assert settled.status is RunStatus.FAILED and settled.lease is None
+    assert settled.failure is not None and settled.failure.code == "task_failed"
+
+
+async def test_a_poison_result_through_execute_delivery_fails_only_its_run(
+    make_transport_runtime: TransportFactory,
+) -> None:
+    @task("deep")
+    def deep(payload: Any, ctx: Context) -> Any:
+        return _nested(10_000) if payload["poison"] else "ok"
+
+    rl, transport = await make_transport_runtime([deep])
+    runs = await rl.trigger_many(deep, [{"poison": i == 1} for i in range(3)])
+    results = [await rl.execute_delivery(w.message) for w in transport.published]
+    assert [r.outcome for r in results] == [DeliveryOutcome.EXECUTED] * 3
+    statuses = [(await rl.runs.get(r.id)).status for r in runs]
+    assert statuses == [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SUCCEEDED]
 
 
 # -- triggers refuse what would poison a batch -------------------------------------------
