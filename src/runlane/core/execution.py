@@ -110,7 +110,6 @@ class AttemptRunner:
                         retryable=True,
                     )
                 )
-                policy = DEFAULT_RETRY_POLICY
             else:
                 policy = task.retry
                 time_limit = _min_or_none(task.timeout, max_attempt_duration)
