@@ -25,6 +25,7 @@ from runlane import (
     Runlane,
     RunlaneError,
     RunStatus,
+    WorkerMode,
     schedule,
     task,
 )
@@ -210,6 +211,33 @@ async def test_a_poison_result_through_execute_delivery_fails_only_its_run(
     assert [r.outcome for r in results] == [DeliveryOutcome.EXECUTED] * 3
     statuses = [(await rl.runs.get(r.id)).status for r in runs]
     assert statuses == [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SUCCEEDED]
+
+
+@pytest.mark.parametrize("poison", ["deep-result", "unprintable", "self-cancel", "bad-release"])
+async def test_one_poison_attempt_among_good_ones_in_a_worker_fails_alone(
+    make_runtime: Factory, poison: str
+) -> None:
+    @task("mixed")
+    def mixed(payload: Any, ctx: Context) -> Any:
+        if not payload["poison"]:
+            return payload["n"]
+        if poison == "deep-result":
+            return _nested(10_000)
+        if poison == "unprintable":
+            raise _Unprintable
+        if poison == "self-cancel":
+            raise asyncio.CancelledError
+        return Release(float("nan"))
+
+    rl = await make_runtime([mixed])
+    runs = await rl.trigger_many(mixed, [{"n": n, "poison": n == 4} for n in range(10)])
+    worker = rl.worker(concurrency=10, handle_signals=False, mode=WorkerMode.DRAIN)
+    await asyncio.wait_for(worker.run(), 30)
+    settled = [await rl.runs.get(run.id) for run in runs]
+    assert [r.status for i, r in enumerate(settled) if i != 4] == [RunStatus.SUCCEEDED] * 9
+    assert [r.result for i, r in enumerate(settled) if i != 4] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert settled[4].status in (RunStatus.FAILED, RunStatus.RETRYING)
+    assert settled[4].lease is None and settled[4].failure is not None
 
 
 # -- triggers refuse what would poison a batch -------------------------------------------
