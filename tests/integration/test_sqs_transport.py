@@ -363,6 +363,51 @@ async def test_an_unreachable_server_is_transport_unavailable() -> None:
     assert raised.value.meta["error_type"] == "EndpointConnectionError"
 
 
+async def test_a_request_refused_for_one_entry_is_split_until_that_entry_fails_alone(
+    sqs_client: Any, sqs_queue_factory: QueueFactory
+) -> None:
+    url = sqs_queue_factory("poison")
+    recording = RecordingClient(sqs_client)
+    transport = sqs_transport(client=recording, queues=[sqs_queue(MAIN, queue_url=url)])
+    poison = wakeup(trace_carrier={"baggage": "x" * 1_100_000})
+    good = [wakeup() for _ in range(9)]
+    outcomes = await transport.publish_wakeups([*good[:4], poison, *good[4:]])
+    failed = outcomes[4]
+    assert isinstance(failed, WakeupFailed) and failed.error.retryable is False
+    assert failed.error.code == ErrorCode.TRANSPORT_PUBLISH_FAILED.value
+    assert failed.error.meta["provider_code"].endswith("BatchRequestTooLong")
+    assert all(isinstance(o, WakeupPublished) for i, o in enumerate(outcomes) if i != 4)
+    received = [parse_sqs_wakeup_body(m["Body"]).run_id for m in receive_all(sqs_client, url)]
+    assert sorted(received) == sorted(a.message.run_id for a in good)
+    # Halving: 10, then 5 + 5, then the poison's half down to one entry (at most 2n - 1).
+    assert recording.count("send_message_batch") <= 2 * 10 - 1
+
+
+async def test_a_chunk_that_fails_as_a_whole_fails_only_its_own_wakeups(
+    sqs_client: Any, sqs_queue_factory: QueueFactory
+) -> None:
+    live = sqs_queue_factory("live")
+    gone = sqs_queue_factory("gone")
+    sqs_client.delete_queue(QueueUrl=gone)
+    recording = RecordingClient(sqs_client)
+    transport = sqs_transport(
+        client=recording,
+        queues=[sqs_queue(MAIN, queue_url=live), sqs_queue(EMAILS, queue_url=gone)],
+    )
+    attempts = [wakeup(MAIN if i % 2 else EMAILS) for i in range(24)]
+    outcomes = await transport.publish_wakeups(attempts)
+    for attempt, outcome in zip(attempts, outcomes, strict=True):
+        if attempt.message.queue == MAIN.name:
+            assert isinstance(outcome, WakeupPublished)
+        else:
+            assert isinstance(outcome, WakeupFailed) and outcome.error.retryable is False
+            assert outcome.error.meta["queue_url"] == gone
+    received = [parse_sqs_wakeup_body(m["Body"]).run_id for m in receive_all(sqs_client, live)]
+    assert sorted(received) == sorted(a.message.run_id for a in attempts[1::2])
+    # A missing queue is no entry's fault: its chunks are not split.
+    assert recording.count("send_message_batch") == 4
+
+
 async def test_a_missing_queue_is_a_permanent_publish_failure(
     sqs_client: Any, sqs_queue_factory: QueueFactory
 ) -> None:
@@ -421,3 +466,58 @@ async def test_a_wakeup_for_an_unbound_queue_is_refused_before_anything_is_sent(
         await transport.publish_wakeups([wakeup(MAIN), wakeup(EMAILS)])
     assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
     assert recording.calls == []
+
+
+def _throttled_once(recording: RecordingClient) -> None:
+    """The first SendMessageBatch is throttled; later ones go to the server."""
+    refused: list[int] = []
+
+    def answer(method: Any, **params: Any) -> Any:
+        if not refused:
+            refused.append(len(params["Entries"]))
+            raise ClientError(
+                {
+                    "Error": {"Code": "ThrottlingException", "Message": "slow down"},
+                    "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": "req-2"},
+                },
+                "SendMessageBatch",
+            )
+        return method(**params)
+
+    recording.answer["send_message_batch"] = answer
+
+
+async def test_a_throttled_chunk_fails_its_wakeups_and_the_other_chunks_stay_published(
+    sqs_client: Any, sqs_queue_factory: QueueFactory
+) -> None:
+    url = sqs_queue_factory("throttled")
+    recording = RecordingClient(sqs_client)
+    _throttled_once(recording)
+    transport = sqs_transport(client=recording, queues=[sqs_queue(MAIN, queue_url=url)])
+    attempts = [wakeup() for _ in range(23)]
+    outcomes = await transport.publish_wakeups(attempts)
+    failed = [a for a, o in zip(attempts, outcomes, strict=True) if isinstance(o, WakeupFailed)]
+    assert len(failed) == 10  # one whole chunk, not split: throttling is nobody's fault
+    assert all(
+        o.error.retryable and o.error.code == ErrorCode.TRANSPORT_UNAVAILABLE.value
+        for o in outcomes
+        if isinstance(o, WakeupFailed)
+    )
+    received = {parse_sqs_wakeup_body(m["Body"]).run_id for m in receive_all(sqs_client, url)}
+    assert received == {a.message.run_id for a in attempts} - {a.message.run_id for a in failed}
+
+
+async def test_a_throttled_fifo_chunk_holds_back_the_later_chunks_of_its_queue(
+    sqs_client: Any, sqs_queue_factory: QueueFactory
+) -> None:
+    url = sqs_queue_factory("throttled", fifo=True)
+    recording = RecordingClient(sqs_client)
+    _throttled_once(recording)
+    transport = sqs_transport(
+        client=recording, queues=[sqs_queue(MAIN, queue_url=url, fifo=SqsFifo())]
+    )
+    with pytest.raises(RunlaneError) as raised:
+        await transport.publish_wakeups([wakeup() for _ in range(23)])
+    assert raised.value.code is ErrorCode.TRANSPORT_UNAVAILABLE and raised.value.retryable
+    assert recording.count("send_message_batch") == 1
+    assert receive_all(sqs_client, url) == []

@@ -18,7 +18,9 @@ from runlane import (
     schedule,
     task,
 )
+from runlane.core.ids import MAX_IDENTIFIER_LENGTH
 from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.schedules import MAX_SCHEDULE_ID_LENGTH, occurrence_key
 
 
 class Invoice(BaseModel):
@@ -234,6 +236,32 @@ def test_every_must_be_a_positive_duration(every: object) -> None:
 @pytest.mark.parametrize("schedule_id", ["", "a:b"])
 def test_a_schedule_id_must_be_an_identifier(schedule_id: str) -> None:
     _configuration_error(schedule, schedule_id, every="1h")
+
+
+@pytest.mark.parametrize("cron", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"])
+def test_a_cron_expression_that_never_fires_is_rejected(cron: str) -> None:
+    error = _configuration_error(schedule, "s", cron=cron)
+    assert "never fires" in error.message
+
+
+def test_a_cron_expression_that_fires_only_in_leap_years_is_accepted() -> None:
+    leap_day = schedule("s", cron="0 0 29 2 *")
+    assert leap_day.next_slot_after(datetime(2025, 1, 1, tzinfo=UTC)) == datetime(
+        2028, 2, 29, tzinfo=UTC
+    )
+
+
+def test_the_longest_schedule_id_keeps_every_occurrence_key_within_the_identifier_limit() -> None:
+    limit = MAX_SCHEDULE_ID_LENGTH
+    for moment in (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)):
+        assert len(occurrence_key("s" * limit, moment)) <= MAX_IDENTIFIER_LENGTH
+    assert schedule("s" * limit, every="1h").id == "s" * limit
+
+
+@pytest.mark.parametrize("extra", [1, 3, 25])
+def test_a_schedule_id_too_long_for_its_occurrence_keys_is_rejected(extra: int) -> None:
+    error = _configuration_error(schedule, "s" * (MAX_SCHEDULE_ID_LENGTH + extra), every="1h")
+    assert str(MAX_SCHEDULE_ID_LENGTH) in error.message
 
 
 def test_a_schedule_queue_must_be_a_queue_definition() -> None:

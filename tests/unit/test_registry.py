@@ -248,6 +248,15 @@ def test_bad_runtime_options_raise_at_construction(lane: Lane, options: dict[str
     assert error.code is ErrorCode.CONFIGURATION_INVALID
 
 
+def test_a_schedule_payload_over_the_runtimes_payload_cap_is_rejected(lane: Lane) -> None:
+    nightly = schedule("nightly", cron="0 3 * * *", payload={"blob": "x" * 2000})
+    report = _task("report", schedules=[nightly])
+    error = _error(Runlane, lane=lane, queues=[MAIN], tasks=[report], max_payload_bytes=1000)
+    assert error.code is ErrorCode.CONFIGURATION_INVALID
+    assert "nightly" in error.message and error.meta["reason"] == "payload_too_large"
+    assert Runlane(lane=lane, queues=[MAIN], tasks=[report], max_payload_bytes=4000)
+
+
 def test_a_runtime_exposes_its_registered_queues_and_tasks(lane: Lane) -> None:
     send = _task("send")
     rl = Runlane(lane=lane, queues=[MAIN], tasks=[send], environment="staging")

@@ -127,6 +127,14 @@ class Dispatcher:
             )
         await rt.storage.settle_outbox(rt.environment, results, now)
         published = sum(1 for r in results if r.published)
+        if published < len(results):
+            refused = next(r for r in results if not r.published)
+            logger.warning(
+                "%d of %d wakeups were not published and will be retried (first: %s)",
+                len(results) - published,
+                len(results),
+                refused.error["message"] if refused.error else "?",
+            )
         return published, len(results) - published
 
     async def publish_pending(self) -> tuple[int, int]:

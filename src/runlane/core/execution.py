@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
+from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.payloads import validate_payload
@@ -35,6 +37,9 @@ logger = logging.getLogger("runlane.execution")
 DEFAULT_LEASE_DURATION = 30.0
 #: Settles that lose a compare-and-set race are re-read and recomputed this often.
 MAX_SETTLE_ATTEMPTS = 5
+#: Deepest nesting of lists and dicts a result may have: storage and readers decode
+#: it recursively, so a deeper one would fail where it is read, not where it was made.
+MAX_RESULT_DEPTH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,9 @@ class AttemptRunner:
         if stop is not None:
             stop.add_callback(signal.set)
         outcome: AttemptOutcome
+        # SystemExit or KeyboardInterrupt from task code: settled first, then re-raised.
+        exiting: BaseException | None = None
+        policy = DEFAULT_RETRY_POLICY
         try:
             task = rt.registry.tasks.get(run.task_id)
             if task is None:
@@ -102,7 +110,6 @@ class AttemptRunner:
                         retryable=True,
                     )
                 )
-                policy = DEFAULT_RETRY_POLICY
             else:
                 policy = task.retry
                 time_limit = _min_or_none(task.timeout, max_attempt_duration)
@@ -116,15 +123,15 @@ class AttemptRunner:
                         try:
                             outcome = _outcome(run, await task.fn(*prepared))
                         except Exception as error:
-                            logger.info(
-                                "run %s attempt %s raised %s",
-                                run.id,
-                                run.attempt,
-                                type(error).__name__,
-                            )
-                            outcome = Failed(sanitize_exception(error))
+                            outcome = _raised(run, error)
+                        except asyncio.CancelledError as error:
+                            if _being_cancelled():
+                                raise  # a real cancellation of this attempt (a shutdown)
+                            outcome = _raised(run, error)
                     else:
                         outcome = await self._call(task, run, signal, prepared, time_limit)
+                except (SystemExit, KeyboardInterrupt) as error:
+                    outcome, exiting = _raised(run, error), error
                 finally:
                     renewing = heartbeat.stop()
                     if renewing is not None:
@@ -136,6 +143,13 @@ class AttemptRunner:
         if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
             # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
             outcome = Released(0.0, "worker shutdown")
+        if exiting is not None:
+            # The process is about to end: settle now, so the run is not left running
+            # until its lease expires, then let the exit proceed.
+            try:
+                await self.settle(run, outcome, policy)
+            finally:
+                raise exiting
         return outcome, policy
 
     async def _call(
@@ -150,7 +164,7 @@ class AttemptRunner:
         loop = asyncio.get_running_loop()
         job: asyncio.Future[Any]
         if task.is_async:
-            job = asyncio.ensure_future(task.fn(*prepared))
+            job = asyncio.ensure_future(_guarded(task.fn(*prepared)))
         else:
             job = loop.run_in_executor(self._rt.thread_pool, lambda: task.fn(*prepared))
         try:
@@ -170,13 +184,16 @@ class AttemptRunner:
                     )
                 )
             value = job.result()
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
+            if isinstance(value, _Escaped):
+                raise value.error
+            return _outcome(run, value)
+        except asyncio.CancelledError as error:
+            if _being_cancelled():
+                job.cancel()
+                raise
+            return _raised(run, error)  # the task cancelled itself: its own failure
         except Exception as error:
-            logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
-            return Failed(sanitize_exception(error))
-        return _outcome(run, value)
+            return _raised(run, error)
 
     async def settle(
         self,
@@ -356,11 +373,55 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
         await task
 
 
+@dataclass(frozen=True, slots=True)
+class _Escaped:
+    """A BaseException a time-limited task raised, carried out of its asyncio task: raised
+    there, SystemExit and KeyboardInterrupt would end the event loop before settling."""
+
+    error: BaseException
+
+
+async def _guarded(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except (SystemExit, KeyboardInterrupt) as error:
+        return _Escaped(error)
+    except asyncio.CancelledError as error:
+        if _being_cancelled():
+            raise
+        return _Escaped(error)
+
+
+def _being_cancelled() -> bool:
+    """Whether the current asyncio task was asked to stop (not a CancelledError that
+    task code raised on its own)."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
+
+
+def _raised(run: Run, error: BaseException) -> Failed:
+    logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
+    return Failed(sanitize_exception(error))
+
+
 def _outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
     if isinstance(value, Release):
-        reason = storable(str(value.reason)) if value.reason is not None else None
-        return Released(value.delay, reason)
+        try:
+            delay = parse_duration(value.delay, name="the Release delay")
+            reason = storable(str(value.reason)) if value.reason is not None else None
+        except Exception as error:
+            # Settling would raise (a NaN or overflowing delay, a reason that cannot
+            # be printed): fail this attempt instead of leaving the run leased.
+            return Failed(
+                RunFailure(
+                    ErrorCode.TASK_FAILED.value,
+                    f"Task {run.task_id!r} returned a Release that cannot be honoured: "
+                    f"{error.message if isinstance(error, RunlaneError) else 'bad reason'}.",
+                    retryable=False,
+                )
+            )
+        return Released(delay, reason)
     if value is None or isinstance(value, bool | int):
         return Succeeded(value)
     if isinstance(value, str):
@@ -368,16 +429,38 @@ def _outcome(run: Run, value: Any) -> AttemptOutcome:
         return Succeeded(value) if problem is None else _unstorable(run, problem)
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return Failed(
             RunFailure(
                 ErrorCode.TASK_FAILED.value,
-                f"Task {run.task_id!r} returned a {type(value).__name__}, which is not JSON.",
+                f"Task {run.task_id!r} returned a {type(value).__name__}, which is not JSON "
+                f"(or is nested too deep to encode).",
                 retryable=False,
             )
         )
+    # Counting brackets is cheap and rules out deep nesting for almost every result.
+    if (
+        encoded.count("[") + encoded.count("{") > MAX_RESULT_DEPTH
+        and _depth(value) > MAX_RESULT_DEPTH
+    ):
+        return _unstorable(run, f"more than {MAX_RESULT_DEPTH} levels of nesting")
     problem = unstorable_json(value, encoded)
     return Succeeded(value) if problem is None else _unstorable(run, problem)
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (without recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list | tuple):
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in item)
+    return deepest
 
 
 def _unstorable(run: Run, problem: str) -> Failed:

@@ -1,8 +1,11 @@
-"""Maintenance duties run by ``tick``: each a small function, safe to run concurrently."""
+"""Maintenance duties run by ``tick``: each a small named service, safe to run
+concurrently, and isolated: one that fails is logged and counted, the others still run."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -22,24 +25,51 @@ LEASE_RECOVERY_BATCH = 500
 PRUNE_BATCH = 1000
 
 
-async def run_maintenance(rt: Runlane) -> TickReport:
-    """Run every duty once and report what each did."""
-    report = TickReport()
-    report.schedules_materialized = await materialize_due_schedules(rt)
-    if rt.dispatcher is not None:
-        report.reservations_expired = await rt.storage.expire_dispatch_reservations(
-            rt.environment, rt.clock.now()
-        )
-    await recover_expired_leases(rt, report)
-    if rt.dispatcher is not None:
-        report.deliveries_requested = await rt.dispatcher.request_due_deliveries()
-        report.outbox_published, report.outbox_failed = await rt.dispatcher.publish_pending()
-    report.idempotency_keys_released = await rt.storage.release_expired_idempotency_keys(
+@dataclass(frozen=True, slots=True)
+class Duty:
+    """One maintenance duty: what it is called in logs and in ``TickReport.failures``,
+    and what it does (writing its counts into the report)."""
+
+    name: str
+    run: Callable[[Runlane, TickReport], Awaitable[None]]
+    #: Only on lanes with a transport (delivery requests and the outbox).
+    needs_transport: bool = False
+
+
+async def _schedules(rt: Runlane, report: TickReport) -> None:
+    created, failed = await materialize_due_schedules(rt)
+    report.schedules_materialized += created
+    if failed:
+        report.failures["schedules"] = report.failures.get("schedules", 0) + failed
+
+
+async def _reservations(rt: Runlane, report: TickReport) -> None:
+    report.reservations_expired += await rt.storage.expire_dispatch_reservations(
         rt.environment, rt.clock.now()
     )
+
+
+async def _delivery_requests(rt: Runlane, report: TickReport) -> None:
+    assert rt.dispatcher is not None
+    report.deliveries_requested += await rt.dispatcher.request_due_deliveries()
+
+
+async def _outbox(rt: Runlane, report: TickReport) -> None:
+    assert rt.dispatcher is not None
+    published, failed = await rt.dispatcher.publish_pending()
+    report.outbox_published += published
+    report.outbox_failed += failed
+
+
+async def _idempotency_keys(rt: Runlane, report: TickReport) -> None:
+    report.idempotency_keys_released += await rt.storage.release_expired_idempotency_keys(
+        rt.environment, rt.clock.now()
+    )
+
+
+async def _pruning(rt: Runlane, report: TickReport) -> None:
     if rt.retention is not None:
-        report.runs_pruned = await prune_finished_runs(rt, rt.retention)
-    return report
+        report.runs_pruned += await prune_finished_runs(rt, rt.retention)
 
 
 async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
@@ -84,3 +114,34 @@ async def prune_finished_runs(
         total += deleted
         if deleted < PRUNE_BATCH:
             return total
+
+
+#: Every duty, in the order one pass runs them.
+DUTIES: tuple[Duty, ...] = (
+    Duty("schedules", _schedules),
+    Duty("dispatch_reservations", _reservations, needs_transport=True),
+    Duty("lease_recovery", recover_expired_leases),
+    Duty("delivery_requests", _delivery_requests, needs_transport=True),
+    Duty("outbox_publish", _outbox, needs_transport=True),
+    Duty("idempotency_keys", _idempotency_keys),
+    Duty("pruning", _pruning),
+)
+
+
+async def run_maintenance(rt: Runlane) -> TickReport:
+    """Run every duty once and report what each did.
+
+    A duty that raises is logged (with its traceback) and counted in
+    ``report.failures[duty.name]``; the pass goes on with the next one, so one
+    bad schedule or a failing publish never stops lease recovery or pruning.
+    """
+    report = TickReport()
+    for duty in DUTIES:
+        if duty.needs_transport and rt.dispatcher is None:
+            continue
+        try:
+            await duty.run(rt, report)
+        except Exception:
+            logger.exception("tick: duty %s failed; the other duties still run", duty.name)
+            report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
+    return report

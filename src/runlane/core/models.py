@@ -217,7 +217,14 @@ class QueueStats:
 
 @dataclass(slots=True)
 class TickReport:
-    """What one maintenance pass did, duty by duty."""
+    """What one maintenance pass did, duty by duty.
+
+    ``failures`` counts what failed, by duty name (see
+    ``runlane.core.maintenance.DUTIES``): a duty that raised counts once, and
+    each schedule that could not be materialised counts once under
+    ``"schedules"``. Failures are logged with their traceback; the other duties
+    (and schedules) of the pass still run.
+    """
 
     leases_recovered: int = 0
     cancellations_finished: int = 0
@@ -228,6 +235,7 @@ class TickReport:
     deliveries_requested: int = 0
     outbox_published: int = 0
     outbox_failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> int:
         """How many things the pass changed in all."""

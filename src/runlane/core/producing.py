@@ -30,6 +30,9 @@ from runlane.storage.protocol import CreateOutcome, NewRun
 
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
+#: The most bytes (UTF-8 keys plus values) a trace carrier may hold; W3C trace context
+#: and baggage fit in far less, and the carrier goes into every wakeup.
+MAX_TRACE_CARRIER_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +190,21 @@ def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | Non
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
         raise configuration_error("trace_carrier must map strings to strings.")
+    size = 0
     for text in (*carrier.keys(), *carrier.values()):
         problem = unstorable(text)
         if problem is not None:
             raise configuration_error(f"trace_carrier must not contain {problem}.")
+        size += len(text.encode())
+    if size > MAX_TRACE_CARRIER_BYTES:
+        # It travels in every wakeup: an oversized one would make the provider refuse
+        # the batch it is published with.
+        raise configuration_error(
+            f"trace_carrier holds {size} bytes of keys and values; at most "
+            f"{MAX_TRACE_CARRIER_BYTES} are allowed (propagate trace context only).",
+            size=size,
+            limit=MAX_TRACE_CARRIER_BYTES,
+        )
     return dict(carrier)
 
 

@@ -92,6 +92,9 @@ class Runlane:
         ):
             raise configuration_error("max_payload_bytes must be a positive whole number.")
         self.max_payload_bytes = max_payload_bytes
+        # A schedule whose payload is over the cap would fail at every tick instead.
+        for entry, task_def in self.registry.schedules.values():
+            entry.validate_for(task_def, max_payload_bytes)
         self.lease_duration = parse_duration(
             lease_duration, name="lease_duration", allow_zero=False
         )

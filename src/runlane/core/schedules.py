@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from runlane.core.cron import is_valid_cron, wall_times_after, wall_times_before
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import RunlaneError, configuration_error
-from runlane.core.ids import validate_identifier
+from runlane.core.ids import MAX_IDENTIFIER_LENGTH, validate_identifier
 
 if TYPE_CHECKING:
     from runlane.core.definitions import QueueDef, TaskDef
@@ -21,6 +21,21 @@ if TYPE_CHECKING:
 MAX_CATCH_UP_SLOTS = 100
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Cron expressions are checked for a first slot after (and a last before) this moment.
+_CRON_PROBE = datetime(2000, 1, 1)
+
+
+def occurrence_key(schedule_id: str, slot: datetime) -> str:
+    """The idempotency key of one slot's run: replaying a tick cannot duplicate it."""
+    return f"schedule.{schedule_id}.{int(slot.timestamp() * 1000)}"
+
+
+#: The longest schedule id whose occurrence keys (for any slot a datetime can hold)
+#: still fit in an idempotency key.
+MAX_SCHEDULE_ID_LENGTH = MAX_IDENTIFIER_LENGTH - max(
+    len(occurrence_key("", moment))
+    for moment in (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC))
+)
 #: Cron walks start this far beyond the moment asked about: DST shifts wall time by
 #: at most a few hours, and slots outside the window are skipped anyway.
 _DST_MARGIN = timedelta(hours=3)
@@ -43,16 +58,19 @@ class ScheduleDef:
     enabled: bool
     catch_up: bool
 
-    def validate_for(self, task: TaskDef[Any]) -> None:
+    def validate_for(self, task: TaskDef[Any], max_payload_bytes: int = sys.maxsize) -> None:
         """Check the static payload against the task's schema (and that storage can keep
-        it) at definition time, not at every tick; the runtime's size cap applies later."""
+        it) at definition time, not at every tick; ``Runlane(...)`` checks it again
+        against its own size cap."""
         from runlane.core.payloads import prepare_payload
 
         try:
-            prepare_payload(task, self.payload, sys.maxsize)
+            prepare_payload(task, self.payload, max_payload_bytes)
         except RunlaneError as error:
             raise configuration_error(
-                f"schedule {self.id!r}: its payload does not fit task {task.id!r}: {error.message}"
+                f"schedule {self.id!r}: its payload does not fit task {task.id!r}: {error.message}",
+                schedule_id=self.id,
+                reason=error.code.value,
             ) from None
 
     @property
@@ -126,6 +144,20 @@ class ScheduleDef:
             yield slot
 
 
+def _check_cron_fires(schedule_id: str, cron: str) -> None:
+    """Refuse a valid expression that matches no date (``0 0 30 2 *``): every walk over
+    its slots would raise, at every tick and in every listing."""
+    try:
+        croniter(cron, _CRON_PROBE).get_next(datetime)
+        croniter(cron, _CRON_PROBE).get_prev(datetime)
+    except Exception:
+        raise configuration_error(
+            f"schedule {schedule_id!r}: cron {cron!r} never fires (no date matches it); "
+            "check the day-of-month and month fields.",
+            cron=cron,
+        ) from None
+
+
 def _wall_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
     utc = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     if utc.astimezone(zone).replace(tzinfo=None) == wall:
@@ -165,6 +197,12 @@ def schedule(
     from runlane.core.definitions import QueueDef
 
     validate_identifier(id, name="schedule id")
+    if len(id) > MAX_SCHEDULE_ID_LENGTH:
+        raise configuration_error(
+            f"schedule id {id[:40]!r}... is longer than {MAX_SCHEDULE_ID_LENGTH} characters: "
+            "its runs' idempotency keys would not fit; choose a shorter id.",
+            length=len(id),
+        )
     given = [
         name
         for name, value in (("cron", cron), ("every", every), ("run_at", run_at))
@@ -182,6 +220,8 @@ def schedule(
         raise configuration_error(
             f"schedule {id!r}: {cron!r} is not a valid five-field cron expression."
         )
+    if cron is not None:
+        _check_cron_fires(id, cron)
     every_s = None if every is None else parse_duration(every, name="every", allow_zero=False)
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
         raise configuration_error(f"schedule {id!r}: run_at must be a timezone-aware datetime.")

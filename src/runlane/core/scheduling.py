@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import RunSource, RunSourceType
-from runlane.core.schedules import ScheduleDef
-from runlane.storage.protocol import ScheduleOccurrence
+from runlane.core.schedules import ScheduleDef, occurrence_key
+from runlane.storage.protocol import ScheduleOccurrence, ScheduleState
 
 if TYPE_CHECKING:
+    from runlane.core.definitions import TaskDef
     from runlane.core.runtime import Runlane
 
 logger = logging.getLogger("runlane.schedules")
@@ -33,40 +34,60 @@ class ScheduleInfo:
     next_fire_at: datetime | None
 
 
-def occurrence_key(schedule_id: str, slot: datetime) -> str:
-    """The idempotency key of one slot's run: replaying a tick cannot duplicate it."""
-    return f"schedule.{schedule_id}.{int(slot.timestamp() * 1000)}"
+async def materialize_due_schedules(rt: Runlane) -> tuple[int, int]:
+    """Create one run per due slot of every enabled, unpaused schedule.
 
-
-async def materialize_due_schedules(rt: Runlane) -> int:
-    """Create one run per due slot of every enabled, unpaused schedule; return how many."""
+    Returns (runs created, schedules that failed). A schedule whose slots or run
+    cannot be computed is logged and skipped; the others are materialised.
+    """
     if not rt.registry.schedules:
-        return 0
+        return 0, 0
     states = await rt.storage.get_schedule_states(rt.environment)
     now = rt.clock.now()
     occurrences: list[ScheduleOccurrence] = []
+    failed = 0
     for schedule_id, (entry, task) in rt.registry.schedules.items():
         state = states.get(schedule_id)
         if not entry.enabled or (state is not None and state.paused):
             continue
-        for slot in entry.slots_between(state.last_slot if state else None, now):
-            new = rt.build_new_run(
+        try:
+            occurrences.extend(_due_occurrences(rt, schedule_id, entry, task, state, now))
+        except Exception:
+            failed += 1
+            logger.exception("schedule %s: due slots could not be materialised", schedule_id)
+    if not occurrences:
+        return 0, failed
+    created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
+    for run in created:
+        logger.info(
+            "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
+        )
+    return len(created), failed
+
+
+def _due_occurrences(
+    rt: Runlane,
+    schedule_id: str,
+    entry: ScheduleDef,
+    task: TaskDef[Any],
+    state: ScheduleState | None,
+    now: datetime,
+) -> list[ScheduleOccurrence]:
+    return [
+        ScheduleOccurrence(
+            schedule_id,
+            slot,
+            rt.build_new_run(
                 task,
                 entry.payload,
                 queue=entry.queue,
                 run_at=slot,
                 idempotency_key=occurrence_key(schedule_id, slot),
                 source=RunSource(RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot),
-            )
-            occurrences.append(ScheduleOccurrence(schedule_id, slot, new))
-    if not occurrences:
-        return 0
-    created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
-    for run in created:
-        logger.info(
-            "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
+            ),
         )
-    return len(created)
+        for slot in entry.slots_between(state.last_slot if state else None, now)
+    ]
 
 
 class Schedules:
@@ -99,7 +120,7 @@ class Schedules:
                     last_fired_at=last,
                     next_fire_at=None
                     if paused or not entry.enabled
-                    else entry.next_slot_after(after),
+                    else _next_fire(schedule_id, entry, after),
                 )
             )
         return items
@@ -123,6 +144,15 @@ class Schedules:
         await rt.open()
         await rt.storage.set_schedule_paused(rt.environment, schedule_id, paused, rt.clock.now())
         return next(item for item in await self.list() if item.id == schedule_id)
+
+
+def _next_fire(schedule_id: str, entry: ScheduleDef, after: datetime) -> datetime | None:
+    # A listing shows every schedule, even one whose next slot cannot be computed.
+    try:
+        return entry.next_slot_after(after)
+    except Exception:
+        logger.exception("schedule %s: next fire time could not be computed", schedule_id)
+        return None
 
 
 def _kind(entry: ScheduleDef) -> str:

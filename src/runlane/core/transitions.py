@@ -201,14 +201,24 @@ def sanitize_exception(error: BaseException) -> RunFailure:
     What storage cannot keep (NUL characters, lone surrogates, non-JSON values in
     ``meta``) is replaced, so one bad failure never fails a batch of settles.
     """
-    if isinstance(error, RunlaneError):
+    try:
+        if isinstance(error, RunlaneError):
+            return RunFailure(
+                code=error.code.value,
+                message=storable(str(error.message)),
+                retryable=bool(error.retryable),
+                meta=storable_json(error.meta),
+            )
+        text = storable(str(error))
+    except Exception:
+        # Task code owns the exception: its __str__ (or its meta) may raise, or nest
+        # too deep to copy. The attempt still fails, with what is known for sure.
         return RunFailure(
-            code=error.code.value,
-            message=storable(str(error.message)),
-            retryable=error.retryable,
-            meta=storable_json(error.meta),
+            code=ErrorCode.TASK_FAILED.value,
+            message=f"Task raised {type(error).__name__}, which could not be described.",
+            retryable=True,
+            meta={"exception_type": storable(type(error).__qualname__)},
         )
-    text = storable(str(error))
     return RunFailure(
         code=ErrorCode.TASK_FAILED.value,
         message=f"Task raised {type(error).__name__}.",

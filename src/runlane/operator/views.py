@@ -118,4 +118,8 @@ def schedule_view(info: ScheduleInfo) -> View:
 
 def tick_report_view(report: TickReport) -> View:
     """What one maintenance pass did, duty by duty, plus the total."""
-    return {**asdict(report), "total": report.total()}
+    counts = asdict(report)
+    failures = counts.pop("failures")
+    # Flat counts, one per duty that failed: tables and JSON lines stay one level deep.
+    failed = {f"failed_{duty}": count for duty, count in failures.items()}
+    return {**counts, **failed, "total": report.total()}

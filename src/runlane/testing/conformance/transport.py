@@ -34,6 +34,7 @@ from runlane.transport.protocol import (
     Transport,
     TransportCapabilities,
     WakeupAttempt,
+    WakeupFailed,
     WakeupPublished,
 )
 
@@ -168,6 +169,25 @@ async def test_more_attempts_than_one_provider_batch_are_all_published(
     assert sorted(_run_ids(await delivered_wakeups(MAIN))) == sorted(
         a.message.run_id for a in attempts
     )
+
+
+async def test_one_wakeup_the_provider_cannot_carry_fails_alone(
+    transport_factory: TransportFactory, delivered_wakeups: DeliveredWakeups
+) -> None:
+    # Bigger than any provider's message (SQS: 1 MiB per batch request): the runtime caps
+    # carriers far below this, so only a bug or an old row could produce it.
+    poison = _attempt(MAIN, trace_carrier={"baggage": "x" * (1_100_000)})
+    good = [_attempt(MAIN) for _ in range(OVERSIZED_BATCH)]
+    attempts = [*good[:3], poison, *good[3:]]
+    outcomes = await transport_factory([MAIN]).publish_wakeups(attempts)
+    assert len(outcomes) == len(attempts)
+    for attempt, outcome in zip(attempts, outcomes, strict=True):
+        if attempt is not poison:
+            assert isinstance(outcome, WakeupPublished), attempt.message.run_id
+        elif isinstance(outcome, WakeupFailed):
+            assert outcome.error.retryable is False
+    delivered = set(_run_ids(await delivered_wakeups(MAIN)))
+    assert {a.message.run_id for a in good} <= delivered
 
 
 async def test_republishing_a_wakeup_is_accepted_at_least_once(

@@ -7,6 +7,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,8 +145,12 @@ class SqsTransport:
         Attempts are grouped by SQS queue URL and sent in chunks of at most
         ``batch_size`` (never more than 10); a FIFO queue's chunks go out in
         order, other chunks in parallel. Refused entries come back as
-        :class:`WakeupFailed`; a call that fails as a whole raises
-        ``TRANSPORT_UNAVAILABLE`` (retryable) or ``TRANSPORT_PUBLISH_FAILED``.
+        :class:`WakeupFailed`. A chunk refused as a whole for good (one entry
+        too large, say) is split until each bad entry fails alone; a chunk that
+        fails as a whole otherwise fails its own entries only, and the chunks
+        sent before or beside it keep their outcomes. Only when every chunk
+        failed as a whole does the call raise ``TRANSPORT_UNAVAILABLE``
+        (retryable) or ``TRANSPORT_PUBLISH_FAILED``.
         """
         bindings = [self._binding_for_attempt(attempt) for attempt in attempts]
         indices_by_url: dict[str, list[int]] = {}
@@ -161,23 +166,30 @@ class SqsTransport:
                 sequences.append((url, batches))
             else:
                 sequences.extend((url, [batch]) for batch in batches)
-        outcomes: list[PublishOutcome | None] = [None] * len(attempts)
+        outcomes = _Outcomes([None] * len(attempts))
         in_flight = asyncio.Semaphore(CONCURRENT_BATCH_REQUESTS)
 
         async def send_in_order(url: str, batches: list[Sequence[int]]) -> None:
-            for batch in batches:
+            for position, batch in enumerate(batches):
                 async with in_flight:
-                    await self._send_batch(url, batch, attempts, bindings, outcomes)
+                    error = await self._send_batch(url, batch, attempts, bindings, outcomes)
+                if error is not None and error.retryable and position + 1 < len(batches):
+                    # Later batches of a FIFO queue wait, so their groups stay in order.
+                    held = [i for later in batches[position + 1 :] for i in later]
+                    outcomes.fail(held, _held_back(error))
+                    return
 
-        # Send everything, then report the first failure: no batch is left half-awaited.
+        # Send everything, then report: no batch is left half-awaited.
         results = await asyncio.gather(
             *(send_in_order(url, batches) for url, batches in sequences), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        assert all(outcome is not None for outcome in outcomes)
-        return [outcome for outcome in outcomes if outcome is not None]
+        if outcomes.errors and len(outcomes.failed_whole) == len(attempts):
+            raise outcomes.errors[0]
+        assert all(outcome is not None for outcome in outcomes.items)
+        return [outcome for outcome in outcomes.items if outcome is not None]
 
     async def _send_batch(
         self,
@@ -185,8 +197,10 @@ class SqsTransport:
         batch: Sequence[int],
         attempts: Sequence[WakeupAttempt],
         bindings: Sequence[SqsQueueBinding],
-        outcomes: list[PublishOutcome | None],
-    ) -> None:
+        outcomes: _Outcomes,
+    ) -> RunlaneError | None:
+        """Send one chunk and write its entries' outcomes; the last error of a request
+        that failed as a whole (its entries' outcomes say so too), if any."""
         entries = [send_entry(str(i), attempts[i], bindings[i].fifo) for i in batch]
         queue_names = sorted({bindings[i].queue.name for i in batch})
         try:
@@ -196,24 +210,40 @@ class SqsTransport:
         except Exception as error:
             if not is_provider_error(error):
                 raise
-            raise provider_call_error(
+            failure = provider_call_error(
                 error,
                 operation="SendMessageBatch",
                 permanent_code=ErrorCode.TRANSPORT_PUBLISH_FAILED,
                 what=f"publishing {len(batch)} wakeup(s) for queue(s) {queue_names}",
                 queues=queue_names,
                 queue_url=url,
-            ) from None
-        results = match_batch_entries(
-            [entry["Id"] for entry in entries],
-            response,
-            operation="SendMessageBatch",
-            queue_url=url,
-        )
+            )
+            if failure.retryable or len(batch) == 1 or not _entry_may_be_the_cause(failure):
+                outcomes.fail(batch, failure)
+                return failure
+            # Refused for good as a whole: one entry (too large, say) may be the cause.
+            # Halve the chunk until every bad entry fails alone and the rest go out.
+            middle = len(batch) // 2
+            first = await self._send_batch(url, batch[:middle], attempts, bindings, outcomes)
+            second = await self._send_batch(url, batch[middle:], attempts, bindings, outcomes)
+            return second or first
+        try:
+            results = match_batch_entries(
+                [entry["Id"] for entry in entries],
+                response,
+                operation="SendMessageBatch",
+                queue_url=url,
+            )
+        except RunlaneError as failure:
+            outcomes.fail(batch, failure)
+            return failure
         published_at = datetime.now(UTC)
         request_id = response_request_id(response)
         for i in batch:
-            outcomes[i] = _outcome(results[str(i)], attempts[i], url, request_id, published_at)
+            outcomes.items[i] = _outcome(
+                results[str(i)], attempts[i], url, request_id, published_at
+            )
+        return None
 
     def _binding_for_attempt(self, attempt: WakeupAttempt) -> SqsQueueBinding:
         if not isinstance(attempt, WakeupAttempt) or not attempt.outbox_id:
@@ -273,6 +303,53 @@ class SqsTransport:
                 )
             self._resolved_urls[binding.queue.name] = url
             return url
+
+
+#: Provider codes of whole-request refusals no entry can cause (the queue, the
+#: credentials or the key): splitting the request would only repeat them.
+_QUEUE_LEVEL_CODE_MARKERS = (
+    "NonExistentQueue",
+    "QueueDoesNotExist",
+    "AccessDenied",
+    "InvalidClientTokenId",
+    "UnrecognizedClient",
+    "SignatureDoesNotMatch",
+    "InvalidSecurity",
+    "KMS",
+)
+
+
+def _entry_may_be_the_cause(failure: RunlaneError) -> bool:
+    code = str(failure.meta.get("provider_code") or "")
+    return not any(marker in code for marker in _QUEUE_LEVEL_CODE_MARKERS)
+
+
+@dataclass(slots=True)
+class _Outcomes:
+    """The outcomes of one publish call as its chunks answer."""
+
+    items: list[PublishOutcome | None]
+    #: Entries whose request failed as a whole, and those requests' errors.
+    failed_whole: set[int] = field(default_factory=set)
+    errors: list[RunlaneError] = field(default_factory=list)
+
+    def fail(self, indices: Sequence[int], error: RunlaneError) -> None:
+        """Every entry in ``indices`` failed with ``error``, a whole-request failure."""
+        failure = PublishFailure(error.code.value, error.message, error.retryable, dict(error.meta))
+        for i in indices:
+            self.items[i] = WakeupFailed(failure)
+        self.failed_whole.update(indices)
+        self.errors.append(error)
+
+
+def _held_back(error: RunlaneError) -> RunlaneError:
+    return RunlaneError(
+        error.code,
+        "not sent: an earlier batch for this FIFO queue failed, and message groups keep "
+        "their order.",
+        meta=error.meta,
+        retryable=True,
+    )
 
 
 def _outcome(
