@@ -28,6 +28,21 @@ def is_valid_cron(expression: object) -> bool:
     )
 
 
+#: A start date for the probe in :func:`ever_fires`; any ordinary date serves.
+_PROBE_START = datetime(2000, 1, 1)
+
+
+def ever_fires(expression: str) -> bool:
+    """Whether a valid ``expression`` matches any date at all (``0 0 30 2 *`` matches none:
+    croniter raises on every walk over its slots)."""
+    try:
+        croniter(expression, _PROBE_START).get_next(datetime)
+        croniter(expression, _PROBE_START).get_prev(datetime)
+    except Exception:
+        return False
+    return True
+
+
 def wall_times_after(expression: str, start: datetime) -> Iterator[datetime]:
     """Naive wall-clock times matching ``expression`` strictly after naive ``start``,
     oldest first."""

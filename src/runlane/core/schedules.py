@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from runlane.core.cron import is_valid_cron, wall_times_after, wall_times_before
+from runlane.core.cron import ever_fires, is_valid_cron, wall_times_after, wall_times_before
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.ids import MAX_IDENTIFIER_LENGTH, validate_identifier
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 MAX_CATCH_UP_SLOTS = 100
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: Cron expressions are checked for a first slot after (and a last before) this moment.
-_CRON_PROBE = datetime(2000, 1, 1)
 
 
 def occurrence_key(schedule_id: str, slot: datetime) -> str:
@@ -147,15 +145,12 @@ class ScheduleDef:
 def _check_cron_fires(schedule_id: str, cron: str) -> None:
     """Refuse a valid expression that matches no date (``0 0 30 2 *``): every walk over
     its slots would raise, at every tick and in every listing."""
-    try:
-        croniter(cron, _CRON_PROBE).get_next(datetime)
-        croniter(cron, _CRON_PROBE).get_prev(datetime)
-    except Exception:
+    if not ever_fires(cron):
         raise configuration_error(
             f"schedule {schedule_id!r}: cron {cron!r} never fires (no date matches it); "
             "check the day-of-month and month fields.",
             cron=cron,
-        ) from None
+        )
 
 
 def _wall_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
