@@ -74,7 +74,9 @@ async def test_assert_triggered_matches_a_payload_by_the_keys_it_names(rl: Runla
 async def test_a_payload_matches_as_a_model_a_nested_subset_or_a_tuple(rl: Runlane) -> None:
     await rl.trigger(send_welcome, {"to": "ada@example.com", "tags": ["new", "vip"]})
 
-    await assert_triggered(rl, send_welcome, payload=Welcome(to="ada@example.com", tags=["new", "vip"]))
+    await assert_triggered(
+        rl, send_welcome, payload=Welcome(to="ada@example.com", tags=["new", "vip"])
+    )
     await assert_triggered(rl, "emails.welcome", payload={"tags": ("new", "vip")})
     await assert_triggered(rl, send_welcome, payload={"tags": ["new"]}, count=0)
 
@@ -84,7 +86,7 @@ async def test_count_asks_for_exactly_that_many_and_zero_for_none(rl: Runlane) -
 
     assert len(await assert_triggered(rl, send_welcome, count=2)) == 2
     await assert_triggered(rl, charge, count=0)
-    with pytest.raises(AssertionError, match="expected 1 run of task 'emails.welcome'"):
+    with pytest.raises(AssertionError, match=r"expected 1 run of task 'emails\.welcome'"):
         await assert_triggered(rl, send_welcome, count=1)
 
 
@@ -105,7 +107,7 @@ async def test_a_failed_assertion_says_what_was_wanted_and_lists_the_runs_that_e
 
 
 async def test_a_failed_assertion_on_a_task_never_triggered_says_so(rl: Runlane) -> None:
-    with pytest.raises(AssertionError, match="No run of 'billing.charge' exists"):
+    with pytest.raises(AssertionError, match=r"No run of 'billing\.charge' exists"):
         await assert_triggered(rl, charge)
 
 
