@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,8 @@ from tests.support.postgres_server import PostgresServer
 
 #: The examples folder at the root of the repository.
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: Seconds a command of an example may take before its test fails.
+COMMAND_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +57,19 @@ def example_on_path(name: str, **environ: str) -> Iterator[Path]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def run_in_example(folder: Path, *args: str, env: dict[str, str]) -> str:
+    """Run a command in an example's folder as a user would; its stdout, or a failed test
+    that shows what it printed."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=folder,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout

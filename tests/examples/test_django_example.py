@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import django
@@ -14,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import setup_test_environment, teardown_test_environment
-from tests.examples.conftest import example_on_path
+from tests.examples.conftest import example_on_path, run_in_example
 
 from runlane import RunStatus
 from runlane.testing.sync import all_triggered, assert_triggered
@@ -75,13 +71,7 @@ def test_a_declined_order_rolls_back_and_leaves_no_run(shop: dict[str, Any]) -> 
 def test_the_worker_command_sends_the_receipts(shop: dict[str, Any]) -> None:
     order_id = _order(email="bo@example.com").json()["order_id"]
 
-    subprocess.run(
-        [sys.executable, "manage.py", "runlane_worker", "--drain"],
-        cwd=Path(shop["root"]),
-        env={**os.environ, **shop["env"]},
-        check=True,
-        timeout=120,
-    )
+    run_in_example(shop["root"], "manage.py", "runlane_worker", "--drain", env=shop["env"])
 
     order = shop["models"].Order.objects.get(pk=order_id)
     assert order.receipt_sent_at is not None
