@@ -9,10 +9,12 @@ from types import ModuleType
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from tests.examples.conftest import example_on_path, run_in_example
 
-from runlane import RunStatus
+from runlane import Runlane, RunStatus, postgres_lane
+from runlane.testing import assert_triggered as assert_triggered_async
 from runlane.testing.sync import all_triggered, assert_triggered
 
 
@@ -71,3 +73,25 @@ def test_the_script_and_the_documented_worker_command_render_the_invoice(
         ).all()
     assert rendered and all(i.pdf_path == f"invoices/{i.id}.pdf" for i in rendered)
     assert not all_triggered(invoices.rl, invoices.render_pdf, status=RunStatus.QUEUED)
+
+
+async def test_an_async_session_hands_over_its_async_driver_connection(
+    invoices: ModuleType, example_database: str
+) -> None:
+    # The README's snippet, on a runtime of its own: the example's runtime is used
+    # through rl.sync, and one runtime object is used one way only.
+    async_engine = create_async_engine(invoices.engine.url)
+    invoice = invoices.Invoice(customer="Hooli", amount=Decimal("5.00"))
+    async with Runlane(
+        lane=postgres_lane(example_database), queues=[invoices.billing], tasks=[invoices.render_pdf]
+    ) as rl:
+        async with AsyncSession(async_engine) as session, session.begin():
+            session.add(invoice)
+            await session.flush()
+            payload = {"invoice_id": invoice.id}
+            raw = await (await session.connection()).get_raw_connection()
+            await rl.trigger(invoices.render_pdf, payload, connection=raw.driver_connection)
+            await assert_triggered_async(rl, invoices.render_pdf, payload=payload, count=0)
+
+        await assert_triggered_async(rl, invoices.render_pdf, payload=payload, count=1)
+    await async_engine.dispose()
