@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 JOBS = '''
 from pydantic import BaseModel
@@ -186,3 +190,25 @@ def test_importing_the_plugin_loads_no_database_driver_or_aws_sdk() -> None:
     ).stdout.strip()
 
     assert loaded == "[]"
+
+
+def _docs_files(page: Path) -> dict[str, str]:
+    """The page's code blocks whose first line names a file (``# jobs.py``), by name."""
+    blocks = re.findall(r"```(?:python|toml)\n(.*?)```", page.read_text(), flags=re.DOTALL)
+    return {
+        block.partition("\n")[0].removeprefix("# "): block
+        for block in blocks
+        if re.match(r"# \w+\.py\n", block)
+    }
+
+
+def test_the_first_test_of_the_testing_guide_passes_as_written(pytester: pytest.Pytester) -> None:
+    files = _docs_files(DOCS / "testing.md")
+    assert set(files) == {"jobs.py", "test_jobs.py"}
+    for name, source in files.items():
+        pytester.path.joinpath(name).write_text(source)
+    pytester.makeini(INI)
+    pytester.syspathinsert()
+
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert not (pytester.path / "runlane.db").exists()
