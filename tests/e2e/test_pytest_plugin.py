@@ -212,3 +212,23 @@ def test_the_first_test_of_the_testing_guide_passes_as_written(pytester: pytest.
 
     pytester.runpytest().assert_outcomes(passed=1)
     assert not (pytester.path / "runlane.db").exists()
+
+
+def test_without_the_ini_option_the_app_comes_from_runlane_app_in_the_environment(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(jobs=JOBS)
+    pytester.makeini(ASYNC_INI)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_env="""
+        import jobs
+
+
+        def test_the_runtime_is_the_apps(runlane_runtime):
+            assert runlane_runtime is jobs.rl
+        """
+    )
+    monkeypatch.setenv("RUNLANE_APP", "jobs:rl")
+
+    pytester.runpytest().assert_outcomes(passed=1)

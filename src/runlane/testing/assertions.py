@@ -54,7 +54,6 @@ async def all_triggered(
     """
     task_id = rl.registry.resolve_task(task).id if task is not None else None
     expected = _expected_fields(filters)
-    payload = _plain(payload)
     runs: list[Run] = []
     cursor: str | None = None
     while True:

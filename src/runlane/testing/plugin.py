@@ -28,12 +28,11 @@ from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.errors import configuration_error
 from runlane.core.runtime import Runlane
 from runlane.lanes import sqlite_lane
+from runlane.operator.loading import APP_ENV_VAR, load_runtime
 from runlane.testing.rebinding import on_lane
 
 #: The ini option that names the app's runtime, as ``module:attribute``.
 APP_INI_OPTION = "runlane_app"
-#: The environment variable read when the ini option is not set (the CLI reads it too).
-APP_ENV_VAR = "RUNLANE_APP"
 #: The throwaway database's file name, in a fresh temporary directory per test.
 TEST_DATABASE = "runlane-test.db"
 
@@ -77,8 +76,6 @@ def runlane_app(request: pytest.FixtureRequest) -> Runlane:
             '"myapp.jobs:rl" under [tool.pytest.ini_options] (or $RUNLANE_APP), '
             "or override the runlane_app fixture to return it."
         )
-    from runlane.operator.loading import load_runtime
-
     return load_runtime(import_path)
 
 

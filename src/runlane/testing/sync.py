@@ -4,9 +4,9 @@ They run on the runtime's ``rl.sync`` loop, the same one your app's ``rl.sync.tr
 calls use, so one runtime object is used one way only.
 
 >>> from runlane.testing.sync import assert_triggered, drain
->>> client.post("/feedback", data={"text": "great"})
->>> assert_triggered(rl, summarize, payload={"text": "great"})
->>> drain(rl)
+>>> client.post("/feedback", data={"email": "bo@example.com"})
+>>> assert_triggered(rl, thank_customer, payload={"email": "bo@example.com"})
+>>> drain(rl, advance="1h")
 """
 
 from __future__ import annotations
