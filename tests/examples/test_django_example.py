@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,3 +83,19 @@ def test_the_worker_command_sends_the_receipts(shop: dict[str, Any]) -> None:
         status=RunStatus.SUCCEEDED,
         result={"sent_to": "bo@example.com"},
     )
+
+
+def test_the_runlane_command_finds_the_runtime_with_the_settings_named(
+    shop: dict[str, Any],
+) -> None:
+    order_id = _order(email="cy@example.com").json()["order_id"]
+
+    run_in_example(shop["root"], "-m", "runlane", "tick", "orders.jobs:rl", env=shop["env"])
+    listed = run_in_example(
+        shop["root"], "-m", "runlane", "runs", "list", "orders.jobs:rl", "--json", env=shop["env"]
+    )
+
+    (run,) = assert_triggered(
+        shop["jobs"].rl, "orders.send_receipt", payload={"order_id": order_id}
+    )
+    assert run.id in [row["id"] for row in json.loads(listed)["runs"]]

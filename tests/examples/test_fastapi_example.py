@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.examples.conftest import example_on_path
+from tests.examples.conftest import example_on_path, run_in_example
 
 from runlane import Runlane, RunStatus
 from runlane.testing.sync import assert_triggered
@@ -68,3 +69,18 @@ def test_an_unknown_run_is_a_404_with_its_error_code(
 
     assert response.status_code == 404
     assert response.json()["code"] == "run_not_found"
+
+
+def test_workers_of_their_own_run_what_the_api_triggered(tmp_path: Path) -> None:
+    environ = {"RUNLANE_DB": str(tmp_path / "signups.db"), "SIGNUPS_WORKER": "0"}
+    with example_on_path("fastapi", **environ) as folder:
+        import signups
+
+        with TestClient(signups.app) as client:
+            run_id = client.post("/signups", json={"email": "cy@example.com"}).json()["run_id"]
+
+        run_in_example(folder, "-m", "runlane", "worker", "signups:rl", "--drain", env=environ)
+
+        with TestClient(signups.app) as client:
+            shown = client.get(f"/runs/{run_id}").json()
+    assert shown == {"status": "succeeded", "result": {"sent_to": "cy@example.com"}}

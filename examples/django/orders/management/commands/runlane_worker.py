@@ -1,6 +1,6 @@
 import asyncio
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from orders.jobs import rl
 from runlane import WorkerMode
@@ -9,7 +9,7 @@ from runlane import WorkerMode
 class Command(BaseCommand):
     help = "Run a Runlane worker for the shop's tasks (Ctrl-C or SIGTERM stops it gracefully)."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--concurrency", type=int, default=10)
         parser.add_argument("--drain", action="store_true", help="exit once no run is due")
 
