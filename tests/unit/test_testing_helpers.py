@@ -6,6 +6,7 @@ as a user's tests would.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from runlane import (
 )
 from runlane.testing import all_triggered, assert_triggered, drain, on_lane
 from runlane.testing import sync as blocking
-from runlane.testing.plugin import RuntimeFactory
+from runlane.testing.plugin import RuntimeFactory, close_runtime
 
 emails = queue("emails", default=True)
 billing = queue("billing")
@@ -236,3 +237,50 @@ def test_the_blocking_twins_work_in_a_sync_test(rl: Runlane) -> None:
     settled = blocking.drain(rl, advance="1m")
     assert settled[-1].status is RunStatus.SUCCEEDED
     assert blocking.all_triggered(rl, charge, status="succeeded")[0].id == run.id
+
+
+async def test_bad_arguments_to_drain_and_on_lane_are_typed_errors(rl: Runlane) -> None:
+    with pytest.raises(RunlaneError, match="limit") as bad_limit:
+        await drain(rl, limit=0)
+    with pytest.raises(RunlaneError, match="advance") as bad_advance:
+        await drain(rl, advance="soon")
+    with (
+        pytest.raises(RunlaneError, match="on_lane needs a lane") as bad_lane,
+        on_lane(rl, "sqlite:///test.db"),  # type: ignore[arg-type]
+    ):
+        pass
+    codes = {e.value.code for e in (bad_limit, bad_advance, bad_lane)}
+    assert codes == {ErrorCode.CONFIGURATION_INVALID}
+
+
+async def test_runtimes_from_one_factory_share_one_database(
+    runlane_factory: RuntimeFactory,
+) -> None:
+    producer = runlane_factory(queues=[emails], tasks=[send_welcome])
+    consumer = runlane_factory(queues=[emails], tasks=[send_welcome])
+
+    run = await producer.trigger(send_welcome, {"to": "a@example.com"})
+
+    assert [r.id for r in await drain(consumer)] == [run.id]
+
+
+def test_close_runtime_closes_a_runtime_opened_through_rl_sync(tmp_path: Path) -> None:
+    rl = Runlane(lane=sqlite_lane(tmp_path / "s.db"), queues=[emails], tasks=[send_welcome])
+    rl.sync.trigger(send_welcome, {"to": "a@example.com"})
+    assert rl.is_open
+
+    close_runtime(rl)
+
+    assert not rl.is_open
+
+
+def test_close_runtime_closes_a_runtime_opened_on_an_event_loop_that_has_ended(
+    tmp_path: Path,
+) -> None:
+    rl = Runlane(lane=sqlite_lane(tmp_path / "a.db"), queues=[emails], tasks=[send_welcome])
+    asyncio.run(rl.open())
+    assert rl.is_open
+
+    close_runtime(rl)
+
+    assert not rl.is_open
