@@ -49,7 +49,8 @@ rl = Runlane(lane=postgres_lane(DATABASE_URL), queues=[billing], tasks=[render_p
 def trigger_in(session: Session, task: TaskDef[Any], payload: Any, **options: Any) -> Run:
     """Trigger inside ``session``'s transaction: the run exists iff the session commits."""
     psycopg_connection = session.connection().connection.driver_connection
-    return rl.sync.trigger(task, payload, connection=psycopg_connection, **options)
+    run: Run = rl.sync.trigger(task, payload, connection=psycopg_connection, **options)
+    return run
 
 
 def create_invoice(session: Session, customer: str, amount: Decimal) -> Invoice:

@@ -36,4 +36,5 @@ def enqueue(task: TaskDef[Any], payload: Any, **options: Any) -> Run:
     if and only if the transaction commits. Outside one, it commits at once.
     """
     connection.ensure_connection()
-    return rl.sync.trigger(task, payload, connection=connection.connection, **options)
+    run: Run = rl.sync.trigger(task, payload, connection=connection.connection, **options)
+    return run
