@@ -12,6 +12,9 @@ from tests.support.postgres_server import PostgresServer, PostgresUnavailable, p
 
 from runlane import Lane, postgres_lane, sqlite_lane
 
+#: ``pytester`` runs users' test files against the runlane pytest plugin.
+pytest_plugins = ["pytester"]
+
 DRIVERS = ["sqlite", "postgres"]
 
 

@@ -151,6 +151,11 @@ class Runlane:
             )
         return self._thread_pool
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the lane is connected (by :meth:`open` or the first call that needed it)."""
+        return self._open
+
     async def open(self) -> None:
         """Connect the lane. Safe to call more than once."""
         if self._open:

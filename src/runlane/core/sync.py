@@ -82,6 +82,15 @@ class SyncRunlane(_BlockingProxy):
                 self._thread = _LoopThread()
             return self._thread
 
+    def call(self, awaitable: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the runtime's loop and wait for its result.
+
+        For helpers built on the async API, such as :mod:`runlane.testing.sync`:
+
+        >>> rl.sync.call(rl.queue_stats())
+        """
+        return self._loop_thread().call(awaitable)
+
     def run_worker(self, **options: Any) -> None:
         """Run a worker until it stops (DRAIN mode returns when no due work is left)."""
         runtime = self._target

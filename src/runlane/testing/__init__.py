@@ -1,43 +1,31 @@
 """Helpers for users' own tests, and the conformance suites every driver must pass.
 
->>> from runlane.testing import drain
->>> runs = await drain(rl)          # execute every due run inline, like a worker would
+Installing runlane registers a pytest plugin (:mod:`runlane.testing.plugin`) whose
+``runlane_runtime`` fixture puts your app's runtime on a throwaway SQLite file and a
+:class:`ManualClock` for one test. The helpers here work on any runtime:
+
+>>> await rl.trigger(send_welcome, {"to": "ada@example.com"})
+>>> await assert_triggered(rl, send_welcome, payload={"to": "ada@example.com"})
+>>> runs = await drain(rl, advance="1h")   # execute due work, moving the clock if needed
+
+Sync tests use the blocking twins in :mod:`runlane.testing.sync`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
 from typing import Any
 
 from runlane.core.clock import ManualClock
-from runlane.core.definitions import QueueDef
 from runlane.core.models import Run
 from runlane.core.runtime import Runlane
-
-#: ``drain`` stops after this many attempts unless told otherwise (guards endless releases).
-DEFAULT_DRAIN_LIMIT = 10_000
-
-
-async def drain(
-    rl: Runlane,
-    *,
-    queues: Sequence[QueueDef | str] | None = None,
-    limit: int = DEFAULT_DRAIN_LIMIT,
-) -> list[Run]:
-    """Execute due runs one by one in this process until none is due; return them as settled."""
-    executed: list[Run] = []
-    while len(executed) < limit:
-        run = await rl.execute_next(queues=queues)
-        if run is None:
-            break
-        executed.append(run)
-    return executed
+from runlane.testing.assertions import ANY_PAYLOAD, all_triggered, assert_triggered
+from runlane.testing.draining import DEFAULT_DRAIN_LIMIT, drain
+from runlane.testing.rebinding import on_lane
 
 
 async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, within: float = 10.0) -> Run:
     """Poll until the run reaches one of ``statuses`` (real time), or raise TimeoutError."""
-    import asyncio
-
     deadline = asyncio.get_running_loop().time() + within
     while True:
         run = await rl.runs.get(run_id)
@@ -48,4 +36,13 @@ async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, within: floa
         await asyncio.sleep(0.02)
 
 
-__all__ = ["ManualClock", "drain", "wait_for_status"]
+__all__ = [
+    "ANY_PAYLOAD",
+    "DEFAULT_DRAIN_LIMIT",
+    "ManualClock",
+    "all_triggered",
+    "assert_triggered",
+    "drain",
+    "on_lane",
+    "wait_for_status",
+]

@@ -1,0 +1,18 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: list[tuple[str, str]] = []
+
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("email", models.EmailField(max_length=254)),
+                ("total", models.DecimalField(decimal_places=2, max_digits=10)),
+                ("receipt_sent_at", models.DateTimeField(null=True)),
+            ],
+        ),
+    ]
