@@ -65,7 +65,9 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     storage = PostgresStorage(postgres_dsn, schema=schema)
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
+    assert (
+        _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
+    )
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -200,7 +202,7 @@ async def test_version_6_keeps_payloads_as_written_and_runs_older_ones(
                 "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
                 "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
                 "('migrations', 'old-run', 'noop', 'main', 'queued', %s::jsonb, 1, 1, 1, 1, 1, "
-                "'{{\"type\": \"trigger\"}}')"
+                '\'{{"type": "trigger"}}\')'
             ).format(sql.Identifier(schema)),
             (json.dumps({"old": [1, "two", None]}),),
         )

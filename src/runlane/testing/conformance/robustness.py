@@ -190,9 +190,11 @@ _ANYTHING = st.recursive(
     | st.text()
     | st.binary(max_size=8)
     | st.datetimes(),
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children)
-    | st.dictionaries(st.one_of(st.text(), st.integers(), st.none()), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children)
+        | st.dictionaries(st.one_of(st.text(), st.integers(), st.none()), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -250,9 +252,7 @@ async def test_fuzzed_run_ids_are_not_found(make_runtime: Factory, run_id: str) 
 
 
 @pytest.mark.parametrize("delay", ["", [], {}, "soon", "-1s", -1, math.inf, math.nan, True])
-async def test_a_delay_that_is_not_a_duration_is_refused(
-    make_runtime: Factory, delay: Any
-) -> None:
+async def test_a_delay_that_is_not_a_duration_is_refused(make_runtime: Factory, delay: Any) -> None:
     _, echo, _ = _tasks()
     rl = await make_runtime([echo])
     await _refused(rl.trigger(echo, None, delay=delay), ErrorCode.CONFIGURATION_INVALID)
@@ -309,9 +309,7 @@ async def test_fuzzed_delays_schedule_a_run_or_are_refused(
 
 
 @pytest.mark.parametrize("cursor", ["!!!!", "====", "", "AAAA", "%%", "YQ", "\udcff", 5])
-async def test_a_cursor_the_api_did_not_make_is_refused(
-    make_runtime: Factory, cursor: Any
-) -> None:
+async def test_a_cursor_the_api_did_not_make_is_refused(make_runtime: Factory, cursor: Any) -> None:
     _, echo, _ = _tasks()
     rl = await make_runtime([echo])
     await rl.trigger_many(echo, [None] * 3)
