@@ -19,6 +19,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 #: however deep in its stack it does so.
 MAX_PAYLOAD_DEPTH = 64
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR_ONLY = frozenset({str})
 
 
 class UnreadablePayload:
@@ -43,29 +44,30 @@ def json_shape_problem(value: Any, *, max_depth: int = MAX_PAYLOAD_DEPTH) -> str
     Iterative, so a deep value cannot exhaust the stack; nesting is capped.
     """
     scalars = _SCALARS
+    if type(value) in scalars:
+        return None
     pending: list[tuple[Any, int]] = [(value, 1)]
     while pending:
         item, depth = pending.pop()
         kind = type(item)
-        if kind is dict:
-            children = item.values()
-            for key in item:
-                if type(key) is not str:
-                    return f"a non-string object key {key!r} (JSON keys are strings)"
-        elif kind is list:
-            children = item
-        elif kind in scalars:
-            continue
-        else:
+        if kind is not dict and kind is not list:
             return (
                 f"a {kind.__name__} value, which JSON cannot hold as it is "
                 "(convert it to a string, number, list or dict of these)"
             )
         if depth > max_depth:
             return f"lists or objects nested more than {max_depth} levels deep"
-        for child in children:
-            if type(child) not in scalars:
-                pending.append((child, depth + 1))
+        # Type sets are built in C: most containers hold only scalars, and then no
+        # element is looked at in Python.
+        if kind is dict:
+            if not _STR_ONLY.issuperset(map(type, item)):
+                key = next(k for k in item if type(k) is not str)
+                return f"a non-string object key {key!r} (JSON keys are strings)"
+            children = item.values()
+        else:
+            children = item
+        if not scalars.issuperset(map(type, children)):
+            pending.extend((child, depth + 1) for child in children if type(child) not in scalars)
     return None
 
 
