@@ -26,6 +26,7 @@ ALL_MIGRATIONS = [
     "003_outbox",
     "004_implicit_created_event",
     "005_prune_bookkeeping",
+    "006_payload_as_written",
 ]
 
 
@@ -64,7 +65,9 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     storage = PostgresStorage(postgres_dsn, schema=schema)
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5] == list(range(1, SCHEMA_VERSION + 1))
+    assert (
+        _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
+    )
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -82,7 +85,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6]
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -112,7 +115,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6]
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -185,6 +188,34 @@ async def test_a_run_created_before_version_4_keeps_its_stored_created_event(
         assert [e.type.value for e in await rl.runs.events("old-run")] == [
             "run.created", "run.started", "run.succeeded",
         ]  # fmt: skip
+
+
+async def test_version_6_keeps_payloads_as_written_and_runs_older_ones(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = older._migrations[:5]
+    await older.migrate()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
+                "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+                "('migrations', 'old-run', 'noop', 'main', 'queued', %s::jsonb, 1, 1, 1, 1, 1, "
+                '\'{{"type": "trigger"}}\')'
+            ).format(sql.Identifier(schema)),
+            (json.dumps({"old": [1, "two", None]}),),
+        )
+    rl = _runtime(postgres_dsn, schema)
+    assert await rl.migrate() == ALL_MIGRATIONS[5:]
+    async with rl:
+        assert (await rl.runs.get("old-run")).payload == {"old": [1, "two", None]}
+        written = {"big": 1e16, "huge": 1.5e300, "whole": 2.0, "tiny": 5e-324}
+        new = await rl.trigger(noop, written)
+        stored = (await rl.runs.get(new.id)).payload
+        assert stored == written and all(type(v) is float for v in stored.values())
+        done = await rl.execute_next()
+        assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
 
 
 async def test_schemas_on_one_database_are_independent(postgres_dsn: str, schema: str) -> None:

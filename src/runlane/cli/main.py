@@ -25,6 +25,20 @@ ERROR_EXIT_CODE = 1
 class RunlaneGroup(click.Group):
     """Turns a :class:`RunlaneError` from any command into one red line and exit status 1."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Refuse an argument that is not valid UTF-8 before any command sees it."""
+        for position, arg in enumerate(args, start=1):
+            try:
+                arg.encode()
+            except UnicodeEncodeError:
+                shown = arg.encode(errors="backslashreplace").decode()
+                raise click.UsageError(
+                    f"argument {position} ({shown}) is not valid UTF-8; "
+                    "pass text in UTF-8 (check the terminal's or script's encoding).",
+                    ctx,
+                ) from None
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

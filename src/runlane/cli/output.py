@@ -57,7 +57,9 @@ def print_json_line(data: Any) -> None:
 
 def print_error(error: RunlaneError) -> None:
     """One red line on stderr: the error code, then the message."""
-    line = Text.assemble((f"error[{error.code.value}]", "bold red"), ": ", (error.message, "red"))
+    # A message may quote caller input that is not UTF-8; escape it rather than fail.
+    message = error.message.encode(errors="backslashreplace").decode()
+    line = Text.assemble((f"error[{error.code.value}]", "bold red"), ": ", (message, "red"))
     console(stderr=True).print(line, soft_wrap=True)
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from runlane import RunlaneError, RunStatus
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH
 from runlane.operator import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +39,10 @@ def json_document(value: Any) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as error:
         raise ValueError(f"not valid JSON ({error.msg} at position {error.pos}).") from None
+    except RecursionError:
+        raise ValueError(
+            f"nested too deeply (payloads may nest at most {MAX_PAYLOAD_DEPTH} levels)."
+        ) from None
 
 
 STATUS = click.Choice([status.value for status in RunStatus], case_sensitive=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from runlane.core.errors import configuration_error
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -61,3 +63,23 @@ def to_micros(moment: datetime) -> int:
 def from_micros(value: int) -> datetime:
     """Integer microseconds since the Unix epoch → aware UTC datetime."""
     return _EPOCH + timedelta(microseconds=value)
+
+
+def aware_utc(moment: object, *, name: str) -> datetime:
+    """``moment`` (a timezone-aware datetime) in UTC, or ``CONFIGURATION_INVALID``.
+
+    Converting first means a moment whose offset carries it past ``datetime.min`` or
+    ``datetime.max`` is refused here, not met as an ``OverflowError`` later.
+    """
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise configuration_error(f"{name} must be a timezone-aware datetime, got {moment!r}.")
+    try:
+        offset = moment.utcoffset()
+        if offset is None:
+            raise configuration_error(f"{name} must be a timezone-aware datetime, got {moment!r}.")
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise configuration_error(
+            f"{name} {moment!r} is outside the range of datetimes once converted to UTC "
+            "(years 1 to 9999); pass a realistic moment."
+        ) from None

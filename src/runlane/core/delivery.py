@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from runlane.core.context import Signal
+from runlane.core.ids import could_be_run_id
 from runlane.core.models import LEASED_STATUSES, Run
 from runlane.transport.protocol import DeliveryMessage
 
@@ -74,6 +75,8 @@ async def execute_delivery(
     """Re-read storage, claim the run's lease, execute one attempt."""
     if message.environment != rt.environment:
         return _ignored(IgnoredReason.ENVIRONMENT_MISMATCH, None)
+    if not could_be_run_id(message.run_id):
+        return _ignored(IgnoredReason.NOT_FOUND, None)
     run = await rt.storage.get_run(rt.environment, message.run_id)
     if run is None:
         return _ignored(IgnoredReason.NOT_FOUND, None)

@@ -16,7 +16,7 @@ from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
-from runlane.core.payloads import validate_payload
+from runlane.core.payloads import payload_for_handler
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.text import storable, unstorable, unstorable_json
 from runlane.core.transitions import (
@@ -348,8 +348,7 @@ def _prepare(
 ) -> tuple[Any, Context] | Failed:
     """The handler's arguments (payload, context), or the failure of an invalid payload."""
     try:
-        # A schema-less payload came out of storage as JSON already: nothing to check.
-        payload = validate_payload(task, run.payload)[0] if task.schema else run.payload
+        payload = payload_for_handler(task, run.payload)
     except RunlaneError as error:
         return Failed(sanitize_exception(RunlaneError(error.code, error.message, meta=error.meta)))
     lease = run.lease

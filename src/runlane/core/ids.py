@@ -26,6 +26,21 @@ def validate_identifier(value: object, *, name: str) -> str:
     return value
 
 
+def could_be_run_id(value: object) -> bool:
+    """Whether storage could hold a run with id ``value``.
+
+    Run ids are made by the runtime, so anything storage cannot keep (NUL, a lone
+    surrogate, over-long text) names no run: callers answer "not found" without
+    asking storage, which would fail to encode it (an outage on one lane, a raw
+    ``UnicodeEncodeError`` on the other).
+    """
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_IDENTIFIER_LENGTH
+        and unstorable(value) is None
+    )
+
+
 def validate_optional_identifier(value: object | None, *, name: str) -> str | None:
     """Like :func:`validate_identifier`, passing ``None`` through."""
     return None if value is None else validate_identifier(value, name=name)

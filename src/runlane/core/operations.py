@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runlane.core.clock import aware_utc
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.ids import validate_identifier
+from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
 from runlane.core.models import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
 from runlane.core.text import unstorable
@@ -37,7 +38,7 @@ class Runs:
         """One run; RUN_NOT_FOUND if it is not in this environment."""
         rt = self._rt
         rt.require("reads_run_history")
-        if not isinstance(run_id, str) or not run_id:
+        if not could_be_run_id(run_id):
             raise _not_found(run_id)
         await rt.open()
         run = await rt.storage.get_run(rt.environment, run_id)
@@ -142,9 +143,8 @@ class Runs:
             active = sorted(s.value for s in chosen - TERMINAL_STATUSES)
             raise configuration_error(f"only finished runs can be pruned, not {active}.")
         if isinstance(older_than, datetime):
-            if older_than.tzinfo is None:
-                raise configuration_error("older_than must be timezone-aware.")
-            seconds = max(0.0, (rt.clock.now() - older_than).total_seconds())
+            cutoff = aware_utc(older_than, name="older_than")
+            seconds = max(0.0, (rt.clock.now() - cutoff).total_seconds())
         else:
             seconds = parse_duration(older_than, name="older_than")
         await rt.open()
@@ -176,18 +176,29 @@ def _encode_cursor(value: str | None) -> str | None:
     return base64.urlsafe_b64encode(value.encode()).decode() if value is not None else None
 
 
-def _decode_cursor(value: str | None) -> str | None:
+def _decode_cursor(value: object) -> str | None:
     if value is None:
         return None
-    try:
-        return base64.urlsafe_b64decode(value.encode()).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise configuration_error("cursor is not one this API returned.") from None
+    decoded: str | None = None
+    if isinstance(value, str) and value.isascii():
+        try:
+            decoded = base64.b64decode(value, altchars=b"-_", validate=True).decode()
+        except ValueError:  # binascii.Error and UnicodeDecodeError both are
+            decoded = None
+    # Only a cursor this API made is accepted: it encodes a run id, canonically.
+    if decoded is None or not could_be_run_id(decoded) or _encode_cursor(decoded) != value:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise configuration_error(
+            f"cursor {shown} is not one this API returned; pass a page's next_cursor "
+            "unchanged, or no cursor for the first page."
+        )
+    return decoded
 
 
 def _not_found(run_id: object) -> RunlaneError:
+    shown = repr(run_id) if len(repr(run_id)) <= 300 else repr(run_id)[:297] + "..."
     return RunlaneError(
         ErrorCode.RUN_NOT_FOUND,
-        f"run {run_id!r} does not exist in this environment.",
+        f"run {shown} does not exist in this environment.",
         meta={"run_id": run_id},
     )

@@ -14,6 +14,63 @@ if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Deepest nesting of lists and objects a payload may have. Fixed, far below Python's
+#: recursion limit, so a payload one process accepts every other process can decode,
+#: however deep in its stack it does so.
+MAX_PAYLOAD_DEPTH = 64
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR_ONLY = frozenset({str})
+
+
+class UnreadablePayload:
+    """Stands in for a stored payload that cannot be decoded (written by an older version,
+    or corrupted): its run fails with ``PAYLOAD_INVALID`` instead of blocking others."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"UnreadablePayload({self.reason!r})"
+
+
+def json_shape_problem(value: Any, *, max_depth: int = MAX_PAYLOAD_DEPTH) -> str | None:
+    """Why JSON cannot hold ``value`` faithfully (``None`` if it can).
+
+    Only plain ``dict`` (string keys), ``list``, ``str``, ``int``, ``float``, ``bool``
+    and ``None`` read back from JSON as they were written, so only they are accepted
+    (a tuple would come back a list, an int key a string key, an enum its value).
+    Iterative, so a deep value cannot exhaust the stack; nesting is capped.
+    """
+    scalars = _SCALARS
+    if type(value) in scalars:
+        return None
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        kind = type(item)
+        if kind is not dict and kind is not list:
+            return (
+                f"a {kind.__name__} value, which JSON cannot hold as it is "
+                "(convert it to a string, number, list or dict of these)"
+            )
+        if depth > max_depth:
+            return f"lists or objects nested more than {max_depth} levels deep"
+        # Type sets are built in C: most containers hold only scalars, and then no
+        # element is looked at in Python.
+        if kind is dict:
+            if not _STR_ONLY.issuperset(map(type, item)):
+                key = next(k for k in item if type(k) is not str)
+                return f"a non-string object key {key!r} (JSON keys are strings)"
+            children = item.values()
+        else:
+            children = item
+        if not scalars.issuperset(map(type, children)):
+            pending.extend((child, depth + 1) for child in children if type(child) not in scalars)
+    return None
+
+
 #: One encoder for every payload (``json.dumps`` with options builds one per call).
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
@@ -27,7 +84,8 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
         instance, value = validate_payload(task, payload)
         return instance, value, encode_payload(task.id, value, max_bytes)
     if isinstance(payload, BaseModel):
-        payload = payload.model_dump(mode="json")
+        payload = _dump_model(task.id, payload)
+    _check_shape(task.id, payload)
     try:
         encoded = _dumps(payload)
     except (TypeError, ValueError) as error:
@@ -36,12 +94,25 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
     return payload, payload, encoded
 
 
+def payload_for_handler(task: TaskDef[Any], stored: Any) -> Any:
+    """The value a handler gets for a payload read from storage, or PAYLOAD_INVALID."""
+    if isinstance(stored, UnreadablePayload):
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID,
+            f"the stored payload of this run of task {task.id!r} cannot be read "
+            f"({stored.reason}); trigger a new run with a valid payload.",
+        )
+    # A schema-less payload came out of storage as JSON already: nothing to check.
+    return validate_payload(task, stored)[0] if task.schema is not None else stored
+
+
 def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
     """Return ``(value for the handler, JSON value for storage)`` or raise PAYLOAD_INVALID."""
     schema = task.schema
     if schema is None:
         if isinstance(payload, BaseModel):
-            payload = payload.model_dump(mode="json")
+            payload = _dump_model(task.id, payload)
+        _check_shape(task.id, payload)
         _ensure_json(task, payload)
         return payload, payload
     try:
@@ -64,7 +135,46 @@ def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
             f"payload for task {task.id!r} is invalid: {problems}",
             meta={"errors": json.loads(error.json(include_url=False, include_input=False))},
         ) from None
-    return instance, instance.model_dump(mode="json")
+    except (ValueError, TypeError, RecursionError) as error:
+        # Pydantic gives up on input nested deeper than it recurses, and custom
+        # validators may raise anything; none of it is a valid payload.
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID,
+            f"payload for task {task.id!r} is invalid: {_brief(error)}",
+        ) from None
+    value = _dump_model(task.id, instance)
+    _check_shape(task.id, value)
+    return instance, value
+
+
+def _dump_model(task_id: str, model: BaseModel) -> Any:
+    try:
+        return model.model_dump(mode="json")
+    except (ValueError, TypeError, RecursionError) as error:
+        # Bytes that are not UTF-8 in an ``object`` field, values too deep to serialise.
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID,
+            f"payload for task {task_id!r} cannot be stored as JSON: {_brief(error)}; "
+            "encode binary data (base64, for one) or drop it.",
+        ) from None
+
+
+def _check_shape(task_id: str, value: Any) -> None:
+    problem = json_shape_problem(value)
+    if problem is not None:
+        raise RunlaneError(
+            ErrorCode.PAYLOAD_INVALID, f"payload for task {task_id!r} contains {problem}."
+        )
+
+
+def _brief(error: BaseException) -> str:
+    """A one-line, bounded description of ``error`` (its text may be huge or fail)."""
+    try:
+        text = str(error).splitlines()[0] if str(error) else ""
+    except Exception:
+        text = ""
+    text = text[:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def encode_payload(task_id: str, value: Any, max_bytes: int) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from runlane.core.clock import aware_utc
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import configuration_error
@@ -144,11 +145,11 @@ def plan_trigger(
     if delay is not None and run_at is not None:
         raise configuration_error("pass delay or run_at, not both.")
     if run_at is not None:
-        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
-            raise configuration_error("run_at must be a timezone-aware datetime.")
-        due = run_at
+        due = aware_utc(run_at, name="run_at")
     else:
-        due = now + timedelta(seconds=parse_duration(delay or 0, name="delay"))
+        # Only None means "no delay": "", [] and {} are mistakes, not zero.
+        seconds = 0.0 if delay is None else parse_duration(delay, name="delay")
+        due = now + timedelta(seconds=seconds)
     if idempotency_key is not None:
         validate_identifier(idempotency_key, name="idempotency_key")
     if singleton_key is not None:

@@ -19,6 +19,7 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
+from runlane.core.payloads import UnreadablePayload
 from runlane.core.scheduling import ScheduleInfo
 
 View = dict[str, Any]
@@ -49,7 +50,11 @@ def run_view(run: Run) -> View:
         "run_at": iso(run.run_at),
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
-        "payload": run.payload,
+        "payload": (
+            f"<unreadable payload: {run.payload.reason}>"
+            if isinstance(run.payload, UnreadablePayload)
+            else run.payload
+        ),
         "result": run.result,
         "failure": run.failure.to_json() if run.failure is not None else None,
         "source": run.source.to_json(),

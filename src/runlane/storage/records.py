@@ -26,6 +26,7 @@ from runlane.core.models import (
     RunSource,
     RunStatus,
 )
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload
 from runlane.storage.protocol import OutboxMessage, QueuePolicy, ScheduleState
 
 #: Sequence number of the ``run.delivery_requested`` event of a run created with one.
@@ -77,6 +78,32 @@ def _json(value: str | bytes) -> Any:
 
 
 _loads = json.loads
+
+
+def load_payload(text: str | bytes) -> Any:
+    """Decode a stored payload; one that cannot be decoded becomes an
+    :class:`UnreadablePayload`, so it fails its own run and never the claim or
+    listing that read it (rows written before payloads had a nesting cap may be
+    too deep for the stack that reads them)."""
+    try:
+        return _loads(text)
+    except (ValueError, RecursionError) as error:
+        reason = (
+            f"nested deeper than this process can decode (the cap is {MAX_PAYLOAD_DEPTH})"
+            if isinstance(error, RecursionError)
+            else "not valid JSON"
+        )
+        return UnreadablePayload(reason)
+
+
+def _load_carrier(text: str | bytes) -> Any:
+    # A trace carrier is advisory: one that cannot be read is dropped, not fatal.
+    try:
+        return _loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 _STATUSES = {status.value: status for status in RunStatus}
 
 
@@ -187,7 +214,7 @@ class RunDecoder:
             task_id=task_id,
             queue=queue,
             status=_STATUSES[status],
-            payload=_loads(payload),
+            payload=load_payload(payload),
             attempt=attempt,
             failure_count=failure_count,
             run_at=time(run_at),
@@ -200,7 +227,7 @@ class RunDecoder:
             idempotency_key=idempotency_key,
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
-            trace_carrier=_loads(carrier) if carrier is not None else None,
+            trace_carrier=_load_carrier(carrier) if carrier is not None else None,
             lease=lease,
             cancel_reason=cancel_reason,
         )

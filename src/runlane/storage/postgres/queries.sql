@@ -11,10 +11,11 @@
 -- when a created run is due now. A run whose singleton key already has an active
 -- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
 -- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
--- than a dozen arrays), fields in the order below.
+-- than a dozen arrays), fields in the order below. The payload travels as a JSON
+-- string holding its text, so the json column keeps it exactly as written.
 WITH input AS (
     SELECT r.x->>0 AS id, r.x->>1 AS task_id, r.x->>2 AS queue, r.x->>3 AS status,
-           r.x->4 AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
+           (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
            r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
            r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
            (r.x->>12)::bool AS request_delivery
@@ -80,7 +81,7 @@ WITH inserted AS (
         trace_carrier
     )
     VALUES (
-        %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::jsonb, 0, 0,
+        %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::json, 0, 0,
         %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
         %(trace_carrier)s::jsonb
     )

@@ -58,7 +58,8 @@ class CreationBatch:
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
         runs as one JSON array of positional fields (see the query for the order), with
-        payload, source and trace carrier spliced in as the JSON texts they already are."""
+        source and trace carrier spliced in as the JSON texts they already are, and the
+        payload as a JSON string of its text (jsonb would renumber its floats)."""
         c = self.columns
         rows = []
         for i in range(len(self.runs)) if indexes is None else indexes:
@@ -68,7 +69,7 @@ class CreationBatch:
                 [c["idempotency_keys"][i], c["singleton_keys"][i], c["concurrency_keys"][i]]
             )
             rows.append(
-                f"[{names[1:-1]},{c['payloads'][i]},{counts[1:-1]},{c['sources'][i]},"
+                f"[{names[1:-1]},{dumps(c['payloads'][i])},{counts[1:-1]},{c['sources'][i]},"
                 f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
                 f"{'true' if c['request_deliveries'][i] else 'false'}]"
             )
