@@ -217,3 +217,45 @@ def test_an_event_with_a_record_that_cannot_be_named_is_refused_before_anything_
     assert all(executions.counts[run.id] == 0 for run in runs)
     for run in runs:
         assert loop.run_until_complete(rl.runs.get(run.id)).status is RunStatus.QUEUED
+
+
+@FUZZ
+@given(plan=st.lists(records, max_size=10))
+def test_a_fifo_batch_executes_up_to_its_first_bad_record_and_returns_the_rest(
+    runtime: Runlane, plan: list[Record]
+) -> None:
+    rl = runtime
+    loop = lambda_event_loop()
+    event_records: list[dict[str, Any]] = []
+    runnable: set[str] = set()
+    for index, item in enumerate(plan):
+        if item.kind == "repeat":
+            if event_records:
+                event_records.append(dict(event_records[-1]))
+            continue
+        body = item.body
+        if item.kind in ("good", "good_again", "fails_in_task", "wrong_queue"):
+            run = loop.run_until_complete(rl.trigger(work, {"fail": item.kind == "fails_in_task"}))
+            body = wakeup(rl, run.id, queue="other" if item.kind == "wrong_queue" else "main")
+            if item.kind != "wrong_queue":
+                runnable.add(run.id)
+        elif item.kind in ("not_found", "foreign_environment"):
+            body = wakeup(rl, f"run_{uuid.uuid4().hex}", environment="elsewhere")
+        event_records.append(sqs_record(f"m-{index}-{uuid.uuid4().hex[:6]}", body))
+    first_bad = next(
+        (i for i, r in enumerate(event_records) if not resolves(r["body"])), len(event_records)
+    )
+
+    handler = create_sqs_lambda_handler(execute_delivery=rl.execute_delivery, fifo=True)
+    response = handler({"Records": event_records}, None)
+
+    reported = [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
+    assert reported == [r["messageId"] for r in event_records[first_bad:]]
+    handled = {parse_sqs_wakeup_body(r["body"]).run_id for r in event_records[:first_bad]}
+    for run_id in handled & runnable:
+        assert executions.counts[run_id] == 1, run_id
+    for r in event_records[first_bad:]:
+        if resolves(r["body"]):
+            run_id = parse_sqs_wakeup_body(r["body"]).run_id
+            if run_id not in handled:
+                assert executions.counts[run_id] == 0, "FIFO order: nothing after a failure runs"
