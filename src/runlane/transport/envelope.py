@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -47,18 +47,32 @@ class WakeupEnvelopeV1(_Strict):
 
 
 def create_wakeup_body(message: DeliveryMessage) -> str:
-    """Serialise a delivery message as a v1 envelope."""
-    body: dict[str, Any] = {
-        "environment": {"name": message.environment},
-        "run_id": message.run_id,
-        "queue": message.queue,
-    }
-    if message.requested_at is not None:
-        body["requested_at"] = message.requested_at.isoformat()
-    if message.trace_carrier is not None:
-        body["trace_carrier"] = dict(message.trace_carrier)
-    envelope = {"type": WAKEUP_TYPE, "version": WAKEUP_VERSION, "message": body}
-    return WakeupEnvelopeV1.model_validate_json(_dumps(envelope)).model_dump_json(exclude_none=True)
+    """Serialise a delivery message as a v1 envelope.
+
+    A message the envelope cannot carry (an empty name, a naive ``requested_at``,
+    a non-string carrier value, text JSON cannot hold) is ADAPTER_CONTRACT_VIOLATION.
+    """
+    try:
+        body: dict[str, Any] = {
+            "environment": {"name": message.environment},
+            "run_id": message.run_id,
+            "queue": message.queue,
+        }
+        if message.requested_at is not None:
+            requested_at = message.requested_at
+            if isinstance(requested_at, datetime) and requested_at.utcoffset() is not None:
+                # UTC always round-trips; an offset with seconds has no RFC 3339 form.
+                requested_at = requested_at.astimezone(UTC)
+            body["requested_at"] = requested_at.isoformat()
+        if message.trace_carrier is not None:
+            body["trace_carrier"] = dict(message.trace_carrier)
+        envelope = {"type": WAKEUP_TYPE, "version": WAKEUP_VERSION, "message": body}
+        validated = WakeupEnvelopeV1.model_validate_json(_dumps(envelope))
+    except (ValidationError, ValueError, TypeError, AttributeError, OverflowError) as error:
+        raise _not_an_envelope(
+            error, "this message cannot be sent as a runlane v1 wakeup."
+        ) from None
+    return validated.model_dump_json(exclude_none=True)
 
 
 def parse_wakeup_body(body: str | bytes) -> DeliveryMessage:
@@ -66,18 +80,8 @@ def parse_wakeup_body(body: str | bytes) -> DeliveryMessage:
     try:
         envelope = WakeupEnvelopeV1.model_validate_json(body)
     except (ValidationError, ValueError, TypeError) as error:
-        problems = (
-            [
-                f"{'.'.join(str(p) for p in e['loc']) or '<body>'}: {e['msg']}"
-                for e in error.errors()
-            ]
-            if isinstance(error, ValidationError)
-            else [type(error).__name__]
-        )
-        raise RunlaneError(
-            ErrorCode.ADAPTER_CONTRACT_VIOLATION,
-            "the message body is not a runlane v1 wakeup envelope.",
-            meta={"problems": problems[:5]},
+        raise _not_an_envelope(
+            error, "the message body is not a runlane v1 wakeup envelope."
         ) from None
     message = envelope.message
     return DeliveryMessage(
@@ -86,6 +90,17 @@ def parse_wakeup_body(body: str | bytes) -> DeliveryMessage:
         queue=message.queue,
         requested_at=message.requested_at,
         trace_carrier=dict(message.trace_carrier) if message.trace_carrier is not None else None,
+    )
+
+
+def _not_an_envelope(error: Exception, message: str) -> RunlaneError:
+    problems = (
+        [f"{'.'.join(str(p) for p in e['loc']) or '<body>'}: {e['msg']}" for e in error.errors()]
+        if isinstance(error, ValidationError)
+        else [type(error).__name__]
+    )
+    return RunlaneError(
+        ErrorCode.ADAPTER_CONTRACT_VIOLATION, message, meta={"problems": problems[:5]}
     )
 
 

@@ -1,0 +1,67 @@
+"""The kill -9 chaos run at a small size, on each storage driver (``bench/chaos.py``).
+
+Worker processes drain runs while random ones are killed with SIGKILL and
+replaced; afterwards no run may be lost and none recorded twice as succeeded.
+Runs caught in flight execute again (delivery is at least once), which is how
+the test knows the kills landed mid-attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
+RUNS = 200
+KILLS = 3
+
+
+def test_killing_workers_at_random_loses_no_run_and_doubles_no_success(
+    driver: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = [] if driver == "sqlite" else ["--dsn", request.getfixturevalue("postgres_dsn")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CHAOS),
+            "--driver",
+            driver,
+            *store,
+            "--runs",
+            str(RUNS),
+            "--workers",
+            "3",
+            "--kills",
+            str(KILLS),
+            "--kill-interval",
+            "0.4",
+            "--timeout",
+            "120",
+            "--dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+
+    assert report["kills"] == KILLS, report
+    assert report["runs_triggered"] == RUNS
+    assert report["lost_runs"] == 0, report
+    assert report["runs_recorded_twice_as_succeeded"] == 0, report
+    assert report["succeeded_without_an_execution"] == 0, report
+    assert report["runs_succeeded"] + report["runs_failed"] == RUNS, report
+    assert report["runs_failed"] == 0, report
+    assert report["re_executions"] > 0, "no kill caught an attempt in flight"
+    assert report["executions"] == RUNS + report["re_executions"]
+    assert done.returncode == 0 and report["ok"] is True
