@@ -188,6 +188,23 @@ def test_run_at_is_normalised_to_utc() -> None:
     assert once.run_at is not None and once.run_at.utcoffset() == timedelta(0)
 
 
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=5))),
+        datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))),
+    ],
+    ids=["min-east", "max-west"],
+)
+def test_a_run_at_past_the_datetime_range_in_utc_is_a_configuration_error(
+    moment: datetime,
+) -> None:
+    with pytest.raises(RunlaneError) as caught:
+        schedule("once", run_at=moment)
+    assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert "outside the range" in caught.value.message
+
+
 _AT = datetime(2030, 1, 1, tzinfo=UTC)
 
 

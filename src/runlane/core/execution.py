@@ -16,7 +16,7 @@ from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
-from runlane.core.payloads import payload_for_handler
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.text import storable, unstorable, unstorable_json
 from runlane.core.transitions import (
@@ -37,9 +37,9 @@ logger = logging.getLogger("runlane.execution")
 DEFAULT_LEASE_DURATION = 30.0
 #: Settles that lose a compare-and-set race are re-read and recomputed this often.
 MAX_SETTLE_ATTEMPTS = 5
-#: Deepest nesting of lists and dicts a result may have: storage and readers decode
-#: it recursively, so a deeper one would fail where it is read, not where it was made.
-MAX_RESULT_DEPTH = 200
+#: Results obey the payloads' nesting cap: readers decode them recursively, so a deeper
+#: one would fail where it is read (in any process), not where it was made.
+MAX_RESULT_DEPTH = MAX_PAYLOAD_DEPTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from runlane.core.clock import aware_utc
 from runlane.core.cron import ever_fires, is_valid_cron, wall_times_after, wall_times_before
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import RunlaneError, configuration_error
@@ -218,15 +219,14 @@ def schedule(
     if cron is not None:
         _check_cron_fires(id, cron)
     every_s = None if every is None else parse_duration(every, name="every", allow_zero=False)
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise configuration_error(f"schedule {id!r}: run_at must be a timezone-aware datetime.")
+    run_at_utc = None if run_at is None else aware_utc(run_at, name=f"schedule {id!r}: run_at")
     if queue is not None and not isinstance(queue, QueueDef):
         raise configuration_error(f"schedule {id!r}: queue must be a queue(...) definition.")
     return ScheduleDef(
         id=id,
         cron=cron,
         every=every_s,
-        run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        run_at=run_at_utc,
         timezone=timezone,
         payload=payload,
         queue=queue,
