@@ -33,8 +33,9 @@ async def drain(
     Schedules are not materialised here: call ``await rl.tick()`` for that.
 
     >>> await rl.trigger(send_welcome, {"to": "ada@example.com"}, delay="10m")
-    >>> [run.status for run in await drain(rl, advance="1h")]
-    [<RunStatus.SUCCEEDED: 'succeeded'>]
+    >>> (done,) = await drain(rl, advance="1h")
+    >>> done.status is RunStatus.SUCCEEDED
+    True
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise configuration_error("drain's limit must be a whole number of at least 1.")
