@@ -35,10 +35,14 @@ def test_tick_once_reports_what_each_duty_did(cli: Cli) -> None:
 
 def test_tick_every_logs_each_pass_and_stops_gracefully_on_sigterm(cli: Cli) -> None:
     ticking = cli.popen("tick", APP, "--every", "100ms", "--json")
-    time.sleep(2.0)
+    # Signal only once two passes are out: by then the loop (and its handlers) runs,
+    # however slowly a busy machine started the process.
+    assert ticking.stdout is not None
+    first = [ticking.stdout.readline(), ticking.stdout.readline()]
 
     ticking.send_signal(signal.SIGTERM)
-    out, err = ticking.communicate(timeout=COMMAND_TIMEOUT)
+    rest, err = ticking.communicate(timeout=COMMAND_TIMEOUT)
+    out = "".join(first) + rest
 
     assert ticking.returncode == 0, err
     passes = [json.loads(line) for line in out.splitlines()]
