@@ -203,6 +203,10 @@ class QueueStats:
     concurrency_limit: int | None
     counts: dict[RunStatus, int]
     occupied: int
+    #: Claimable runs whose ``run_at`` has passed (ready now, not merely waiting).
+    due: int = 0
+    #: The earliest ``run_at`` among the due runs (``None`` when none is due).
+    oldest_due_at: datetime | None = None
 
     @property
     def waiting(self) -> int:

@@ -562,6 +562,15 @@ class Runlane:
             self.environment, self.registry.queue_policies, self.clock.now()
         )
 
+    async def outbox_backlog(self) -> dict[str, int]:
+        """Delivery requests not yet published, per registered queue (zeros included).
+
+        Always zero on a lane without a transport: nothing is ever requested there.
+        """
+        await self.open()
+        backlog = await self.storage.outbox_backlog(self.environment)
+        return {name: backlog.get(name, 0) for name in self.registry.queues}
+
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
         if not getattr(self.storage.capabilities, capability):

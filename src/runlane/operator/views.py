@@ -92,6 +92,8 @@ def queue_stats_view(stats: QueueStats) -> View:
         "waiting": stats.waiting,
         "running": stats.running,
         "occupied": stats.occupied,
+        "due": stats.due,
+        "oldest_due_at": iso(stats.oldest_due_at),
         "counts": {status.value: stats.counts.get(status, 0) for status in RunStatus},
     }
 

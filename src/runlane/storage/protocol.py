@@ -328,6 +328,10 @@ class Storage(Protocol):
     ) -> None:
         """Mark claimed messages published, or failed with their next attempt time."""
 
+    async def outbox_backlog(self, environment: str) -> dict[str, int]:
+        """Delivery requests not yet published (pending, claimed or failed), per queue;
+        queues with none are left out."""
+
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""
 

@@ -221,7 +221,16 @@ SELECT queue, concurrency_key, status, count(*) AS count,
                     AND reserved_until > :now
                    THEN 1
                ELSE 0
-           END) AS occupying
+           END) AS occupying,
+       sum(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN 1
+               ELSE 0
+           END) AS due,
+       min(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN run_at
+           END) AS oldest_due
 FROM runlane_runs
 WHERE environment = :environment
 GROUP BY queue, concurrency_key, status;
@@ -314,3 +323,9 @@ WHERE environment = :environment AND id = :id AND status = 'claimed';
 
 -- name: outbox_counts
 SELECT status, count(*) AS n FROM runlane_outbox WHERE environment = :environment GROUP BY status;
+
+-- name: outbox_backlog
+-- Delivery requests not yet published (pending, claimed by a publisher, or failed and waiting).
+SELECT queue, count(*) AS n FROM runlane_outbox
+WHERE environment = :environment AND status IN ('pending', 'claimed', 'failed')
+GROUP BY queue;
