@@ -32,6 +32,13 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+def compact_json(value: Any) -> str:
+    """One-line JSON for display; strings keep their quotes only inside containers."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def relative(iso_time: str | None, now: datetime) -> str:
     """``in 3m`` / ``5s ago`` for an ISO 8601 time, or ``""``."""
     if not iso_time:
@@ -56,6 +63,7 @@ def short_time(iso_time: str | None) -> str:
 
 _environment.filters["pretty_json"] = pretty_json
 _environment.filters["short_time"] = short_time
+_environment.filters["compact_json"] = compact_json
 
 
 def render(
