@@ -39,7 +39,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[DashboardProcess]:
-    with running_dashboard(tmp_path, env={"RUNLANE_DASHBOARD_TOKEN": TOKEN}) as dashboard:
+    with running_dashboard(
+        tmp_path, "--refresh", "500ms", env={"RUNLANE_DASHBOARD_TOKEN": TOKEN}
+    ) as dashboard:
         yield dashboard
 
 
@@ -62,8 +64,10 @@ def test_an_operator_finds_a_failed_run_reads_it_and_retries_it(
     charge, feed = served.seeded.failed_charge, served.seeded.failed_import
 
     # The overview links to the failed runs; the listing holds exactly those two.
-    page.goto(served.url)
-    assert page.evaluate("typeof htmx") == "object"  # the vendored script loaded
+    # With JavaScript, htmx (vendored) refreshes the queue table in place.
+    with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true"):
+        page.goto(served.url)
+    assert page.locator("#queues").count() == 1 and page.locator("#queues > table").count() == 1
     page.get_by_role("link", name="2", exact=True).first.click()
     page.wait_for_url("**/runs?*status=failed*")
     listed = page.locator("table.runs tbody tr td:first-child a").all_inner_texts()
