@@ -45,6 +45,9 @@ def test_the_overview_shows_every_queue_with_counts_due_and_failures(
     assert queues["reports"]["concurrency_limit"] == 2
     assert [p["concurrency_key"] for p in queues["reports"]["partitions"]] == [None]
     assert data["totals"]["failed"] == 2 and data["read_only"] is True
+    finished = {"succeeded": 3, "failed": 2, "cancelled": 0}
+    assert queues["main"]["throughput"] == {"5m": finished, "1h": finished}
+    assert queues["reports"]["throughput"]["1h"] == {"succeeded": 0, "failed": 0, "cancelled": 0}
     assert 'href="/runs?queue=main&amp;status=failed">2</a>' in page.text
     assert data["environment"] in page.text
 

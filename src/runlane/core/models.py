@@ -219,6 +219,16 @@ class QueueStats:
         return sum(self.counts.get(status, 0) for status in LEASED_STATUSES)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueThroughput:
+    """Runs of one queue that finished inside a time window, by how they ended."""
+
+    queue: str
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
 @dataclass(slots=True)
 class TickReport:
     """What one maintenance pass did, duty by duty."""

@@ -306,6 +306,12 @@ class Storage(Protocol):
         """Counts per queue (and per concurrency key on bounded queues), with the
         capacity held at ``now``: unexpired leases plus unexpired dispatch reservations."""
 
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs (succeeded, failed, cancelled) last updated at or after ``since``,
+        per queue and status; queues and statuses with none are left out."""
+
     async def request_due_deliveries(
         self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
     ) -> int:

@@ -325,6 +325,14 @@ def build_queue_stats(
     return stats
 
 
+def finished_counts(rows: Iterable[Row]) -> dict[str, dict[RunStatus, int]]:
+    """``count_finished_runs`` rows (queue, status, n) folded per queue and status."""
+    counts: dict[str, dict[RunStatus, int]] = {}
+    for row in rows:
+        counts.setdefault(row["queue"], {})[RunStatus(row["status"])] = int(row["n"])
+    return counts
+
+
 def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
     """``runlane_schedules`` rows by schedule id."""
     return {

@@ -9,7 +9,10 @@ from starlette.routing import Route
 from runlane import QueueStats, RunStatus
 from runlane.dashboard.settings import Dashboard, dashboard_of
 from runlane.dashboard.templates import render
-from runlane.operator import View, iso, queue_stats_view
+from runlane.operator import View, iso, queue_stats_view, throughput_view
+
+#: Windows of the "finished" columns: label → how far back.
+THROUGHPUT_WINDOWS = {"5m": "5m", "1h": "1h"}
 
 
 async def overview_data(dash: Dashboard) -> View:
@@ -17,7 +20,20 @@ async def overview_data(dash: Dashboard) -> View:
     grouped: dict[str, list[QueueStats]] = {}
     for entry in await dash.rl.queue_stats():
         grouped.setdefault(entry.queue, []).append(entry)
-    queues = [_queue_row(name, parts) for name, parts in grouped.items()]
+    windows = {
+        label: {t.queue: throughput_view(t) for t in await dash.rl.throughput(since)}
+        for label, since in THROUGHPUT_WINDOWS.items()
+    }
+    queues = [
+        {
+            **_queue_row(name, parts),
+            "throughput": {
+                label: {k: v for k, v in by_queue[name].items() if k != "queue"}
+                for label, by_queue in windows.items()
+            },
+        }
+        for name, parts in grouped.items()
+    ]
     totals = {status.value: sum(q["counts"][status.value] for q in queues) for status in RunStatus}
     return {
         "environment": dash.rl.environment,

@@ -58,6 +58,7 @@ from runlane.storage.protocol import (
 from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
+    finished_counts,
     implied_created_event,
     load_queries,
     micros_or_none,
@@ -482,6 +483,13 @@ class PostgresStorage:
         """Counts per queue and status, and the capacity held at ``now``."""
         rows = await self._fetch("queue_stats", {"environment": environment, "now": to_micros(now)})
         return build_queue_stats(queues, queue_stats_rows(rows))
+
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs per queue and status updated at or after ``since``."""
+        params = {"environment": environment, "since": to_micros(since)}
+        return finished_counts(await self._fetch("count_finished_runs", params))
 
     # -- maintenance ---------------------------------------------------------------
 

@@ -423,6 +423,15 @@ FROM {schema}.runlane_runs
 WHERE environment = %(environment)s
 GROUP BY queue, concurrency_key, status;
 
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after %(since)s.
+SELECT queue, status, count(*) AS n
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= %(since)s
+GROUP BY queue, status;
+
 -- name: undelivered_runs
 -- Due runs without a delivery request, locked so concurrent ticks request each once.
 SELECT id, queue, concurrency_key

@@ -36,6 +36,7 @@ from runlane.storage.protocol import (
 from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
+    finished_counts,
     outbox_from_row,
     queue_stats_rows,
     run_from_row,
@@ -246,6 +247,14 @@ class SqliteStorage:
             QUERIES["queue_stats"], {"environment": environment, "now": to_micros(now)}
         )
         return build_queue_stats(queues, queue_stats_rows(rows))
+
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs per queue and status updated at or after ``since``."""
+        params = {"environment": environment, "since": to_micros(since)}
+        rows = await self._db.fetch(QUERIES["count_finished_runs"], params)
+        return finished_counts(rows)
 
     # -- maintenance ---------------------------------------------------------------
 

@@ -235,6 +235,15 @@ FROM runlane_runs
 WHERE environment = :environment
 GROUP BY queue, concurrency_key, status;
 
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after :since.
+SELECT queue, status, count(*) AS n
+FROM runlane_runs
+WHERE environment = :environment
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= :since
+GROUP BY queue, status;
+
 -- name: get_schedule_states
 SELECT schedule_id, last_slot, paused FROM runlane_schedules WHERE environment = :environment;
 

@@ -1019,6 +1019,39 @@ async def test_queue_stats_count_due_runs_per_key_of_a_bounded_queue(
     assert (stats["a"].due, stats["b"].due) == (2, 1)
 
 
+async def test_throughput_counts_runs_finished_inside_the_window_per_queue(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+
+    @task("outcomes.mixed", retry=RetryPolicy(max_attempts=1))
+    async def mixed(payload: Any, ctx: Context) -> str:
+        if payload == "fail":
+            raise RuntimeError("no")
+        return "ok"
+
+    rl = await make_runtime([mixed], clock=clock)
+    await rl.trigger(mixed, "ok")
+    await drain(rl)
+    clock.advance("2h")
+    for payload in ("ok", "ok", "fail"):
+        await rl.trigger(mixed, payload)
+    await drain(rl)
+    cancelled = await rl.trigger(mixed, "ok", queue=OTHER)
+    await rl.runs.cancel(cancelled.id)
+    await rl.trigger(mixed, "ok", queue=OTHER, delay="1h")
+
+    recent = {t.queue: t for t in await rl.throughput("1h")}
+    everything = {t.queue: t for t in await rl.throughput(clock.now() - timedelta(hours=3))}
+
+    assert (recent["main"].succeeded, recent["main"].failed, recent["main"].cancelled) == (2, 1, 0)
+    assert (recent["other"].succeeded, recent["other"].cancelled) == (0, 1)
+    assert everything["main"].succeeded == 3
+    with pytest.raises(RunlaneError) as raised:
+        await rl.throughput(datetime(2026, 1, 1))
+    assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
 async def test_outbox_backlog_is_zero_per_queue_without_a_transport(make_runtime: Factory) -> None:
     _, record = _recorder()
     rl = await make_runtime([record])
