@@ -309,3 +309,17 @@ def test_retrying_twice_makes_two_linked_runs_and_leaves_the_parent_failed(
     runs = dash.runs()
     assert len(_linked_children(runs, failed)) == 2
     assert next(r for r in runs if r.id == failed).status is RunStatus.FAILED
+
+
+def test_under_a_root_path_the_session_cookie_is_scoped_to_the_prefix(tmp_path: Path) -> None:
+    with dashboard_under_test(tmp_path, token=TOKEN, root_path="/ops") as dash:
+        signed_in = dash.client.post("/ops/login", data={"token": TOKEN}, follow_redirects=False)
+        csrf = dash.csrf_token("/ops/")
+        failed = dash.seeded.failed_charge
+        retried = dash.client.post(
+            f"/ops/runs/{failed}/retry", data={"csrf_token": csrf}, follow_redirects=False
+        )
+
+    assert signed_in.headers["location"] == "/ops/"
+    assert "Path=/ops/" in signed_in.headers["set-cookie"]
+    assert retried.status_code == 303 and retried.headers["location"].startswith("/ops/runs/")

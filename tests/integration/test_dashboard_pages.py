@@ -204,12 +204,15 @@ def test_a_root_path_serves_every_page_and_link_under_the_prefix(tmp_path: Path)
         runs = dash.client.get("/ops/runlane/runs")
         css = dash.client.get("/ops/runlane/static/dashboard.css")
         outside = dash.client.get("/runs")
+        missing_run = dash.client.get("/ops/runlane/api/runs/nope")
 
     assert overview.status_code == runs.status_code == css.status_code == 200
     assert 'href="/ops/runlane/static/dashboard.css"' in overview.text
     assert 'href="/ops/runlane/runs"' in overview.text
     assert all(link for link in _run_links(runs.text)) and "/ops/runlane/runs/" in runs.text
     assert outside.status_code == 404
+    assert missing_run.status_code == 404
+    assert missing_run.json()["error"]["code"] == "run_not_found"
 
 
 def test_healthz_answers_ok_while_storage_answers(dash: DashboardUnderTest) -> None:
