@@ -57,3 +57,25 @@ def test_event_data_shows_strings_bare_and_everything_else_as_json() -> None:
     assert compact_json("worker-1") == "worker-1"
     assert compact_json({"b": 1, "a": "<x>"}) == '{"a": "<x>", "b": 1}'
     assert compact_json(None) == "null"
+
+
+def test_a_missing_extra_is_a_configuration_error_naming_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from runlane import ErrorCode, RunlaneError
+    from runlane.dashboard import requirements
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "uvicorn" else real_find_spec(name, *args),
+    )
+
+    with pytest.raises(RunlaneError) as raised:
+        requirements.require_extra()
+    assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert "pip install 'runlane[dashboard]'" in raised.value.message
+    assert raised.value.meta == {"missing": ["uvicorn"]}

@@ -7,7 +7,7 @@ import importlib.util
 from runlane import ErrorCode, RunlaneError
 
 #: Import names of what ``runlane[dashboard]`` installs.
-EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "multipart", "prometheus_client")
+EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "python_multipart", "prometheus_client")
 
 
 def require_extra() -> None:
