@@ -67,7 +67,10 @@ def test_an_operator_finds_a_failed_run_reads_it_and_retries_it(
     # With JavaScript, htmx (vendored) refreshes the queue table in place.
     with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true"):
         page.goto(served.url)
-    assert page.locator("#queues").count() == 1 and page.locator("#queues > table").count() == 1
+    assert (
+        page.locator("#queues").count() == 1
+        and page.locator("#queues > .scroll > table").count() == 1
+    )
     page.get_by_role("link", name="2", exact=True).first.click()
     page.wait_for_url("**/runs?*status=failed*")
     listed = page.locator("table.runs tbody tr td:first-child a").all_inner_texts()
