@@ -236,3 +236,20 @@ def test_create_app_refuses_bad_options_with_a_configuration_error(
         create_app(build_runtime(tmp_path / "app.db"), **options)  # type: ignore[arg-type]
     assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
     assert message in raised.value.message
+
+
+def test_healthz_and_pages_answer_503_when_storage_cannot_be_reached(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+    from tests.support.dashboard_app import build_runtime
+
+    (tmp_path / "a-file").write_text("not a folder")
+    rl = build_runtime(tmp_path / "a-file" / "app.db")
+    with TestClient(create_app(rl), raise_server_exceptions=False) as client:
+        health = client.get("/healthz")
+        api = client.get("/api/overview")
+        page = client.get("/runs")
+
+    assert health.status_code == 503 and health.json()["ok"] is False
+    assert api.status_code == 503
+    assert api.json()["error"]["code"] == ErrorCode.STORAGE_UNAVAILABLE.value
+    assert page.status_code == 503
