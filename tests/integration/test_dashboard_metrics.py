@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from tests.support.dashboard_app import build_runtime, greet, main, reports
 from tests.support.dashboard_client import DashboardUnderTest, dashboard_under_test
 
-from runlane import ErrorCode, ManualClock, Runlane, RunlaneError, RunStatus, sqlite_lane
+from runlane import ErrorCode, Lane, ManualClock, Runlane, RunlaneError, RunStatus, sqlite_lane
 from runlane.dashboard import create_app
 from runlane.testing import drain
 from runlane.transport.memory import MemoryTransport
@@ -130,3 +130,21 @@ def test_the_outbox_backlog_counts_wakeups_not_yet_published(tmp_path: Path) -> 
     assert value(stuck, "runlane_outbox_backlog", queue="reports") == 0
     assert published == 2
     assert value(drained, "runlane_outbox_backlog", queue="main") == 0
+
+
+def test_the_overview_and_gauges_agree_on_each_storage_driver(
+    tmp_path: Path, lane_factory: Callable[[], Lane], environment: str
+) -> None:
+    with dashboard_under_test(tmp_path, lanes=lane_factory, environment=environment) as dash:
+        overview = {q["queue"]: q for q in dash.client.get("/api/overview").json()["queues"]}
+        before = scrape(dash.client)
+        dash.read(drain)
+        after = scrape(dash.client)
+
+    assert overview["main"]["counts"]["failed"] == 2 and overview["reports"]["due"] == 2
+    for queue, entry in overview.items():
+        for status, count in entry["counts"].items():
+            assert value(before, "runlane_runs", queue=queue, status=status) == count
+    assert value(before, "runlane_queue_due", queue="reports") == 2
+    assert value(after, "runlane_queue_due", queue="reports") == 0
+    assert value(after, "runlane_runs", queue="reports", status="succeeded") == 2

@@ -1,6 +1,7 @@
 """A small app with finished, failed, waiting and scheduled runs, for the dashboard tests.
 
-``build_runtime(path)`` gives a fresh (unopened) runtime on a SQLite file, so a
+``build_runtime(path)`` gives a fresh (unopened) runtime on a SQLite file (or a
+lane), so a
 dashboard under test and the test itself can each hold their own. ``seed(rl)``
 fills it: succeeded greetings, a failed charge whose payload and error text
 carry an HTML payload, a failed import whose failure carries a traceback, and
@@ -15,6 +16,7 @@ from typing import Any
 
 from runlane import (
     ErrorCode,
+    Lane,
     RetryPolicy,
     Runlane,
     RunlaneError,
@@ -66,10 +68,11 @@ def render(payload: Any, ctx: Any) -> dict[str, int]:
     return {"pages": 3}
 
 
-def build_runtime(path: Path | str, **options: Any) -> Runlane:
-    """A runtime of this app on the SQLite file ``path`` (not opened yet)."""
+def build_runtime(store: Path | str | Lane, **options: Any) -> Runlane:
+    """A runtime of this app on a SQLite file path, or on ``store`` when it is a lane
+    (not opened yet)."""
     return Runlane(
-        lane=sqlite_lane(str(path)),
+        lane=store if isinstance(store, Lane) else sqlite_lane(str(store)),
         queues=[main, reports],
         tasks=[greet, charge, import_feed, render],
         **options,
@@ -87,8 +90,7 @@ class Seeded:
 
 
 async def seed(rl: Runlane) -> Seeded:
-    """Trigger and execute the runs every dashboard test starts from."""
-    await rl.migrate()
+    """Trigger and execute the runs every dashboard test starts from (on a migrated store)."""
     greetings = [await rl.trigger(greet, {"name": name}) for name in ("Ada", "Grace", "Alan")]
     failed_charge = await rl.trigger(charge, {"customer": XSS_PAYLOAD})
     failed_import = await rl.trigger(import_feed, {"url": "https://feed.example/"})

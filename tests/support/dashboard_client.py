@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from starlette.testclient import TestClient
 from tests.support.dashboard_app import Seeded, build_runtime, seed
 
-from runlane import Run, Runlane
+from runlane import Lane, Run, Runlane
 from runlane.dashboard import create_app
 
 T = TypeVar("T")
@@ -28,14 +28,14 @@ class DashboardUnderTest:
     """A client for the dashboard, and a way to read storage behind its back."""
 
     client: TestClient
-    db: Path
+    new_runtime: Callable[[], Runlane]
     seeded: Seeded
 
     def read(self, action: Callable[[Runlane], Awaitable[T]]) -> T:
         """Run ``action`` on a runtime of its own over the same database."""
 
         async def run() -> T:
-            async with build_runtime(self.db) as rl:
+            async with self.new_runtime() as rl:
                 return await action(rl)
 
         return asyncio.run(run())
@@ -65,18 +65,30 @@ class DashboardUnderTest:
 
 
 @contextmanager
-def dashboard_under_test(tmp_path: Path, **options: Any) -> Iterator[DashboardUnderTest]:
-    """Seed a SQLite app in ``tmp_path`` and serve its dashboard with ``options``."""
+def dashboard_under_test(
+    tmp_path: Path,
+    *,
+    lanes: Callable[[], Lane] | None = None,
+    environment: str = "default",
+    **options: Any,
+) -> Iterator[DashboardUnderTest]:
+    """Seed the app and serve its dashboard with ``options``: on a SQLite file in
+    ``tmp_path``, or on the lanes ``lanes`` builds (one store, a fresh lane per call)."""
     db = tmp_path / "app.db"
 
+    def new_runtime() -> Runlane:
+        return build_runtime(lanes() if lanes else db, environment=environment)
+
     async def prepare() -> Seeded:
-        async with build_runtime(db) as rl:
+        rl = new_runtime()
+        await rl.migrate()  # PostgreSQL opens only on a migrated schema
+        async with rl:
             return await seed(rl)
 
     seeded = asyncio.run(prepare())
-    rl = build_runtime(db)
+    rl = new_runtime()
     with TestClient(create_app(rl, **options)) as client:
         try:
-            yield DashboardUnderTest(client, db, seeded)
+            yield DashboardUnderTest(client, new_runtime, seeded)
         finally:
             client.portal.call(rl.close)
