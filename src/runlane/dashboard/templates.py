@@ -16,6 +16,9 @@ from runlane.dashboard.csrf import CSRF_FIELD, csrf_token
 from runlane.dashboard.settings import dashboard_of
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
+#: The navigation bar: (route name, label). A new page (dead letters, once topics
+#: exist) adds its routes module and one entry here.
+NAV_PAGES = (("overview", "Overview"), ("runs", "Runs"), ("schedules", "Schedules"))
 
 # Autoescaping is forced for every template: all stored data (payloads, results,
 # failure text, task ids) is user-controlled.
@@ -86,6 +89,7 @@ def render(
         "csrf_token": csrf_token(dash.auth, session) if session else "",
         "refresh": dash.refresh,
         "statuses": [status.value for status in RunStatus],
+        "nav_pages": NAV_PAGES,
         "url": url,
         "ago": lambda iso_time: relative(iso_time, now),
     }
