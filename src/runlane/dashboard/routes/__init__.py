@@ -2,7 +2,7 @@
 
 from starlette.routing import BaseRoute
 
-from runlane.dashboard.routes import health, overview, run_detail, runs, schedules, session
+from runlane.dashboard.routes import monitoring, overview, run_detail, runs, schedules, session
 
 
 def all_routes() -> list[BaseRoute]:
@@ -13,7 +13,7 @@ def all_routes() -> list[BaseRoute]:
         *run_detail.ROUTES,
         *schedules.ROUTES,
         *session.ROUTES,
-        *health.ROUTES,
+        *monitoring.ROUTES,
     ]
 
 
