@@ -8,6 +8,7 @@ from runlane.core.lane import Lane
 from runlane.core.models import (
     Page,
     QueueStats,
+    QueueThroughput,
     Run,
     RunEvent,
     RunEventType,
@@ -33,6 +34,7 @@ __all__ = [
     "Page",
     "QueueDef",
     "QueueStats",
+    "QueueThroughput",
     "Release",
     "RetryPolicy",
     "Run",

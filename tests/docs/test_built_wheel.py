@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -54,7 +55,13 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: 
         for line in metadata.splitlines()
         if line.startswith("Provides-Extra:")
     }
-    assert extras == {"postgres", "postgres-binary", "sqs", "all"}
+    assert extras == set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    assert "dev" not in extras
+    # The dashboard's templates and vendored htmx ship inside the wheel.
+    assert any(n.startswith("runlane/dashboard/static/") for n in names)
+    assert any(n.startswith("runlane/dashboard/templates/") for n in names)
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)  # no --system-site-packages

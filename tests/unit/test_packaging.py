@@ -34,7 +34,7 @@ def test_the_version_is_written_once_in_the_package_and_read_by_the_build() -> N
 def test_dev_tools_are_a_dependency_group_not_a_published_extra() -> None:
     config = pyproject()
     extras = config["project"]["optional-dependencies"]
-    assert set(extras) == {"postgres", "postgres-binary", "sqs", "all"}
+    assert {"postgres", "postgres-binary", "sqs", "all", "dev"} - set(extras) == {"dev"}
     groups = config["dependency-groups"]
     assert {"include-group": "test"} in groups["dev"]
     published = " ".join(dep for deps in extras.values() for dep in deps)
@@ -47,7 +47,13 @@ def test_psycopg_is_plain_in_postgres_and_binary_only_in_postgres_binary() -> No
     assert any(dep.startswith("psycopg>=") for dep in extras["postgres"])
     assert not any("binary" in dep for dep in extras["postgres"])
     assert any(dep.startswith("psycopg[binary]") for dep in extras["postgres-binary"])
-    assert extras["all"] == ["runlane[postgres,sqs]"]
+
+
+def test_the_all_extra_brings_every_other_extra_with_plain_psycopg() -> None:
+    extras = pyproject()["project"]["optional-dependencies"]
+    (everything,) = extras["all"]
+    named = set(everything.removeprefix("runlane[").removesuffix("]").split(","))
+    assert named == set(extras) - {"all", "postgres-binary"}
 
 
 def test_croniter_has_an_upper_bound() -> None:

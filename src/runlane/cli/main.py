@@ -9,6 +9,7 @@ import click
 from rich.logging import RichHandler
 
 from runlane import RunlaneError, __version__
+from runlane.cli.dashboard import dashboard
 from runlane.cli.demo import demo
 from runlane.cli.maintenance import migrate, tick
 from runlane.cli.output import console, print_error
@@ -77,6 +78,7 @@ cli.add_command(trigger)
 cli.add_command(runs)
 cli.add_command(queues)
 cli.add_command(schedules)
+cli.add_command(dashboard)
 cli.add_command(demo)
 
 

@@ -151,6 +151,8 @@ def queues_table(stats: Iterable[View]) -> Table:
     table.add_column("limit", justify="right")
     table.add_column("occupied", justify="right")
     table.add_column("waiting", justify="right")
+    table.add_column("due", justify="right")
+    table.add_column("oldest due (UTC)", no_wrap=True)
     table.add_column("running", justify="right")
     # "running" above already counts every leased run; the status columns follow.
     statuses = [status for status in RunStatus if status is not RunStatus.RUNNING]
@@ -166,6 +168,8 @@ def queues_table(stats: Iterable[View]) -> Table:
             "-" if limit is None else str(limit),
             str(view["occupied"]),
             str(view["waiting"]),
+            str(view["due"]),
+            short_time(view["oldest_due_at"]),
             str(view["running"]),
             *(str(view["counts"][status.value]) for status in statuses),
         )

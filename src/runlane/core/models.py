@@ -203,6 +203,10 @@ class QueueStats:
     concurrency_limit: int | None
     counts: dict[RunStatus, int]
     occupied: int
+    #: Claimable runs whose ``run_at`` has passed (ready now, not merely waiting).
+    due: int = 0
+    #: The earliest ``run_at`` among the due runs (``None`` when none is due).
+    oldest_due_at: datetime | None = None
 
     @property
     def waiting(self) -> int:
@@ -213,6 +217,16 @@ class QueueStats:
     def running(self) -> int:
         """Runs holding a lease."""
         return sum(self.counts.get(status, 0) for status in LEASED_STATUSES)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueThroughput:
+    """Runs of one queue that finished inside a time window, by how they ended."""
+
+    queue: str
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import socket
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.clock import Clock, SystemClock
@@ -25,7 +25,15 @@ from runlane.core.ids import (
     validate_identifier,
 )
 from runlane.core.lane import Lane
-from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, TickReport
+from runlane.core.models import (
+    QueueStats,
+    QueueThroughput,
+    Run,
+    RunSource,
+    RunSourceType,
+    RunStatus,
+    TickReport,
+)
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
@@ -569,6 +577,40 @@ class Runlane:
         return await self.storage.queue_stats(
             self.environment, self.registry.queue_policies, self.clock.now()
         )
+
+    async def throughput(self, since: Duration | datetime = "1h") -> list[QueueThroughput]:
+        """Runs per registered queue that finished (succeeded, failed, cancelled) within
+        ``since`` (a duration back from now, or an aware datetime), zeros included.
+
+        >>> [t.failed for t in await rl.throughput("5m")]
+        [0, 2]
+        """
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise configuration_error("since must be timezone-aware.")
+            start = since
+        else:
+            start = self.clock.now() - timedelta(seconds=parse_duration(since, name="since"))
+        await self.open()
+        counts = await self.storage.count_finished_runs(self.environment, start)
+        return [
+            QueueThroughput(
+                name,
+                succeeded=counts.get(name, {}).get(RunStatus.SUCCEEDED, 0),
+                failed=counts.get(name, {}).get(RunStatus.FAILED, 0),
+                cancelled=counts.get(name, {}).get(RunStatus.CANCELLED, 0),
+            )
+            for name in self.registry.queues
+        ]
+
+    async def outbox_backlog(self) -> dict[str, int]:
+        """Delivery requests not yet published, per registered queue (zeros included).
+
+        Always zero on a lane without a transport: nothing is ever requested there.
+        """
+        await self.open()
+        backlog = await self.storage.outbox_backlog(self.environment)
+        return {name: backlog.get(name, 0) for name in self.registry.queues}
 
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""

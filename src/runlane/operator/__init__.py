@@ -18,6 +18,7 @@ from runlane.operator.views import (
     run_row,
     run_view,
     schedule_view,
+    throughput_view,
     tick_report_view,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "run_row",
     "run_view",
     "schedule_view",
+    "throughput_view",
     "tick_report_view",
 ]

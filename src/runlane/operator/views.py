@@ -14,6 +14,7 @@ from typing import Any
 from runlane.core.models import (
     ACTIVE_STATUSES,
     QueueStats,
+    QueueThroughput,
     Run,
     RunEvent,
     RunStatus,
@@ -97,7 +98,19 @@ def queue_stats_view(stats: QueueStats) -> View:
         "waiting": stats.waiting,
         "running": stats.running,
         "occupied": stats.occupied,
+        "due": stats.due,
+        "oldest_due_at": iso(stats.oldest_due_at),
         "counts": {status.value: stats.counts.get(status, 0) for status in RunStatus},
+    }
+
+
+def throughput_view(throughput: QueueThroughput) -> View:
+    """Runs of one queue that finished inside a window, by outcome."""
+    return {
+        "queue": throughput.queue,
+        "succeeded": throughput.succeeded,
+        "failed": throughput.failed,
+        "cancelled": throughput.cancelled,
     }
 
 

@@ -306,6 +306,12 @@ class Storage(Protocol):
         """Counts per queue (and per concurrency key on bounded queues), with the
         capacity held at ``now``: unexpired leases plus unexpired dispatch reservations."""
 
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs (succeeded, failed, cancelled) last updated at or after ``since``,
+        per queue and status; queues and statuses with none are left out."""
+
     async def request_due_deliveries(
         self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
     ) -> int:
@@ -327,6 +333,10 @@ class Storage(Protocol):
         self, environment: str, results: Sequence[OutboxResult], now: datetime
     ) -> None:
         """Mark claimed messages published, or failed with their next attempt time."""
+
+    async def outbox_backlog(self, environment: str) -> dict[str, int]:
+        """Delivery requests not yet published (pending, claimed or failed), per queue;
+        queues with none are left out."""
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""

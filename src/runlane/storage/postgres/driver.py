@@ -58,10 +58,12 @@ from runlane.storage.protocol import (
 from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
+    finished_counts,
     implied_created_event,
     load_queries,
     micros_or_none,
     outbox_from_row,
+    queue_stats_rows,
     run_from_row,
     schedule_states,
 )
@@ -480,13 +482,14 @@ class PostgresStorage:
     ) -> list[QueueStats]:
         """Counts per queue and status, and the capacity held at ``now``."""
         rows = await self._fetch("queue_stats", {"environment": environment, "now": to_micros(now)})
-        return build_queue_stats(
-            queues,
-            (
-                (r["queue"], r["concurrency_key"], r["status"], r["count"], r["occupying"])
-                for r in rows
-            ),
-        )
+        return build_queue_stats(queues, queue_stats_rows(rows))
+
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs per queue and status updated at or after ``since``."""
+        params = {"environment": environment, "since": to_micros(since)}
+        return finished_counts(await self._fetch("count_finished_runs", params))
 
     # -- maintenance ---------------------------------------------------------------
 
@@ -564,6 +567,11 @@ class PostgresStorage:
         """Outbox messages per status (for operators and tests)."""
         rows = await self._fetch("outbox_counts", {"environment": environment})
         return {row["status"]: int(row["n"]) for row in rows}
+
+    async def outbox_backlog(self, environment: str) -> dict[str, int]:
+        """Delivery requests not yet published, per queue."""
+        rows = await self._fetch("outbox_backlog", {"environment": environment})
+        return {row["queue"]: int(row["n"]) for row in rows}
 
     # -- schedules -----------------------------------------------------------------
 

@@ -413,10 +413,25 @@ SELECT queue, concurrency_key, status, count(*) AS count,
            WHERE (status IN ('running', 'cancellation_requested') AND lease_expires_at > %(now)s)
               OR (status IN ('queued', 'scheduled', 'retrying', 'released')
                   AND reserved_until > %(now)s)
-       ) AS occupying
+       ) AS occupying,
+       count(*) FILTER (
+           WHERE status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= %(now)s
+       ) AS due,
+       min(run_at) FILTER (
+           WHERE status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= %(now)s
+       ) AS oldest_due
 FROM {schema}.runlane_runs
 WHERE environment = %(environment)s
 GROUP BY queue, concurrency_key, status;
+
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after %(since)s.
+SELECT queue, status, count(*) AS n
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= %(since)s
+GROUP BY queue, status;
 
 -- name: undelivered_runs
 -- Due runs without a delivery request, locked so concurrent ticks request each once.
@@ -524,6 +539,12 @@ WHERE o.environment = %(environment)s AND o.id = input.id AND o.id = ANY(%(ids)b
 SELECT status, count(*) AS n FROM {schema}.runlane_outbox
 WHERE environment = %(environment)s
 GROUP BY status;
+
+-- name: outbox_backlog
+-- Delivery requests not yet published (pending, claimed by a publisher, or failed and waiting).
+SELECT queue, count(*) AS n FROM {schema}.runlane_outbox
+WHERE environment = %(environment)s AND status IN ('pending', 'claimed', 'failed')
+GROUP BY queue;
 
 -- name: get_schedule_states
 SELECT schedule_id, last_slot, paused FROM {schema}.runlane_schedules

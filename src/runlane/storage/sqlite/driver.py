@@ -36,7 +36,9 @@ from runlane.storage.protocol import (
 from runlane.storage.records import (
     build_queue_stats,
     event_from_row,
+    finished_counts,
     outbox_from_row,
+    queue_stats_rows,
     run_from_row,
     schedule_states,
 )
@@ -244,13 +246,15 @@ class SqliteStorage:
         rows = await self._db.fetch(
             QUERIES["queue_stats"], {"environment": environment, "now": to_micros(now)}
         )
-        return build_queue_stats(
-            queues,
-            (
-                (r["queue"], r["concurrency_key"], r["status"], r["count"], r["occupying"])
-                for r in rows
-            ),
-        )
+        return build_queue_stats(queues, queue_stats_rows(rows))
+
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs per queue and status updated at or after ``since``."""
+        params = {"environment": environment, "since": to_micros(since)}
+        rows = await self._db.fetch(QUERIES["count_finished_runs"], params)
+        return finished_counts(rows)
 
     # -- maintenance ---------------------------------------------------------------
 
@@ -313,6 +317,11 @@ class SqliteStorage:
         """Outbox messages per status (for operators and tests)."""
         rows = await self._db.fetch(QUERIES["outbox_counts"], {"environment": environment})
         return {row["status"]: row["n"] for row in rows}
+
+    async def outbox_backlog(self, environment: str) -> dict[str, int]:
+        """Delivery requests not yet published, per queue."""
+        rows = await self._db.fetch(QUERIES["outbox_backlog"], {"environment": environment})
+        return {row["queue"]: int(row["n"]) for row in rows}
 
     # -- schedules -----------------------------------------------------------------
 

@@ -221,10 +221,28 @@ SELECT queue, concurrency_key, status, count(*) AS count,
                     AND reserved_until > :now
                    THEN 1
                ELSE 0
-           END) AS occupying
+           END) AS occupying,
+       sum(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN 1
+               ELSE 0
+           END) AS due,
+       min(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN run_at
+           END) AS oldest_due
 FROM runlane_runs
 WHERE environment = :environment
 GROUP BY queue, concurrency_key, status;
+
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after :since.
+SELECT queue, status, count(*) AS n
+FROM runlane_runs
+WHERE environment = :environment
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= :since
+GROUP BY queue, status;
 
 -- name: get_schedule_states
 SELECT schedule_id, last_slot, paused FROM runlane_schedules WHERE environment = :environment;
@@ -314,3 +332,9 @@ WHERE environment = :environment AND id = :id AND status = 'claimed';
 
 -- name: outbox_counts
 SELECT status, count(*) AS n FROM runlane_outbox WHERE environment = :environment GROUP BY status;
+
+-- name: outbox_backlog
+-- Delivery requests not yet published (pending, claimed by a publisher, or failed and waiting).
+SELECT queue, count(*) AS n FROM runlane_outbox
+WHERE environment = :environment AND status IN ('pending', 'claimed', 'failed')
+GROUP BY queue;

@@ -1138,6 +1138,80 @@ async def test_queue_stats_count_runs_per_queue_and_status(make_runtime: Factory
     assert stats["other"].counts == {RunStatus.SCHEDULED: 1}
 
 
+async def test_queue_stats_count_due_runs_and_the_oldest_due_time(make_runtime: Factory) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    first = await rl.trigger(record, {"order_id": 1})
+    clock.advance("10s")
+    await rl.trigger(record, {"order_id": 2})
+    await rl.trigger(record, {"order_id": 3}, delay="1h")
+    await rl.trigger(record, {"order_id": 4}, queue=OTHER, delay="1m")
+    stats = {s.queue: s for s in await rl.queue_stats()}
+    assert (stats["main"].due, stats["main"].waiting) == (2, 3)
+    assert stats["main"].oldest_due_at == first.run_at
+    assert (stats["other"].due, stats["other"].oldest_due_at) == (0, None)
+    clock.advance("2m")
+    await rl.execute_next(queues=["main"])
+    stats = {s.queue: s for s in await rl.queue_stats()}
+    assert stats["main"].due == 1 and stats["main"].oldest_due_at != first.run_at
+    assert stats["other"].due == 1 and stats["other"].oldest_due_at == clock.now() - timedelta(
+        minutes=1
+    )
+
+
+async def test_queue_stats_count_due_runs_per_key_of_a_bounded_queue(
+    make_runtime: Factory,
+) -> None:
+    serial = queue("serial", concurrency_limit=1)
+    _, record = _recorder()
+    rl = await make_runtime([record], queues=[serial])
+    for key in ("a", "a", "b"):
+        await rl.trigger(record, {"order_id": 1}, queue=serial, concurrency_key=key)
+    stats = {s.concurrency_key: s for s in await rl.queue_stats()}
+    assert (stats["a"].due, stats["b"].due) == (2, 1)
+
+
+async def test_throughput_counts_runs_finished_inside_the_window_per_queue(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+
+    @task("outcomes.mixed", retry=RetryPolicy(max_attempts=1))
+    async def mixed(payload: Any, ctx: Context) -> str:
+        if payload == "fail":
+            raise RuntimeError("no")
+        return "ok"
+
+    rl = await make_runtime([mixed], clock=clock)
+    await rl.trigger(mixed, "ok")
+    await drain(rl)
+    clock.advance("2h")
+    for payload in ("ok", "ok", "fail"):
+        await rl.trigger(mixed, payload)
+    await drain(rl)
+    cancelled = await rl.trigger(mixed, "ok", queue=OTHER)
+    await rl.runs.cancel(cancelled.id)
+    await rl.trigger(mixed, "ok", queue=OTHER, delay="1h")
+
+    recent = {t.queue: t for t in await rl.throughput("1h")}
+    everything = {t.queue: t for t in await rl.throughput(clock.now() - timedelta(hours=3))}
+
+    assert (recent["main"].succeeded, recent["main"].failed, recent["main"].cancelled) == (2, 1, 0)
+    assert (recent["other"].succeeded, recent["other"].cancelled) == (0, 1)
+    assert everything["main"].succeeded == 3
+    with pytest.raises(RunlaneError) as raised:
+        await rl.throughput(datetime(2026, 1, 1))
+    assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
+async def test_outbox_backlog_is_zero_per_queue_without_a_transport(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    await rl.trigger(record, {"order_id": 1})
+    assert await rl.outbox_backlog() == {"main": 0, "other": 0}
+
+
 async def test_the_sync_facade_blocks_for_results(
     make_runtime: Factory, lane_factory: Any, environment: str
 ) -> None:
@@ -1600,6 +1674,23 @@ async def test_a_transport_outage_never_fails_a_trigger_and_tick_republishes(
     assert report.outbox_published == 1
     assert [a.message.run_id for a in transport.published] == [run.id]
     assert (await rl.tick()).outbox_published == 0
+
+
+async def test_outbox_backlog_counts_delivery_requests_until_they_are_published(
+    make_transport_runtime: TransportFactory,
+) -> None:
+    clock = ManualClock()
+    _, record = _recorder()
+    rl, transport = await make_transport_runtime([record], clock=clock)
+    transport.fail_with = RunlaneError(ErrorCode.TRANSPORT_UNAVAILABLE, "down", retryable=True)
+    await rl.trigger(record, {"order_id": 1})
+    await rl.trigger(record, {"order_id": 2})
+    await rl.trigger(record, {"order_id": 3}, queue=OTHER)
+    assert await rl.outbox_backlog() == {"main": 2, "other": 1}
+    transport.fail_with = None
+    clock.advance("5m")
+    assert (await rl.tick()).outbox_published == 3
+    assert await rl.outbox_backlog() == {"main": 0, "other": 0}
 
 
 async def test_runs_that_become_due_later_get_a_wakeup_from_tick(

@@ -1,0 +1,20 @@
+"""The dashboard's routes, one module per page (each with its ``/api`` twin)."""
+
+from starlette.routing import BaseRoute
+
+from runlane.dashboard.routes import monitoring, overview, run_detail, runs, schedules, session
+
+
+def all_routes() -> list[BaseRoute]:
+    """Every page, API and action route (static files are mounted by the app)."""
+    return [
+        *overview.ROUTES,
+        *runs.ROUTES,
+        *run_detail.ROUTES,
+        *schedules.ROUTES,
+        *session.ROUTES,
+        *monitoring.ROUTES,
+    ]
+
+
+__all__ = ["all_routes"]

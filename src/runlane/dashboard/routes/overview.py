@@ -1,0 +1,75 @@
+"""``GET /``: one row per registered queue, with counts for every status."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runlane import QueueStats, RunStatus
+from runlane.dashboard.settings import Dashboard, dashboard_of
+from runlane.dashboard.templates import render
+from runlane.operator import View, iso, queue_stats_view, throughput_view
+
+#: Windows of the "finished" columns: label → how far back.
+THROUGHPUT_WINDOWS = {"5m": "5m", "1h": "1h"}
+
+
+async def overview_data(dash: Dashboard) -> View:
+    """Per-queue counts (bounded queues summed over their concurrency keys) and totals."""
+    grouped: dict[str, list[QueueStats]] = {}
+    for entry in await dash.rl.queue_stats():
+        grouped.setdefault(entry.queue, []).append(entry)
+    windows = {
+        label: {t.queue: throughput_view(t) for t in await dash.rl.throughput(since)}
+        for label, since in THROUGHPUT_WINDOWS.items()
+    }
+    queues = [
+        {
+            **_queue_row(name, parts),
+            "throughput": {
+                label: {k: v for k, v in by_queue[name].items() if k != "queue"}
+                for label, by_queue in windows.items()
+            },
+        }
+        for name, parts in grouped.items()
+    ]
+    totals = {status.value: sum(q["counts"][status.value] for q in queues) for status in RunStatus}
+    return {
+        "environment": dash.rl.environment,
+        "read_only": dash.read_only,
+        "queues": queues,
+        "totals": totals,
+    }
+
+
+def _queue_row(name: str, parts: list[QueueStats]) -> View:
+    oldest = min((p.oldest_due_at for p in parts if p.oldest_due_at is not None), default=None)
+    bounded = parts[0].concurrency_limit is not None
+    return {
+        "queue": name,
+        "concurrency_limit": parts[0].concurrency_limit,
+        "waiting": sum(p.waiting for p in parts),
+        "due": sum(p.due for p in parts),
+        "oldest_due_at": iso(oldest),
+        "running": sum(p.running for p in parts),
+        "occupied": sum(p.occupied for p in parts),
+        "counts": {s.value: sum(p.counts.get(s, 0) for p in parts) for s in RunStatus},
+        "partitions": [queue_stats_view(p) for p in parts] if bounded else [],
+    }
+
+
+async def overview_page(request: Request) -> Response:
+    """The overview as HTML."""
+    return render(request, "overview.html", await overview_data(dashboard_of(request)))
+
+
+async def overview_api(request: Request) -> Response:
+    """The overview as JSON."""
+    return JSONResponse(await overview_data(dashboard_of(request)))
+
+
+ROUTES = [
+    Route("/", overview_page, name="overview"),
+    Route("/api/overview", overview_api, name="api_overview"),
+]

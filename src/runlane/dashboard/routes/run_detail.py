@@ -1,0 +1,132 @@
+"""``GET /runs/{id}``: one run with its event timeline, and its actions (cancel, retry, rerun)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from runlane import ErrorCode, Run, RunlaneError, RunStatus
+from runlane.dashboard.errors import runlane_error_status
+from runlane.dashboard.guards import check_api_operator, checked_form
+from runlane.dashboard.settings import Dashboard, dashboard_of
+from runlane.dashboard.templates import render
+from runlane.operator import View, event_view, run_view
+
+#: Shown instead of payloads and results on a ``hide_payloads`` dashboard.
+HIDDEN = "(hidden)"
+ACTIONS = ("cancel", "retry", "rerun")
+
+
+def shown_run(dash: Dashboard, run: Run) -> View:
+    """``run_view`` with payload and result hidden when the dashboard says so."""
+    view = run_view(run)
+    if dash.hide_payloads:
+        view["payload"] = view["result"] = HIDDEN
+    return view
+
+
+async def run_data(dash: Dashboard, run_id: str) -> View:
+    """``{"run": run_view, "events": [event_view...]}`` (events oldest first)."""
+    run = await dash.rl.runs.get(run_id)
+    events = await dash.rl.runs.events(run_id)
+    return {"run": shown_run(dash, run), "events": [event_view(e) for e in events]}
+
+
+def allowed_actions(status: str) -> list[str]:
+    """The actions the operator API accepts for a run in ``status``."""
+    current = RunStatus(status)
+    if current.is_active:
+        return [] if current is RunStatus.CANCELLATION_REQUESTED else ["cancel"]
+    return ["retry", "rerun"] if current is RunStatus.FAILED else ["rerun"]
+
+
+async def run_page(request: Request, *, flash: str | None = None, status: int = 200) -> Response:
+    """One run as HTML."""
+    dash = dashboard_of(request)
+    data = await run_data(dash, request.path_params["run_id"])
+    failure = data["run"]["failure"] or {}
+    meta = dict(failure.get("meta") or {})
+    context = {
+        **data,
+        "traceback": meta.pop("traceback", None),
+        "failure_meta": meta,
+        "actions": allowed_actions(data["run"]["status"]),
+        "flash": flash,
+    }
+    return render(request, "run.html", context, status=status)
+
+
+async def perform(dash: Dashboard, run_id: str, action: str, reason: str | None) -> Run:
+    """Call the operator API for ``action``; the new run for retry and rerun."""
+    if action == "cancel":
+        return await dash.rl.runs.cancel(run_id, reason or None)
+    if action == "retry":
+        return await dash.rl.runs.retry(run_id)
+    if action == "rerun":
+        return await dash.rl.runs.rerun(run_id)
+    raise RunlaneError(
+        ErrorCode.CONFIGURATION_INVALID,
+        f"unknown run action {action!r}; use one of {list(ACTIONS)}.",
+        meta={"action": action},
+    )
+
+
+async def run_action_form(request: Request) -> Response:
+    """``POST /runs/{id}/{cancel|retry|rerun}`` from a signed-in browser: 303 to the run."""
+    form = await checked_form(request)
+    dash = dashboard_of(request)
+    run_id = request.path_params["run_id"]
+    reason = form.get("reason")
+    try:
+        run = await perform(
+            dash, run_id, request.path_params["action"], reason if isinstance(reason, str) else None
+        )
+    except RunlaneError as error:
+        if error.code is not ErrorCode.INVALID_STATE:
+            raise
+        return await run_page(request, flash=error.message, status=runlane_error_status(error))
+    return RedirectResponse(request.url_for("run", run_id=run.id).path, status_code=303)
+
+
+async def run_api(request: Request) -> Response:
+    """One run as JSON."""
+    return JSONResponse(await run_data(dashboard_of(request), request.path_params["run_id"]))
+
+
+async def run_action_api(request: Request) -> Response:
+    """``POST /api/runs/{id}/{action}`` with a Bearer token: ``{"run": run_view}``."""
+    check_api_operator(request)
+    dash = dashboard_of(request)
+    body = await _json_body(request)
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise RunlaneError(ErrorCode.CONFIGURATION_INVALID, "reason must be a string.")
+    run = await perform(dash, request.path_params["run_id"], request.path_params["action"], reason)
+    return JSONResponse({"run": shown_run(dash, run)})
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            'the request body must be a JSON object such as {"reason": "..."}, or empty.',
+        )
+    return body
+
+
+ROUTES = [
+    Route("/runs/{run_id}", run_page, name="run"),
+    Route("/runs/{run_id}/{action}", run_action_form, methods=["POST"], name="run_action"),
+    Route("/api/runs/{run_id}", run_api, name="api_run"),
+    Route("/api/runs/{run_id}/{action}", run_action_api, methods=["POST"], name="api_run_action"),
+]

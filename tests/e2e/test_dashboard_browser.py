@@ -1,0 +1,117 @@
+"""The dashboard in a real headless Chromium, served by the ``runlane dashboard`` command.
+
+An operator opens the failed runs, reads a run's error, traceback and
+timeline, and retries it after signing in. Stored HTML never executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from tests.e2e.dashboard_process import DashboardProcess, run_async, running_dashboard
+from tests.support.chromium import chromium_executable
+from tests.support.dashboard_app import build_runtime
+
+from runlane import Run, RunSourceType
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOKEN = "browser-op-token-41f7"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "dashboard.png"
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    executable = chromium_executable()
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start.
+        launched = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[DashboardProcess]:
+    with running_dashboard(
+        tmp_path, "--refresh", "500ms", env={"RUNLANE_DASHBOARD_TOKEN": TOKEN}
+    ) as dashboard:
+        yield dashboard
+
+
+def _read_run(folder: Path, run_id: str) -> Run:
+    async def read() -> Run:
+        async with build_runtime(folder / "app.db") as rl:
+            return await rl.runs.get(run_id)
+
+    return run_async(read)
+
+
+def test_an_operator_finds_a_failed_run_reads_it_and_retries_it(
+    browser: Browser, served: DashboardProcess
+) -> None:
+    page: Page = browser.new_page(viewport={"width": 1280, "height": 900})
+    console: list[ConsoleMessage] = []
+    page.on("console", lambda message: console.append(message))
+    page_errors: list[object] = []
+    page.on("pageerror", lambda error: page_errors.append(error))
+    charge, feed = served.seeded.failed_charge, served.seeded.failed_import
+
+    # The overview links to the failed runs; the listing holds exactly those two.
+    # With JavaScript, htmx (vendored) refreshes the queue table in place.
+    with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true"):
+        page.goto(served.url)
+    assert (
+        page.locator("#queues").count() == 1
+        and page.locator("#queues > .scroll > table").count() == 1
+    )
+    page.get_by_role("link", name="2", exact=True).first.click()
+    page.wait_for_url("**/runs?*status=failed*")
+    listed = page.locator("table.runs tbody tr td:first-child a").all_inner_texts()
+    assert sorted(listed) == sorted([charge, feed])
+
+    # A run whose payload and error text hold an <img onerror> shows it as text only.
+    page.get_by_role("link", name=charge).click()
+    page.wait_for_url(f"**/runs/{charge}")
+    failure = page.locator("section.failure").inner_text()
+    assert "Task raised ValueError." in failure
+    assert 'card declined for <img src=x onerror="window.__runlaneXss=1' in failure
+    assert page.locator("img").count() == 0
+    assert page.evaluate("window.__runlaneXss") is None
+    assert not any("xss-executed" in message.text for message in console)
+    events = page.locator("ol.timeline .event").all_inner_texts()
+    assert events == ["run.created", "run.started", "run.failed"]
+    assert page.get_by_role("link", name="Sign in to act").is_visible()
+
+    # A failure stored with a traceback shows it under the error.
+    page.goto(f"{served.url}runs/{feed}")
+    assert "ConnectionError: feed.example unreachable" in page.locator("pre.traceback").inner_text()
+
+    # Signing in turns the hint into buttons; Retry creates a linked run.
+    page.get_by_role("link", name="Sign in", exact=True).click()
+    page.get_by_label("Operator token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(served.url)
+    page.goto(f"{served.url}runs/{feed}")
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.goto(f"{served.url}runs/{charge}")
+    page.get_by_role("button", name="Retry").click()
+    page.wait_for_url(lambda url: "/runs/" in url and charge not in url)
+    retried_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    assert page.get_by_role("link", name=charge).is_visible()  # the source links back
+
+    child = _read_run(served.folder, retried_id)
+    assert child.source.type is RunSourceType.MANUAL_RETRY and child.source.run_id == charge
+    assert page.context.cookies()[0]["httpOnly"] is True
+    assert all(TOKEN not in cookie["value"] for cookie in page.context.cookies())
+    assert not page_errors
+    assert [m.text for m in console if m.type == "error"] == []  # no CSP violation either
+    status, stderr = served.stop()
+    assert status == 0
+    assert TOKEN not in stderr

@@ -1,0 +1,104 @@
+"""A small app with finished, failed, waiting and scheduled runs, for the dashboard tests.
+
+``build_runtime(path)`` gives a fresh (unopened) runtime on a SQLite file (or a
+lane), so a
+dashboard under test and the test itself can each hold their own. ``seed(rl)``
+fills it: succeeded greetings, a failed charge whose payload and error text
+carry an HTML payload, a failed import whose failure carries a traceback, and
+reports waiting on a bounded queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runlane import (
+    ErrorCode,
+    Lane,
+    RetryPolicy,
+    Runlane,
+    RunlaneError,
+    queue,
+    schedule,
+    sqlite_lane,
+    task,
+)
+from runlane.testing import drain
+
+#: Stored data that would run script if a page rendered it unescaped.
+XSS_PAYLOAD = "<img src=x onerror=\"window.__runlaneXss=1;console.log('xss-executed')\">"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "feeds.py", line 12, in import_feed\n'
+    "    response = fetch(url)\n"
+    "ConnectionError: feed.example unreachable"
+)
+
+main = queue("main", default=True)
+reports = queue("reports", concurrency_limit=2)
+
+
+@task("greet")
+async def greet(payload: Any, ctx: Any) -> dict[str, str]:
+    return {"greeting": f"hello {payload['name']}"}
+
+
+@task("charge", retry=RetryPolicy(max_attempts=1))
+def charge(payload: Any, ctx: Any) -> None:
+    raise ValueError(f"card declined for {payload['customer']}")
+
+
+@task("import.feed", retry=RetryPolicy(max_attempts=1))
+async def import_feed(payload: Any, ctx: Any) -> None:
+    raise RunlaneError(
+        ErrorCode.TASK_FAILED,
+        "feed unreachable",
+        meta={"exception_type": "ConnectionError", "traceback": TRACEBACK},
+    )
+
+
+@task(
+    "reports.render",
+    queue=reports,
+    schedules=[schedule("reports.nightly", cron="0 3 * * *", timezone="Europe/Berlin")],
+)
+def render(payload: Any, ctx: Any) -> dict[str, int]:
+    return {"pages": 3}
+
+
+def build_runtime(store: Path | str | Lane, **options: Any) -> Runlane:
+    """A runtime of this app on a SQLite file path, or on ``store`` when it is a lane
+    (not opened yet)."""
+    return Runlane(
+        lane=store if isinstance(store, Lane) else sqlite_lane(str(store)),
+        queues=[main, reports],
+        tasks=[greet, charge, import_feed, render],
+        **options,
+    )
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """Ids of the runs :func:`seed` made, by what they are."""
+
+    greetings: list[str]
+    failed_charge: str
+    failed_import: str
+    reports: list[str]
+
+
+async def seed(rl: Runlane) -> Seeded:
+    """Trigger and execute the runs every dashboard test starts from (on a migrated store)."""
+    greetings = [await rl.trigger(greet, {"name": name}) for name in ("Ada", "Grace", "Alan")]
+    failed_charge = await rl.trigger(charge, {"customer": XSS_PAYLOAD})
+    failed_import = await rl.trigger(import_feed, {"url": "https://feed.example/"})
+    await drain(rl, queues=[main])
+    waiting = [await rl.trigger(render, {"month": month}) for month in ("2026-10", "2026-11")]
+    return Seeded(
+        greetings=[run.id for run in greetings],
+        failed_charge=failed_charge.id,
+        failed_import=failed_import.id,
+        reports=[run.id for run in waiting],
+    )
