@@ -63,6 +63,8 @@ RETRY = RetryPolicy(max_attempts=20, initial_delay="0s", max_delay="0s")
 WORKER_LEASE = "2s"
 WORKER_HEARTBEAT = "400ms"
 TRIGGER_CHUNK = 1_000
+#: The longest a task takes (it sleeps between a sixth of this and this).
+DEFAULT_TASK_SECONDS = 0.03
 
 
 @task("chaos.record", retry=RETRY)
@@ -73,7 +75,8 @@ async def record(payload: Any, ctx: Context) -> dict[str, Any]:
         os.write(fd, f"{ctx.run_id} {ctx.attempt} {os.getpid()}\n".encode())
     finally:
         os.close(fd)
-    await asyncio.sleep(random.uniform(0.005, 0.03))
+    longest = float(os.environ.get("CHAOS_TASK_SECONDS", DEFAULT_TASK_SECONDS))
+    await asyncio.sleep(random.uniform(longest / 6, longest))
     return {"n": payload["n"], "attempt": ctx.attempt}
 
 
@@ -240,6 +243,7 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
         "CHAOS_ENV": environment,
         "CHAOS_LOG": str(log),
         "CHAOS_CONCURRENCY": str(args.concurrency),
+        "CHAOS_TASK_SECONDS": str(args.task_seconds),
     }
     os.environ["CHAOS_LOG"] = str(log)
     rng = random.Random(args.seed)
@@ -353,6 +357,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=600.0,
         help="seconds to wait for the drain after the last kill",
+    )
+    parser.add_argument(
+        "--task-seconds",
+        type=float,
+        default=DEFAULT_TASK_SECONDS,
+        help="the longest a task takes (slower tasks leave more attempts in flight)",
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None, help="where the log (and SQLite file) go")
