@@ -25,6 +25,7 @@ from runlane.core.ids import (
     validate_identifier,
 )
 from runlane.core.lane import Lane
+from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
 from runlane.core.models import QueueStats, Run, RunSource, RunSourceType, TickReport
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
@@ -513,8 +514,16 @@ class Runlane:
         poll_interval: Duration = "500ms",
         handle_signals: bool = True,
         on_progress: Callable[[Run], None] | None = None,
+        maintenance: bool = True,
+        maintenance_interval: Duration = DEFAULT_MAINTENANCE_INTERVAL,
     ) -> Worker:
-        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode)."""
+        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode).
+
+        A polling worker also runs the maintenance duties of ``tick`` (schedules, lease
+        recovery, pruning, ...) every ``maintenance_interval`` while it is the
+        environment's elected leader: one leader across all workers, so no separate
+        ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
+        """
         from runlane.core.worker import Worker, WorkerMode
 
         return Worker(
@@ -527,6 +536,11 @@ class Runlane:
             poll_interval=parse_duration(poll_interval, name="poll_interval", allow_zero=False),
             handle_signals=handle_signals,
             on_progress=on_progress,
+            maintenance_interval=parse_duration(
+                maintenance_interval, name="maintenance_interval", allow_zero=False
+            )
+            if maintenance
+            else None,
         )
 
     @property
