@@ -15,7 +15,16 @@ from typing import Any
 
 import psycopg
 
-from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, schedule, task
+from runlane import (
+    Context,
+    RetryPolicy,
+    Runlane,
+    WorkerMode,
+    postgres_lane,
+    queue,
+    schedule,
+    task,
+)
 
 DSN = os.environ.get("RUNLANE_APP_DSN", "")
 ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")
@@ -58,12 +67,20 @@ async def every_second(payload: Any, ctx: Context) -> None:
     """A scheduled no-op."""
 
 
+@task("stall", retry=RetryPolicy(max_attempts=3, initial_delay="100ms", jitter=False))
+async def stall(payload: Any, ctx: Context) -> None:
+    """Hangs in its first attempt (until its worker is killed); later attempts succeed."""
+    await _record("stall", ctx.run_id, str(ctx.attempt), True)
+    if ctx.attempt == 1:
+        await asyncio.sleep(3600)
+
+
 def build_runtime(dsn: str, environment: str) -> Runlane:
     """The app's runtime on ``dsn`` (the test process builds the same one)."""
     return Runlane(
         lane=postgres_lane(dsn),
         queues=[main, limited],
-        tasks=[count, interval, every_second],
+        tasks=[count, interval, every_second, stall],
         environment=environment,
         lease_duration="5s",
     )
@@ -83,7 +100,10 @@ async def _main(role: str) -> None:
         concurrency = int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8"))
         async with rl:
             await rl.worker(
-                concurrency=concurrency, mode=WorkerMode.POLL, poll_interval="50ms"
+                concurrency=concurrency,
+                mode=WorkerMode.POLL,
+                poll_interval="50ms",
+                maintenance_interval=os.environ.get("RUNLANE_APP_MAINTENANCE_INTERVAL", "5s"),
             ).run()
     elif role == "ticker":
         seconds = float(os.environ.get("RUNLANE_APP_SECONDS", "4"))
