@@ -10,9 +10,16 @@ from typing import Any
 from runlane.core.errors import configuration_error
 from runlane.core.lane import Lane
 
+#: SQLite's name for a database that lives in memory only.
+MEMORY = ":memory:"
+
 
 def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **options: Any) -> Lane:
     """The embedded default: one SQLite file, created with its schema on first use.
+
+    A relative ``path`` is made absolute here, against the working directory of
+    the process that builds the lane, so a worker or CLI started from another
+    directory still opens the same file (``":memory:"`` stays in memory).
 
     >>> lane = sqlite_lane("var/runlane.db")
     """
@@ -21,7 +28,8 @@ def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **opt
     if not isinstance(path, str | Path) or not str(path):
         raise configuration_error("sqlite_lane needs a file path.")
     _check_options(SqliteStorage, options, "sqlite_lane")
-    return Lane(SqliteStorage(path, **options), transport, name="sqlite")
+    where = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
+    return Lane(SqliteStorage(where, **options), transport, name="sqlite", location=where)
 
 
 def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
@@ -40,7 +48,8 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
     _check_options(PostgresStorage, options, "postgres_lane")
-    return Lane(PostgresStorage(dsn, **options), transport, name="postgres")
+    storage = PostgresStorage(dsn, **options)
+    return Lane(storage, transport, name="postgres", location=storage.location)
 
 
 def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Any) -> Lane:

@@ -11,7 +11,8 @@ from rich.logging import RichHandler
 from runlane import RunlaneError, __version__
 from runlane.cli.demo import demo
 from runlane.cli.maintenance import migrate, tick
-from runlane.cli.output import console, print_error
+from runlane.cli.output import console, print_error, print_error_json
+from runlane.cli.params import JSON_REQUESTED
 from runlane.cli.queues import queues
 from runlane.cli.runs import runs
 from runlane.cli.schedules import schedules
@@ -23,13 +24,17 @@ ERROR_EXIT_CODE = 1
 
 
 class RunlaneGroup(click.Group):
-    """Turns a :class:`RunlaneError` from any command into one red line and exit status 1."""
+    """Turns a :class:`RunlaneError` from any command into one red line (one JSON object
+    under ``--json``) and exit status 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except RunlaneError as error:
-            print_error(error)
+            if ctx.meta.get(JSON_REQUESTED):
+                print_error_json(error)
+            else:
+                print_error(error)
             ctx.exit(ERROR_EXIT_CODE)
 
 

@@ -151,6 +151,12 @@ class PostgresStorage:
             f"dbname={target.dbname!r}, schema={self.schema!r})"
         )
 
+    @property
+    def location(self) -> str:
+        """Server, database and schema, as operators are shown them (never the password)."""
+        target = self._target
+        return f"postgresql {target.host}:{target.port}/{target.dbname} (schema {self.schema})"
+
     # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:
