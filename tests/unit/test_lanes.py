@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,16 @@ def test_a_relative_sqlite_path_is_made_absolute_where_the_lane_is_built(
 
 def test_an_in_memory_sqlite_lane_stays_in_memory() -> None:
     assert sqlite_lane(":memory:").location == ":memory:"
+
+
+def test_lane_option_types_name_exactly_what_the_drivers_take() -> None:
+    from runlane.lanes import PostgresOptions, SqliteOptions
+    from runlane.storage.postgres import PostgresStorage
+    from runlane.storage.sqlite import SqliteStorage
+
+    for options, driver, target in (
+        (SqliteOptions, SqliteStorage, "path"),
+        (PostgresOptions, PostgresStorage, "dsn"),
+    ):
+        taken = set(inspect.signature(driver).parameters) - {target}
+        assert set(options.__annotations__) == taken, driver

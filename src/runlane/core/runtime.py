@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runlane.core.clock import Clock, SystemClock
 from runlane.core.context import Signal
@@ -46,6 +46,8 @@ TRIGGER_BATCH_SIZE = 1000
 #: Batches of one ``trigger_many`` call written at once.
 TRIGGER_CONCURRENCY = 2
 _TRIGGERED = RunSource(RunSourceType.TRIGGER)
+#: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
+P = TypeVar("P")
 
 
 def default_worker_id() -> str:
@@ -195,8 +197,8 @@ class Runlane:
 
     async def trigger(
         self,
-        task: TaskDef[Any] | str,
-        payload: Any = None,
+        task: TaskDef[P] | str,
+        payload: P | Mapping[str, Any] | None = None,
         *,
         queue: QueueDef | str | None = None,
         delay: Duration | None = None,
@@ -236,8 +238,8 @@ class Runlane:
 
     async def trigger_many(
         self,
-        task: TaskDef[Any] | str,
-        payloads: Sequence[Any],
+        task: TaskDef[P] | str,
+        payloads: Sequence[P | Mapping[str, Any] | None],
         *,
         queue: QueueDef | str | None = None,
         delay: Duration | None = None,
