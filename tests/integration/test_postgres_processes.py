@@ -1,20 +1,18 @@
-"""Many processes on one PostgreSQL: exactly-once draining, restarts, capacity, schedules,
-and maintenance led by one worker at a time."""
+"""Many processes on one PostgreSQL: exactly-once draining, restarts, capacity, schedules."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -166,65 +164,3 @@ async def test_concurrent_ticking_processes_fire_each_slot_once(
     assert len(slots) == len(set(slots)) == len(runs)
     ordered = sorted(slots)
     assert all((b - a).total_seconds() == 1 for a, b in itertools.pairwise(ordered))
-
-
-def _stall_attempts(dsn: str, environment: str) -> list[tuple[int, int]]:
-    """(attempt, pid) of every attempt of the ``stall`` task, in start order."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT key, pid FROM app_log WHERE environment = %s AND kind = 'stall' ORDER BY at",
-            (environment,),
-        ).fetchall()
-    return [(int(key), pid) for key, pid in rows]
-
-
-async def _scheduled_slots(app: Runlane) -> list[datetime]:
-    runs = (await app.runs.list(tasks=[worker_app.every_second], limit=1000)).data
-    return [run.source.occurs_at for run in runs if run.source.occurs_at]
-
-
-async def _wait_for(check: Callable[[], Any], within: float, what: str) -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if inspect.isawaitable(found):
-            found = await found
-        if found:
-            return found
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {within}s")
-
-
-async def test_workers_alone_fire_each_slot_once_and_recover_a_killed_workers_lease(
-    app: Runlane, postgres_dsn: str, environment: str
-) -> None:
-    fast = {"RUNLANE_APP_MAINTENANCE_INTERVAL": "200ms", "RUNLANE_APP_CONCURRENCY": "2"}
-    stalled = await app.trigger(worker_app.stall, None)
-    # The first worker runs alone: it leads maintenance and takes the stalling run.
-    with processes("worker", 1, postgres_dsn, environment, **fast) as (first,):
-        await _wait_for(lambda: _stall_attempts(postgres_dsn, environment), 30, "the first attempt")
-        await _wait_for(lambda: _scheduled_slots(app), 30, "a slot fired by the first worker")
-        with processes("worker", 2, postgres_dsn, environment, **fast):
-            await asyncio.sleep(2.0)  # the others contend and lose
-            first.kill()  # the leader dies holding both the lead and the run's lease
-            first.wait()
-            killed_at = datetime.now(UTC)
-            # No tick process: a surviving worker takes the lead and recovers the run
-            # once its 5s lease has expired; its second attempt then succeeds.
-            await _wait_for(
-                lambda: _finished(app, stalled.id), 60, "recovery of the killed worker's run"
-            )
-            await asyncio.sleep(2.5)
-    attempts = _stall_attempts(postgres_dsn, environment)
-    assert [attempt for attempt, _ in attempts] == [1, 2]
-    assert attempts[1][1] != first.pid
-    recovered = await app.runs.get(stalled.id)
-    assert recovered.status is RunStatus.SUCCEEDED and recovered.attempt == 2
-    slots = await _scheduled_slots(app)
-    assert len(slots) == len(set(slots)), "a slot fired twice"
-    assert sum(slot > killed_at for slot in slots) >= 2, "no leader fired slots after the kill"
-
-
-async def _finished(app: Runlane, run_id: str) -> bool:
-    return (await app.runs.get(run_id)).status is RunStatus.SUCCEEDED
