@@ -1274,6 +1274,45 @@ async def test_polling_workers_elect_one_maintenance_leader_that_fires_each_slot
     assert len(leaders) == 1, leaders
 
 
+async def test_a_leading_worker_that_stops_hands_the_lead_over_at_once(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    # Its lead would last 30s if it were not handed over.
+    worker = rl.worker(worker_id="leader", maintenance_interval="10s", handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    newcomer = await make_runtime([record])
+
+    async def contend() -> bool:
+        now = newcomer.clock.now()
+        return await newcomer.storage.hold_maintenance_lead(rl.environment, "next", now, 30.0)
+
+    await asyncio.sleep(0.5)
+    assert not await contend()
+    await worker.stop()
+    await running
+    assert await contend()
+
+
+async def test_a_worker_without_maintenance_leaves_schedules_to_tick(
+    make_runtime: Factory,
+) -> None:
+    @task("beats", schedules=[schedule("beats.every-200ms", every="200ms")])
+    async def beats(payload: Any, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([beats])
+    worker = rl.worker(maintenance=False, handle_signals=False)
+    assert worker.maintenance_interval is None
+    running = asyncio.create_task(worker.run())
+    await asyncio.sleep(1.0)
+    await worker.stop()
+    await running
+    assert await rl.storage.get_schedule_states(rl.environment) == {}
+    assert await _all_runs(rl) == []
+
+
 # -- durable queue capacity --------------------------------------------------------------
 
 LIMITED = queue("limited", concurrency_limit=2)
