@@ -3,16 +3,43 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from runlane.core.errors import configuration_error
 from runlane.core.lane import Lane
 
+#: SQLite's name for a database that lives in memory only.
+MEMORY = ":memory:"
 
-def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **options: Any) -> Lane:
+
+class SqliteOptions(TypedDict, total=False):
+    """Options of :func:`sqlite_lane` (see :class:`runlane.storage.sqlite.SqliteStorage`)."""
+
+    busy_timeout_ms: int
+    synchronous: str
+
+
+class PostgresOptions(TypedDict, total=False):
+    """Options of :func:`postgres_lane` (see :class:`runlane.storage.postgres.PostgresStorage`)."""
+
+    schema: str
+    min_size: int
+    max_size: int
+    application_name: str | None
+    connect_timeout: float
+    pool_timeout: float
+
+
+def sqlite_lane(
+    path: str | Path = "runlane.db", *, transport: Any = None, **options: Unpack[SqliteOptions]
+) -> Lane:
     """The embedded default: one SQLite file, created with its schema on first use.
+
+    A relative ``path`` is made absolute here, against the working directory of
+    the process that builds the lane, so a worker or CLI started from another
+    directory still opens the same file (``":memory:"`` stays in memory).
 
     >>> lane = sqlite_lane("var/runlane.db")
     """
@@ -21,10 +48,11 @@ def sqlite_lane(path: str | Path = "runlane.db", *, transport: Any = None, **opt
     if not isinstance(path, str | Path) or not str(path):
         raise configuration_error("sqlite_lane needs a file path.")
     _check_options(SqliteStorage, options, "sqlite_lane")
-    return Lane(SqliteStorage(path, **options), transport, name="sqlite")
+    where = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
+    return Lane(SqliteStorage(where, **options), transport, name="sqlite", location=where)
 
 
-def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
+def postgres_lane(dsn: str, *, transport: Any = None, **options: Unpack[PostgresOptions]) -> Lane:
     """The production lane: PostgreSQL (``pip install 'runlane[postgres]'``).
 
     >>> lane = postgres_lane("postgresql://app@db/app")
@@ -40,10 +68,11 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Any) -> Lane:
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
     _check_options(PostgresStorage, options, "postgres_lane")
-    return Lane(PostgresStorage(dsn, **options), transport, name="postgres")
+    storage = PostgresStorage(dsn, **options)
+    return Lane(storage, transport, name="postgres", location=storage.location)
 
 
-def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Any) -> Lane:
+def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Unpack[PostgresOptions]) -> Lane:
     """The production lane: PostgreSQL for truth, SQS for wakeups.
 
     >>> lane = postgres_sqs_lane(postgres=dsn, sqs=sqs_transport(client=client, queues=[...]))
@@ -53,7 +82,8 @@ def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Any) -> Lane:
     return postgres_lane(postgres, transport=sqs, **options)
 
 
-def _check_options(driver: Callable[..., Any], options: dict[str, Any], builder: str) -> None:
+def _check_options(driver: Callable[..., Any], options: Mapping[str, Any], builder: str) -> None:
+    # Type checkers catch a misspelt option; this catches it for everyone else.
     accepted = set(inspect.signature(driver).parameters) - {"self", "path", "dsn"}
     unknown = sorted(set(options) - accepted)
     if unknown:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -158,6 +159,27 @@ def test_typed_errors_from_the_runtime_exit_1_with_their_code(cli: Cli) -> None:
     assert "Traceback" not in unknown_task.stderr + bad_payload.stderr
 
 
+def test_an_unknown_task_id_gets_a_did_you_mean(cli: Cli) -> None:
+    typo = cli.run("trigger", APP, "greeet", expect=1)
+
+    assert "task 'greeet' is not registered" in typo.stderr
+    assert "Did you mean 'greet'?" in typo.stderr
+
+
+def test_errors_under_json_are_one_json_object_with_the_same_exit_status(cli: Cli) -> None:
+    typo = cli.run("trigger", APP, "greeet", "--json", expect=1)
+    missing = cli.run("runs", "show", APP, "no-such-run", "--json", expect=1)
+    bad_app = cli.run("runs", "list", "app:nothing_here", "--json", expect=1)
+
+    error = json.loads(typo.stdout)
+    assert error["code"] == "task_not_found"
+    assert "Did you mean 'greet'?" in error["message"]
+    assert error["meta"] == {"task_id": "greeet", "suggestions": ["greet"]}
+    for failed in (missing, bad_app):
+        assert json.loads(failed.stdout).keys() == {"code", "message", "meta"}
+        assert failed.stderr == ""
+
+
 @pytest.mark.parametrize(
     ("import_path", "says"),
     [
@@ -206,3 +228,13 @@ def test_schedules_are_listed_paused_and_resumed(cli: Cli) -> None:
     assert "reports.nightly" in cli.run("schedules", "list", APP).stdout
     missing = cli.run("schedules", "pause", APP, "nope", expect=1)
     assert missing.stderr.startswith("error[schedule_not_found]: ")
+
+
+def test_commands_name_the_sqlite_file_they_use(cli: Cli) -> None:
+    database = str(cli.cwd.resolve() / "app.db")
+
+    drained = cli.run("worker", APP, "--drain")
+    empty = cli.run("runs", "list", APP)
+
+    assert f"storage {database}" in drained.stderr + drained.stdout
+    assert f"no runs match in {database}." in empty.stdout

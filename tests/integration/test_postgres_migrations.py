@@ -27,6 +27,7 @@ ALL_MIGRATIONS = [
     "004_implicit_created_event",
     "005_prune_bookkeeping",
     "006_payload_as_written",
+    "007_schedule_first_seen",
 ]
 
 
@@ -65,9 +66,8 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     storage = PostgresStorage(postgres_dsn, schema=schema)
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
-    assert (
-        _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
-    )
+    versions = _versions(postgres_dsn, schema)
+    assert versions == [1, 2, 3, 4, 5, 6, 7] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -85,7 +85,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -115,7 +115,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7]
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(

@@ -71,6 +71,8 @@ async def test_pruned_runs_take_their_outbox_rows_and_schedule_occurrences_along
     await rl.migrate()
     async with rl:
         triggered = await rl.trigger(work, None)
+        assert (await rl.tick()).schedules_materialized == 0  # first seen
+        clock.advance("1m")
         assert (await rl.tick()).schedules_materialized == 1
         await drain(rl)
         before = _counts(store, environment)

@@ -1,9 +1,9 @@
 """A small app run by multi-process tests: ``python -m tests.support.worker_app ROLE``.
 
 The store comes from RUNLANE_APP_DSN (a PostgreSQL DSN) or RUNLANE_APP_SQLITE (a
-file path); the environment from RUNLANE_APP_ENV. Tasks record what they did in
-the ``app_log`` table of the same PostgreSQL database, so the test process can
-check it afterwards.
+file path); the environment from RUNLANE_APP_ENV. The ``count`` and ``interval``
+tasks record what they did in the ``app_log`` table of the PostgreSQL database,
+so the test process can check it afterwards.
 """
 
 from __future__ import annotations
@@ -15,7 +15,17 @@ from typing import Any
 
 import psycopg
 
-from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, schedule, task
+from runlane import (
+    Context,
+    RetryPolicy,
+    Runlane,
+    WorkerMode,
+    postgres_lane,
+    queue,
+    schedule,
+    sqlite_lane,
+    task,
+)
 
 DSN = os.environ.get("RUNLANE_APP_DSN", "")
 ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")
@@ -58,12 +68,20 @@ async def every_second(payload: Any, ctx: Context) -> None:
     """A scheduled no-op."""
 
 
-def build_runtime(dsn: str, environment: str) -> Runlane:
-    """The app's runtime on ``dsn`` (the test process builds the same one)."""
+@task("stall", retry=RetryPolicy(max_attempts=3, initial_delay="100ms", jitter=False))
+async def stall(payload: Any, ctx: Context) -> None:
+    """Hangs in its first attempt (until its worker is killed); later attempts succeed."""
+    if ctx.attempt == 1:
+        await asyncio.sleep(3600)
+
+
+def build_runtime(dsn: str, environment: str, sqlite_path: str = "") -> Runlane:
+    """The app's runtime on ``dsn``, or on the SQLite file at ``sqlite_path`` when one is
+    given (the test process builds the same one)."""
     return Runlane(
-        lane=postgres_lane(dsn),
+        lane=sqlite_lane(sqlite_path) if sqlite_path else postgres_lane(dsn),
         queues=[main, limited],
-        tasks=[count, interval, every_second],
+        tasks=[count, interval, every_second, stall],
         environment=environment,
         lease_duration="5s",
     )
@@ -78,12 +96,15 @@ CREATE TABLE IF NOT EXISTS app_log (
 
 
 async def _main(role: str) -> None:
-    rl = build_runtime(DSN, ENVIRONMENT)
+    rl = build_runtime(DSN, ENVIRONMENT, os.environ.get("RUNLANE_APP_SQLITE", ""))
     if role == "worker":
         concurrency = int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8"))
         async with rl:
             await rl.worker(
-                concurrency=concurrency, mode=WorkerMode.POLL, poll_interval="50ms"
+                concurrency=concurrency,
+                mode=WorkerMode.POLL,
+                poll_interval="50ms",
+                maintenance_interval=os.environ.get("RUNLANE_APP_MAINTENANCE_INTERVAL", "5s"),
             ).run()
     elif role == "ticker":
         seconds = float(os.environ.get("RUNLANE_APP_SECONDS", "4"))

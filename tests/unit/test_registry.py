@@ -275,3 +275,16 @@ def test_the_heartbeat_interval_defaults_to_a_third_of_the_lease(lane: Lane) -> 
 def test_a_heartbeat_interval_not_shorter_than_the_lease_is_rejected(lane: Lane) -> None:
     rl = Runlane(lane=lane, queues=[MAIN], tasks=[])
     assert _error(rl.lease_settings, "1s", "1s").code is ErrorCode.CONFIGURATION_INVALID
+
+
+def test_an_unknown_task_id_names_the_registered_ids_that_look_alike() -> None:
+    registry = Registry([MAIN], [_task("emails.welcome"), _task("emails.goodbye"), _task("sync")])
+
+    typo = _error(registry.resolve_task, "emails.welcom")
+    unrelated = _error(registry.resolve_task, "billing.charge")
+
+    assert typo.code is ErrorCode.TASK_NOT_FOUND
+    assert typo.message.endswith("Did you mean 'emails.welcome'?")
+    assert typo.meta == {"task_id": "emails.welcom", "suggestions": ["emails.welcome"]}
+    assert "Did you mean" not in unrelated.message
+    assert unrelated.meta["suggestions"] == []

@@ -62,9 +62,13 @@ def test_a_slot_exactly_at_the_moment_is_the_latest_and_the_next_one_is_strictly
     assert hourly.next_slot_after(utc(2030, 1, 1, 12)) == utc(2030, 1, 1, 13)
 
 
-def test_the_first_tick_materialises_only_the_latest_slot_even_with_catch_up() -> None:
+def test_no_slot_at_or_before_the_starting_point_is_due_even_with_catch_up() -> None:
     hourly = schedule("s", every="1h", catch_up=True)
-    assert hourly.slots_between(None, utc(2030, 1, 1, 12, 30)) == [utc(2030, 1, 1, 12)]
+    assert hourly.slots_between(utc(2030, 1, 1, 12, 30), utc(2030, 1, 1, 12, 59)) == []
+    assert hourly.slots_between(utc(2030, 1, 1, 12), utc(2030, 1, 1, 12, 30)) == []
+    assert hourly.slots_between(utc(2030, 1, 1, 12, 30), utc(2030, 1, 1, 13)) == [
+        utc(2030, 1, 1, 13)
+    ]
 
 
 def test_without_catch_up_only_the_latest_missed_slot_is_returned() -> None:
@@ -138,9 +142,15 @@ def test_every_moment_lies_between_the_latest_slot_and_the_next_one(
 
 def test_a_one_off_schedule_is_due_once_its_time_has_come() -> None:
     once = schedule("once", run_at=utc(2030, 1, 1, 12))
-    assert once.slots_between(None, utc(2030, 1, 1, 11, 59)) == []
-    assert once.slots_between(None, utc(2030, 1, 1, 12)) == [utc(2030, 1, 1, 12)]
-    assert once.slots_between(None, utc(2031, 1, 1)) == [utc(2030, 1, 1, 12)]
+    seen = utc(2030, 1, 1, 11)
+    assert once.slots_between(seen, utc(2030, 1, 1, 11, 59)) == []
+    assert once.slots_between(seen, utc(2030, 1, 1, 12)) == [utc(2030, 1, 1, 12)]
+    assert once.slots_between(seen, utc(2031, 1, 1)) == [utc(2030, 1, 1, 12)]
+
+
+def test_a_one_off_schedule_first_seen_after_its_time_is_never_due() -> None:
+    once = schedule("once", run_at=utc(2030, 1, 1, 12))
+    assert once.slots_between(utc(2030, 1, 1, 12, 5), utc(2031, 1, 1)) == []
 
 
 def test_a_one_off_schedule_is_not_due_again_after_it_was_materialised() -> None:

@@ -12,7 +12,8 @@ from runlane import RunlaneError, __version__
 from runlane.cli.dashboard import dashboard
 from runlane.cli.demo import demo
 from runlane.cli.maintenance import migrate, tick
-from runlane.cli.output import console, print_error
+from runlane.cli.output import console, print_error, print_error_json
+from runlane.cli.params import JSON_REQUESTED
 from runlane.cli.queues import queues
 from runlane.cli.runs import runs
 from runlane.cli.schedules import schedules
@@ -24,7 +25,8 @@ ERROR_EXIT_CODE = 1
 
 
 class RunlaneGroup(click.Group):
-    """Turns a :class:`RunlaneError` from any command into one red line and exit status 1."""
+    """Turns a :class:`RunlaneError` from any command into one red line (one JSON object
+    under ``--json``) and exit status 1."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Refuse an argument that is not valid UTF-8 before any command sees it."""
@@ -44,7 +46,10 @@ class RunlaneGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RunlaneError as error:
-            print_error(error)
+            if ctx.meta.get(JSON_REQUESTED):
+                print_error_json(error)
+            else:
+                print_error(error)
             ctx.exit(ERROR_EXIT_CODE)
 
 

@@ -63,6 +63,11 @@ def print_error(error: RunlaneError) -> None:
     console(stderr=True).print(line, soft_wrap=True)
 
 
+def print_error_json(error: RunlaneError) -> None:
+    """The error as one JSON object on stdout, where ``--json`` readers look."""
+    print_json_line({"code": error.code.value, "message": error.message, "meta": error.meta})
+
+
 def print_notice(message: str) -> None:
     """A status line for people, on stderr so stdout stays clean for data."""
     console(stderr=True).print(message, soft_wrap=True)

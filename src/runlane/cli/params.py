@@ -48,8 +48,22 @@ def json_document(value: Any) -> Any:
 STATUS = click.Choice([status.value for status in RunStatus], case_sensitive=False)
 
 
+#: ``ctx.meta`` key that tells the error handler a command was asked for JSON.
+JSON_REQUESTED = "runlane.json"
+
+
+def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_REQUESTED] = True  # meta is shared by every context of one invocation
+    return value
+
+
 def json_option(fn: F) -> F:
-    """``--json``: print machine-readable JSON instead of tables."""
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
-        fn
-    )
+    """``--json``: print machine-readable JSON instead of tables (errors too)."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        callback=_remember_json,
+        help="Print JSON instead of a table.",
+    )(fn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from runlane import Run, Runlane
 from runlane.cli.app import AppCommand, app_argument, with_runtime
@@ -44,7 +45,7 @@ def list_runs(
 ) -> None:
     """Runs, newest first, one page at a time."""
 
-    async def action(rl: Runlane) -> tuple[list[Run], str | None]:
+    async def action(rl: Runlane) -> tuple[list[Run], str | None, str]:
         page = await rl.runs.list(
             statuses=list(statuses),
             tasks=list(tasks),
@@ -52,16 +53,17 @@ def list_runs(
             limit=limit,
             cursor=cursor,
         )
-        return page.data, page.next_cursor
+        return page.data, page.next_cursor, rl.lane.location
 
-    found, next_cursor = with_runtime(app, action)
+    found, next_cursor, location = with_runtime(app, action)
     rows = [run_row(run) for run in found]
     if as_json:
         print_json({"runs": rows, "next_cursor": next_cursor})
         return
     out = console()
     if not rows:
-        out.print("no runs match.")
+        # Say where we looked: an empty answer from the wrong file is easy to misread.
+        out.print(f"no runs match in {escape(location)}." if location else "no runs match.")
         return
     out.print(runs_table(rows))
     if next_cursor:

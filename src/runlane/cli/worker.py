@@ -9,6 +9,7 @@ from runlane import Run, Runlane, RunStatus, WorkerMode
 from runlane.cli.app import AppCommand, app_argument, with_runtime
 from runlane.cli.output import STATUS_STYLES, clock_label, console, print_json_line, print_notice
 from runlane.cli.params import duration, json_option
+from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
 from runlane.operator import run_row
 
 DEFAULT_CONCURRENCY = 10
@@ -33,6 +34,18 @@ DEFAULT_CONCURRENCY = 10
 @click.option("--drain", is_flag=True, help="Exit once no due run is left instead of polling.")
 @click.option("--lease", type=duration, help="Lease duration, e.g. 30s (default: the runtime's).")
 @click.option("--worker-id", help="Name shown as the lease owner (default: host-pid-random).")
+@click.option(
+    "--no-maintenance",
+    is_flag=True,
+    help="Leave the maintenance duties (schedules, lease recovery, pruning) to `runlane tick`.",
+)
+@click.option(
+    "--maintenance-interval",
+    type=duration,
+    default=DEFAULT_MAINTENANCE_INTERVAL,
+    show_default=True,
+    help="Seconds between maintenance passes while this worker is the elected leader.",
+)
 @json_option
 def worker(
     app: str,
@@ -41,9 +54,15 @@ def worker(
     drain: bool,
     lease: float | None,
     worker_id: str | None,
+    no_maintenance: bool,
+    maintenance_interval: float,
     as_json: bool,
 ) -> None:
-    """Execute due runs. Ctrl-C or SIGTERM stops gracefully: in-flight runs finish first."""
+    """Execute due runs. Ctrl-C or SIGTERM stops gracefully: in-flight runs finish first.
+
+    A polling worker also runs the maintenance duties of `runlane tick` while it is the
+    environment's elected leader (one across all workers), unless --no-maintenance.
+    """
 
     def settled(run: Run) -> None:
         if as_json:
@@ -65,12 +84,18 @@ def worker(
             lease_duration=lease,
             worker_id=worker_id,
             on_progress=settled,
+            maintenance=not no_maintenance,
+            maintenance_interval=maintenance_interval,
         )
         if not as_json:
             names = ", ".join(policy.name for policy in running.queues)
+            mode = "draining" if drain else "polling (Ctrl-C to stop)"
+            if not drain and running.maintenance_interval is not None:
+                mode += ", maintenance when elected leader"
+            where = f"; storage {escape(rl.lane.location)}" if rl.lane.location else ""
             print_notice(
                 f"worker {running.worker_id}: queues {names}; concurrency {concurrency}; "
-                f"{'draining' if drain else 'polling (Ctrl-C to stop)'}."
+                f"{mode}{where}."
             )
         await running.run()
         return running.executed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -112,6 +112,39 @@ class TaskDef(Generic[P]):
         return f"TaskDef({self.id!r})"
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+@overload
+def task(
+    id: str,
+    *,
+    queue: QueueDef | None = None,
+    schema: type[M],
+    retry: RetryPolicy | None = None,
+    timeout: Duration | None = None,
+    schedules: Sequence[ScheduleDef] = (),
+    idempotency_key: KeyOption = None,
+    singleton_key: KeyOption = None,
+    idempotency_key_ttl: Duration | Literal["active"] = DEFAULT_IDEMPOTENCY_KEY_TTL,
+) -> Callable[[Callable[..., Any]], TaskDef[M]]: ...
+
+
+@overload
+def task(
+    id: str,
+    *,
+    queue: QueueDef | None = None,
+    schema: None = None,
+    retry: RetryPolicy | None = None,
+    timeout: Duration | None = None,
+    schedules: Sequence[ScheduleDef] = (),
+    idempotency_key: KeyOption = None,
+    singleton_key: KeyOption = None,
+    idempotency_key_ttl: Duration | Literal["active"] = DEFAULT_IDEMPOTENCY_KEY_TTL,
+) -> Callable[[Callable[..., Any]], TaskDef[Any]]: ...
+
+
 def task(
     id: str,
     *,
@@ -125,6 +158,9 @@ def task(
     idempotency_key_ttl: Duration | Literal["active"] = DEFAULT_IDEMPOTENCY_KEY_TTL,
 ) -> Callable[[Callable[..., Any]], TaskDef[Any]]:
     """Decorate a sync or async function ``(payload, ctx)`` as a task.
+
+    With ``schema=Welcome`` it is a ``TaskDef[Welcome]``: type checkers then accept
+    a ``Welcome`` or a mapping as its payload in ``rl.trigger`` and reject others.
 
     >>> @task("emails.welcome", schema=Welcome, retry=RetryPolicy(max_attempts=5))
     ... async def send_welcome(payload: Welcome, ctx: Context) -> None: ...

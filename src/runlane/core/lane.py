@@ -16,6 +16,8 @@ class Lane:
     storage: Storage
     transport: Any = None
     name: str = "lane"
+    #: Where the truth lives, as operators are shown it (a SQLite file's absolute path).
+    location: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, Storage):

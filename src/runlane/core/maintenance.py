@@ -1,8 +1,11 @@
-"""Maintenance duties run by ``tick``: each a small named service, safe to run
-concurrently, and isolated: one that fails is logged and counted, the others still run."""
+"""Maintenance duties run by ``tick`` and by workers: each a small named service, safe
+to run concurrently, and isolated: one that fails is logged and counted, the others
+still run. Workers run them under an elected leader, one per environment."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from runlane.core.scheduling import materialize_due_schedules
 from runlane.core.transitions import LeaseExpired, settle_attempt
 
 if TYPE_CHECKING:
+    from runlane.core.context import Signal
     from runlane.core.runtime import Runlane
 
 logger = logging.getLogger("runlane.maintenance")
@@ -23,6 +27,11 @@ logger = logging.getLogger("runlane.maintenance")
 LEASE_RECOVERY_BATCH = 500
 #: Finished runs deleted per storage round trip while pruning.
 PRUNE_BATCH = 1000
+#: Seconds between a worker's maintenance passes (while it leads).
+DEFAULT_MAINTENANCE_INTERVAL = 5.0
+#: A leader that has not renewed for this many intervals has lost the lead (SQLite's
+#: lease row; PostgreSQL's lock ends with the leader's connection instead).
+MAINTENANCE_LEAD_INTERVALS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +154,43 @@ async def run_maintenance(rt: Runlane) -> TickReport:
             logger.exception("tick: duty %s failed; the other duties still run", duty.name)
             report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
     return report
+
+
+async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop: Signal) -> None:
+    """Every ``interval`` seconds until ``stop``: contend for the environment's
+    maintenance lead and, while ``holder`` has it, run one maintenance pass.
+
+    Many workers run this side by side; only the leader's passes run, so one
+    ticker per environment does the work of ``runlane tick``. A failed pass or a
+    lost storage connection is logged and tried again at the next interval.
+    """
+    ttl = interval * MAINTENANCE_LEAD_INTERVALS
+    leading = False
+    try:
+        while not stop.is_set():
+            try:
+                now_leading = await rt.storage.hold_maintenance_lead(
+                    rt.environment, holder, rt.clock.now(), ttl
+                )
+            except Exception as error:
+                logger.warning("%s: maintenance lead not known (%s); trying again", holder, error)
+                now_leading = False
+            if now_leading != leading:
+                logger.info(
+                    "%s: %s maintenance of environment %s",
+                    holder,
+                    "leads" if now_leading else "no longer leads",
+                    rt.environment,
+                )
+                leading = now_leading
+            if leading:
+                report = await run_maintenance(rt)
+                if report.total() or report.failures:
+                    logger.info("%s: maintenance pass %s", holder, report)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+    finally:
+        if leading:
+            # Hand over at once rather than after the lead expires.
+            with contextlib.suppress(Exception):
+                await rt.storage.release_maintenance_lead(rt.environment, holder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -9,6 +10,9 @@ from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.schedules import ScheduleDef
 from runlane.storage.protocol import QueuePolicy
+
+#: An unknown task id's error names at most this many registered ids that look alike.
+MAX_SUGGESTIONS = 3
 
 
 class Registry:
@@ -85,10 +89,16 @@ class Registry:
         task_id = definition.id if isinstance(definition, TaskDef) else definition
         registered = self.tasks.get(task_id) if isinstance(task_id, str) else None
         if registered is None:
+            suggestions = (
+                difflib.get_close_matches(task_id, self.tasks, n=MAX_SUGGESTIONS)
+                if isinstance(task_id, str)
+                else []
+            )
+            hint = f" Did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
             raise RunlaneError(
                 ErrorCode.TASK_NOT_FOUND,
-                f"task {task_id!r} is not registered with this runtime.",
-                meta={"task_id": task_id},
+                f"task {task_id!r} is not registered with this runtime.{hint}",
+                meta={"task_id": task_id, "suggestions": suggestions},
             )
         if isinstance(definition, TaskDef) and definition is not registered:
             raise configuration_error(

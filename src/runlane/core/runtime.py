@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runlane.core.clock import Clock, SystemClock
 from runlane.core.context import Signal
@@ -25,6 +25,7 @@ from runlane.core.ids import (
     validate_identifier,
 )
 from runlane.core.lane import Lane
+from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
 from runlane.core.models import (
     QueueStats,
     QueueThroughput,
@@ -53,6 +54,8 @@ TRIGGER_BATCH_SIZE = 1000
 #: Batches of one ``trigger_many`` call written at once.
 TRIGGER_CONCURRENCY = 2
 _TRIGGERED = RunSource(RunSourceType.TRIGGER)
+#: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
+P = TypeVar("P")
 
 
 def default_worker_id() -> str:
@@ -207,8 +210,8 @@ class Runlane:
 
     async def trigger(
         self,
-        task: TaskDef[Any] | str,
-        payload: Any = None,
+        task: TaskDef[P] | str,
+        payload: P | Mapping[str, Any] | None = None,
         *,
         queue: QueueDef | str | None = None,
         delay: Duration | None = None,
@@ -248,8 +251,8 @@ class Runlane:
 
     async def trigger_many(
         self,
-        task: TaskDef[Any] | str,
-        payloads: Sequence[Any],
+        task: TaskDef[P] | str,
+        payloads: Sequence[P | Mapping[str, Any] | None],
         *,
         queue: QueueDef | str | None = None,
         delay: Duration | None = None,
@@ -526,8 +529,16 @@ class Runlane:
         poll_interval: Duration = "500ms",
         handle_signals: bool = True,
         on_progress: Callable[[Run], None] | None = None,
+        maintenance: bool = True,
+        maintenance_interval: Duration = DEFAULT_MAINTENANCE_INTERVAL,
     ) -> Worker:
-        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode)."""
+        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode).
+
+        A polling worker also runs the maintenance duties of ``tick`` (schedules, lease
+        recovery, pruning, ...) every ``maintenance_interval`` while it is the
+        environment's elected leader: one leader across all workers, so no separate
+        ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
+        """
         from runlane.core.worker import Worker, WorkerMode
 
         return Worker(
@@ -540,6 +551,11 @@ class Runlane:
             poll_interval=parse_duration(poll_interval, name="poll_interval", allow_zero=False),
             handle_signals=handle_signals,
             on_progress=on_progress,
+            maintenance_interval=parse_duration(
+                maintenance_interval, name="maintenance_interval", allow_zero=False
+            )
+            if maintenance
+            else None,
         )
 
     @property

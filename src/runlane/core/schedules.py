@@ -77,19 +77,20 @@ class ScheduleDef:
         """The schedule's time zone."""
         return ZoneInfo(self.timezone)
 
-    def slots_between(self, after: datetime | None, until: datetime) -> list[datetime]:
-        """Slots in ``(after, until]`` oldest first, or the latest one when ``after`` is None.
+    def slots_between(self, after: datetime, until: datetime) -> list[datetime]:
+        """Slots in ``(after, until]`` oldest first.
 
-        Without ``catch_up`` only the latest slot is returned; with it, at most
-        :data:`MAX_CATCH_UP_SLOTS` of the most recent ones.
+        ``after`` is the newest slot materialised, or the moment a tick first saw the
+        schedule: no slot before that point is ever due. Without ``catch_up`` only
+        the latest slot is returned; with it, at most :data:`MAX_CATCH_UP_SLOTS` of
+        the most recent ones.
         """
         if self.run_at is not None:
-            due = self.run_at <= until and (after is None or self.run_at > after)
-            return [self.run_at] if due else []
+            return [self.run_at] if after < self.run_at <= until else []
         latest = self.latest_slot_at_or_before(until)
-        if latest is None or (after is not None and latest <= after):
+        if latest is None or latest <= after:
             return []
-        if after is None or not self.catch_up:
+        if not self.catch_up:
             return [latest]
         slots: list[datetime] = []
         for slot in self._slots_descending(until):

@@ -45,16 +45,26 @@ async def materialize_due_schedules(rt: Runlane) -> tuple[int, int]:
     states = await rt.storage.get_schedule_states(rt.environment)
     now = rt.clock.now()
     occurrences: list[ScheduleOccurrence] = []
+    unseen: list[str] = []
     failed = 0
     for schedule_id, (entry, task) in rt.registry.schedules.items():
         state = states.get(schedule_id)
         if not entry.enabled or (state is not None and state.paused):
             continue
+        after = _starting_point(state)
+        if after is None:
+            # A schedule starts at its first slot after it is first seen, as cron does:
+            # a deploy never fires last night's slot.
+            unseen.append(schedule_id)
+            continue
         try:
-            occurrences.extend(_due_occurrences(rt, schedule_id, entry, task, state, now))
+            occurrences.extend(_due_occurrences(rt, schedule_id, entry, task, after, now))
         except Exception:
             failed += 1
             logger.exception("schedule %s: due slots could not be materialised", schedule_id)
+    if unseen:
+        await rt.storage.mark_schedules_seen(rt.environment, unseen, now)
+        logger.info("schedules %s: first seen; their first slot after now fires", unseen)
     if not occurrences:
         return 0, failed
     created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
@@ -65,12 +75,20 @@ async def materialize_due_schedules(rt: Runlane) -> tuple[int, int]:
     return len(created), failed
 
 
+def _starting_point(state: ScheduleState | None) -> datetime | None:
+    """Slots after this point are due: the newest one materialised, else when first seen."""
+    if state is None:
+        return None
+    points = [point for point in (state.last_slot, state.first_seen) if point is not None]
+    return max(points, default=None)
+
+
 def _due_occurrences(
     rt: Runlane,
     schedule_id: str,
     entry: ScheduleDef,
     task: TaskDef[Any],
-    state: ScheduleState | None,
+    after: datetime,
     now: datetime,
 ) -> list[ScheduleOccurrence]:
     return [
@@ -86,7 +104,7 @@ def _due_occurrences(
                 source=RunSource(RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot),
             ),
         )
-        for slot in entry.slots_between(state.last_slot if state else None, now)
+        for slot in entry.slots_between(after, now)
     ]
 
 

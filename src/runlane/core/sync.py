@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from runlane.core.definitions import TaskDef
+    from runlane.core.models import Run
     from runlane.core.runtime import Runlane
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 class _LoopThread:
@@ -90,6 +93,26 @@ class SyncRunlane(_BlockingProxy):
         >>> rl.sync.call(rl.queue_stats())
         """
         return self._loop_thread().call(awaitable)
+
+    # Spelled out (not left to the proxy) so type checkers see the payload types.
+    def trigger(
+        self, task: TaskDef[P] | str, payload: P | Mapping[str, Any] | None = None, **options: Any
+    ) -> Run:
+        """Blocking :meth:`Runlane.trigger <runlane.Runlane.trigger>`."""
+        run: Run = self._loop_thread().call(self._target.trigger(task, payload, **options))
+        return run
+
+    def trigger_many(
+        self,
+        task: TaskDef[P] | str,
+        payloads: Sequence[P | Mapping[str, Any] | None],
+        **options: Any,
+    ) -> list[Run]:
+        """Blocking :meth:`Runlane.trigger_many <runlane.Runlane.trigger_many>`."""
+        runs: list[Run] = self._loop_thread().call(
+            self._target.trigger_many(task, payloads, **options)
+        )
+        return runs
 
     def run_worker(self, **options: Any) -> None:
         """Run a worker until it stops (DRAIN mode returns when no due work is left)."""

@@ -15,6 +15,7 @@ from runlane.core.batching import ClaimRequest, TransitionBatcher
 from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings
+from runlane.core.maintenance import maintain_while_leading
 from runlane.core.models import Run
 from runlane.storage.protocol import QueuePolicy, WorkNotifier
 
@@ -59,6 +60,7 @@ class Worker:
         poll_interval: float,
         handle_signals: bool,
         on_progress: Callable[[Run], None] | None,
+        maintenance_interval: float | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise configuration_error("worker concurrency must be a whole number of at least 1.")
@@ -73,6 +75,8 @@ class Worker:
         self.poll_interval = poll_interval
         self._handle_signals = handle_signals
         self._on_progress = on_progress
+        #: Seconds between maintenance passes while this worker leads them; None: never.
+        self.maintenance_interval = maintenance_interval
         self._stop = Signal()
         #: Attempt tasks until their outcome is written, by (run id, attempt).
         self._active: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -103,13 +107,18 @@ class Worker:
         return self._stop.is_set()
 
     async def run(self) -> None:
-        """Claim and execute until stopped (POLL) or until no due work is left (DRAIN)."""
+        """Claim and execute until stopped (POLL) or until no due work is left (DRAIN).
+
+        A polling worker with a ``maintenance_interval`` also contends for the
+        environment's maintenance lead and runs the maintenance passes while it has it.
+        """
         rt = self._rt
         await rt.open()
         loop = asyncio.get_running_loop()
         self._slot_freed = asyncio.Event()
         work = rt.subscribe_work()
         installed = self._install_signal_handlers(loop)
+        maintaining = self._start_maintenance(loop)
         backoff = ERROR_BACKOFF_INITIAL
         try:
             while not self._stop.is_set():
@@ -167,9 +176,21 @@ class Worker:
                 await self._wait_for(work, self.poll_interval, notify=True)
         finally:
             rt.unsubscribe_work(work)
+            if maintaining is not None:
+                # Stopped: the pass under way finishes; otherwise (an error) it is cancelled.
+                if not self._stop.is_set():
+                    maintaining.cancel()
+                await asyncio.gather(maintaining, return_exceptions=True)
             await self._finish_in_flight()
             for sig in installed:
                 loop.remove_signal_handler(sig)
+
+    def _start_maintenance(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
+        if self.mode is not WorkerMode.POLL or self.maintenance_interval is None:
+            return None
+        return loop.create_task(
+            maintain_while_leading(self._rt, self.worker_id, self.maintenance_interval, self._stop)
+        )
 
     def _start(self, runs: list[Run]) -> None:
         """Start an attempt of each claimed run in a slot of its own."""

@@ -171,11 +171,13 @@ class QueuePolicy:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
-    """What storage remembers of a schedule: its newest materialised slot and pause flag."""
+    """What storage remembers of a schedule: its newest materialised slot, its pause
+    flag, and when a tick first saw it (no slot before that point ever fires)."""
 
     schedule_id: str
     last_slot: datetime | None
     paused: bool
+    first_seen: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +340,22 @@ class Storage(Protocol):
         """Delivery requests not yet published (pending, claimed or failed), per queue;
         queues with none are left out."""
 
+    async def hold_maintenance_lead(
+        self, environment: str, holder: str, now: datetime, ttl: float
+    ) -> bool:
+        """Take or keep the environment's maintenance leadership for ``holder``.
+
+        True while ``holder`` leads: one holder per environment across every process
+        on the store. The holder keeps the lead by calling again within ``ttl``
+        seconds; it passes to another contender once the holder stopped renewing
+        for ``ttl`` or its storage session ended, whichever the driver detects
+        (SQLite: a lease row that expires; PostgreSQL: an advisory lock that lives
+        as long as the holder's connection).
+        """
+
+    async def release_maintenance_lead(self, environment: str, holder: str) -> None:
+        """Give up the lead if ``holder`` has it, so another contender takes it at once."""
+
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""
 
@@ -345,6 +363,11 @@ class Storage(Protocol):
         self, environment: str, schedule_id: str, paused: bool, now: datetime
     ) -> None:
         """Pause or resume a schedule (the flag survives restarts)."""
+
+    async def mark_schedules_seen(
+        self, environment: str, schedule_ids: Sequence[str], now: datetime
+    ) -> None:
+        """Record ``now`` as each schedule's first-seen point; one already recorded is kept."""
 
     async def materialize_schedule_occurrences(
         self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime

@@ -367,6 +367,7 @@ def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
             row["schedule_id"],
             from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
             bool(row["paused"]),
+            from_micros(row["first_seen"]) if row["first_seen"] is not None else None,
         )
         for row in rows
     }

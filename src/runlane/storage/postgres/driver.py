@@ -33,6 +33,7 @@ from runlane.storage.postgres.connections import (
     connect_kwargs,
 )
 from runlane.storage.postgres.errors import ConnectionTarget
+from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.sessions import AsyncSession, caller_session
 from runlane.storage.postgres.statements import (
@@ -143,6 +144,7 @@ class PostgresStorage:
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
+        self._leadership = MaintenanceLeadership(self._connect_listener, schema)
 
     def __repr__(self) -> str:
         target = self._target
@@ -150,6 +152,12 @@ class PostgresStorage:
             f"PostgresStorage(host={target.host!r}, port={target.port!r}, "
             f"dbname={target.dbname!r}, schema={self.schema!r})"
         )
+
+    @property
+    def location(self) -> str:
+        """Server, database and schema, as operators are shown them (never the password)."""
+        target = self._target
+        return f"postgresql {target.host}:{target.port}/{target.dbname} (schema {self.schema})"
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -185,6 +193,7 @@ class PostgresStorage:
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
+        await self._leadership.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -573,6 +582,22 @@ class PostgresStorage:
         rows = await self._fetch("outbox_backlog", {"environment": environment})
         return {row["queue"]: int(row["n"]) for row in rows}
 
+    # -- maintenance leadership ----------------------------------------------------
+
+    async def hold_maintenance_lead(
+        self, environment: str, holder: str, now: datetime, ttl: float
+    ) -> bool:
+        """Hold the environment's advisory lock on a session of its own (``ttl`` is not
+        needed: the lock ends with the holder's session)."""
+        try:
+            return await self._leadership.hold(environment, holder)
+        except psycopg.Error as error:
+            raise self._error(error) from None
+
+    async def release_maintenance_lead(self, environment: str, holder: str) -> None:
+        """Unlock if ``holder`` has the lock."""
+        await self._leadership.release(environment, holder)
+
     # -- schedules -----------------------------------------------------------------
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
@@ -593,6 +618,20 @@ class PostgresStorage:
                 "now": to_micros(now),
             },
         )
+
+    async def mark_schedules_seen(
+        self, environment: str, schedule_ids: Sequence[str], now: datetime
+    ) -> None:
+        """Record the first-seen point of schedules that have none."""
+        if not schedule_ids:
+            return
+        params = schedules.seen_params(environment, schedule_ids, to_micros(now))
+
+        async def op(conn: Connection) -> None:
+            async with conn.transaction(), conn.cursor() as cur:
+                await cur.executemany(self._q["mark_schedule_seen"], params)
+
+        await self._run(op)
 
     async def materialize_schedule_occurrences(
         self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime

@@ -547,8 +547,17 @@ WHERE environment = %(environment)s AND status IN ('pending', 'claimed', 'failed
 GROUP BY queue;
 
 -- name: get_schedule_states
-SELECT schedule_id, last_slot, paused FROM {schema}.runlane_schedules
+SELECT schedule_id, last_slot, paused, first_seen FROM {schema}.runlane_schedules
 WHERE environment = %(environment)s;
+
+-- name: mark_schedule_seen
+-- Concurrent first ticks: the earliest first-seen point stays.
+INSERT INTO {schema}.runlane_schedules AS s
+    (environment, schedule_id, last_slot, paused, updated_at, first_seen)
+VALUES (%(environment)s, %(schedule_id)s, NULL, false, %(now)s, %(now)s)
+ON CONFLICT (environment, schedule_id) DO UPDATE
+    SET first_seen = least(s.first_seen, excluded.first_seen),
+        updated_at = excluded.updated_at;
 
 -- name: set_schedule_paused
 INSERT INTO {schema}.runlane_schedules AS s (environment, schedule_id, last_slot, paused, updated_at)

@@ -8,6 +8,7 @@ for the other insert to commit) and only the first creates the run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from runlane.core.clock import to_micros
 from runlane.core.models import Run
@@ -44,3 +45,8 @@ async def materialize_occurrences(
         if outcome.created:
             created.append(outcome.run)
     return created
+
+
+def seen_params(environment: str, schedule_ids: Sequence[str], now_us: int) -> list[dict[str, Any]]:
+    """Parameters of ``mark_schedule_seen``, one set per schedule."""
+    return [{"environment": environment, "schedule_id": sid, "now": now_us} for sid in schedule_ids]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -323,6 +323,28 @@ class SqliteStorage:
         rows = await self._db.fetch(QUERIES["outbox_backlog"], {"environment": environment})
         return {row["queue"]: int(row["n"]) for row in rows}
 
+    # -- maintenance leadership ----------------------------------------------------
+
+    async def hold_maintenance_lead(
+        self, environment: str, holder: str, now: datetime, ttl: float
+    ) -> bool:
+        """Take or renew the environment's lease row until ``now + ttl``."""
+        params = {
+            "environment": environment,
+            "holder": holder,
+            "now": to_micros(now),
+            "expires_at": to_micros(now + timedelta(seconds=ttl)),
+        }
+        rows = await self._db.transact(
+            lambda cur: cur.execute(QUERIES["hold_maintenance_lead"], params).fetchall()
+        )
+        return bool(rows)
+
+    async def release_maintenance_lead(self, environment: str, holder: str) -> None:
+        """Delete the lease row if ``holder`` has it."""
+        params = {"environment": environment, "holder": holder}
+        await self._db.write_count(QUERIES["release_maintenance_lead"], params)
+
     # -- schedules -----------------------------------------------------------------
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
@@ -341,6 +363,17 @@ class SqliteStorage:
             "now": to_micros(now),
         }
         await self._db.write_count(QUERIES["set_schedule_paused"], params)
+
+    async def mark_schedules_seen(
+        self, environment: str, schedule_ids: Sequence[str], now: datetime
+    ) -> None:
+        """Record the first-seen point of schedules that have none."""
+        if not schedule_ids:
+            return
+        now_us = to_micros(now)
+        await self._db.transact(
+            lambda cur: schedules.mark_seen(cur, environment, schedule_ids, now_us)
+        )
 
     async def materialize_schedule_occurrences(
         self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime

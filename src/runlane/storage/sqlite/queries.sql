@@ -244,8 +244,30 @@ WHERE environment = :environment
   AND updated_at >= :since
 GROUP BY queue, status;
 
+-- name: hold_maintenance_lead
+-- Taken when free or expired, renewed by its holder; a row comes back only then.
+INSERT INTO runlane_maintenance_leaders (environment, holder, expires_at)
+VALUES (:environment, :holder, :expires_at)
+ON CONFLICT (environment) DO UPDATE
+    SET holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE runlane_maintenance_leaders.holder = excluded.holder
+       OR runlane_maintenance_leaders.expires_at <= :now
+RETURNING holder;
+
+-- name: release_maintenance_lead
+DELETE FROM runlane_maintenance_leaders WHERE environment = :environment AND holder = :holder;
+
 -- name: get_schedule_states
-SELECT schedule_id, last_slot, paused FROM runlane_schedules WHERE environment = :environment;
+SELECT schedule_id, last_slot, paused, first_seen FROM runlane_schedules
+WHERE environment = :environment;
+
+-- name: mark_schedule_seen
+-- Concurrent first ticks: the earliest first-seen point stays.
+INSERT INTO runlane_schedules (environment, schedule_id, last_slot, paused, updated_at, first_seen)
+VALUES (:environment, :schedule_id, NULL, 0, :now, :now)
+ON CONFLICT (environment, schedule_id) DO UPDATE
+    SET first_seen = min(coalesce(runlane_schedules.first_seen, excluded.first_seen), excluded.first_seen),
+        updated_at = excluded.updated_at;
 
 -- name: set_schedule_paused
 INSERT INTO runlane_schedules (environment, schedule_id, last_slot, paused, updated_at)

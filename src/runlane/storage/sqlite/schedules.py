@@ -36,3 +36,13 @@ def materialize_occurrences(
         if outcome.created:
             created.append(outcome.run)
     return created
+
+
+def mark_seen(
+    cur: sqlite3.Cursor, environment: str, schedule_ids: Sequence[str], now_us: int
+) -> None:
+    """Record ``now_us`` as the first-seen point of schedules that have none."""
+    cur.executemany(
+        QUERIES["mark_schedule_seen"],
+        [{"environment": environment, "schedule_id": sid, "now": now_us} for sid in schedule_ids],
+    )

@@ -301,6 +301,7 @@ async def test_one_bad_schedule_among_good_ones_fails_alone_and_maintenance_goes
         return None
 
     rl = await make_runtime([report], clock=clock)
+    await rl.tick()  # the schedules are first seen: their slots from now on fire
     stranded = await _strand_a_lease(rl, clock) if await rl.trigger(report, None) else None
     assert stranded is not None
     clock.advance("1m")

@@ -13,6 +13,7 @@ expect pytest-asyncio in ``auto`` mode.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from collections import Counter
@@ -1255,24 +1256,87 @@ async def test_tick_materialises_each_due_slot_exactly_once(make_runtime: Factor
     clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
     slots, minutely = _every_minute_task()
     rl = await make_runtime([minutely], clock=clock)
+    await rl.tick()  # first seen at 12:00:30
+    clock.advance("1m")
     assert (await rl.tick()).schedules_materialized == 1
     assert (await rl.tick()).schedules_materialized == 0
     (run,) = await _all_runs(rl)
     assert run.source.type is RunSourceType.SCHEDULE
     assert run.source.schedule_id == "reports.every-minute"
-    assert run.source.occurs_at == datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    assert run.source.occurs_at == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
     assert run.idempotency_key is not None and run.payload == {"order_id": 1, "note": ""}
     await drain(rl)
-    assert slots == [datetime(2030, 1, 1, 12, 0, tzinfo=UTC)]
+    assert slots == [datetime(2030, 1, 1, 12, 1, tzinfo=UTC)]
     clock.advance("1m")
     assert (await rl.tick()).schedules_materialized == 1
     assert len(await _all_runs(rl)) == 2
+
+
+async def test_a_schedule_fires_no_slot_from_before_it_was_first_seen(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task(catch_up=True)
+    rl = await make_runtime([minutely], clock=clock)
+    assert (await rl.tick()).schedules_materialized == 0
+    assert (await rl.tick()).schedules_materialized == 0
+    (info,) = await rl.schedules.list()
+    assert info.last_fired_at is None
+    assert info.next_fire_at == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
+    clock.advance("1m")
+    assert (await rl.tick()).schedules_materialized == 1
+    (run,) = await _all_runs(rl)
+    assert run.source.occurs_at == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
+
+
+async def test_a_schedule_added_later_starts_after_it_is_first_seen_not_with_the_others(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task(catch_up=True)
+    first = await make_runtime([minutely], clock=clock)
+    await first.tick()
+    clock.advance("10m")
+
+    @task("reports.often", schedules=[schedule("reports.five-minutely", every="5m", catch_up=True)])
+    async def often(payload: Any, ctx: Context) -> None:
+        return None
+
+    # A deploy adds a schedule: the old one catches up, the new one starts from now.
+    deployed = await make_runtime([minutely, often], clock=clock)
+    assert (await deployed.tick()).schedules_materialized == 10
+    clock.advance("5m")
+    assert (await deployed.tick()).schedules_materialized == 6
+    new_slots = [
+        r.source.occurs_at
+        for r in await _all_runs(deployed)
+        if r.source.schedule_id == "reports.five-minutely"
+    ]
+    assert new_slots == [datetime(2030, 1, 1, 12, 15, tzinfo=UTC)]
+
+
+async def test_concurrent_first_ticks_keep_the_earliest_first_seen_point(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
+    _, minutely = _every_minute_task(catch_up=True)
+    runtimes = [await make_runtime([minutely], clock=clock) for _ in range(3)]
+    reports = await asyncio.gather(*(rl.tick() for rl in runtimes))
+    assert sum(r.schedules_materialized for r in reports) == 0
+    later = await make_runtime([minutely], clock=clock)
+    await later.storage.mark_schedules_seen(
+        later.environment, ["reports.every-minute"], clock.now() + timedelta(hours=1)
+    )
+    clock.advance("3m")
+    assert (await later.tick()).schedules_materialized == 3
 
 
 async def test_concurrent_ticks_create_one_run_per_slot(make_runtime: Factory) -> None:
     clock = ManualClock(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC))
     _, minutely = _every_minute_task()
     runtimes = [await make_runtime([minutely], clock=clock) for _ in range(4)]
+    await asyncio.gather(*(rl.tick() for rl in runtimes))  # first seen
+    clock.advance("1m")
     for _ in range(5):
         reports = await asyncio.gather(*(rl.tick() for rl in runtimes))
         assert sum(r.schedules_materialized for r in reports) == 1
@@ -1300,7 +1364,7 @@ async def test_catch_up_fires_every_missed_slot(make_runtime: Factory) -> None:
     await rl.tick()
     clock.advance("10m")
     assert (await rl.tick()).schedules_materialized == 10
-    assert len(await _all_runs(rl)) == 11
+    assert len(await _all_runs(rl)) == 10
 
 
 async def test_paused_schedules_stay_paused_across_restarts(make_runtime: Factory) -> None:
@@ -1316,6 +1380,8 @@ async def test_paused_schedules_stay_paused_across_restarts(make_runtime: Factor
     assert (await restarted.tick()).schedules_materialized == 0
     assert (await restarted.schedules.list())[0].paused
     await restarted.schedules.resume("reports.every-minute")
+    assert (await restarted.tick()).schedules_materialized == 0  # first seen now
+    clock.advance("1m")
     assert (await restarted.tick()).schedules_materialized == 1
     with pytest.raises(RunlaneError) as caught:
         await rl.schedules.pause("no-such-schedule")
@@ -1340,6 +1406,138 @@ async def test_cron_schedules_fire_in_their_time_zone(make_runtime: Factory) -> 
     assert (await rl.tick()).schedules_materialized == 1
     latest = max(r.source.occurs_at for r in await _all_runs(rl) if r.source.occurs_at)
     assert latest == datetime(2030, 3, 1, 2, 0, tzinfo=UTC)
+
+
+# -- maintenance leadership ------------------------------------------------------------
+
+LEAD_TTL = 15.0
+
+
+async def _contend(rl: Runlane, holder: str, clock: ManualClock) -> bool:
+    return await rl.storage.hold_maintenance_lead(rl.environment, holder, clock.now(), LEAD_TTL)
+
+
+async def test_of_two_contenders_for_the_maintenance_lead_one_wins_and_keeps_it(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    _, record = _recorder()
+    first, second = [await make_runtime([record], clock=clock) for _ in range(2)]
+    won = await asyncio.gather(_contend(first, "a", clock), _contend(second, "b", clock))
+    assert sorted(won) == [False, True]
+    (leader, holder), (other, loser) = (
+        ((first, "a"), (second, "b")) if won[0] else ((second, "b"), (first, "a"))
+    )
+    for _ in range(3):
+        clock.advance(LEAD_TTL / 2)
+        assert await _contend(leader, holder, clock)
+        assert not await _contend(other, loser, clock)
+
+
+async def test_one_store_session_gives_the_lead_to_one_holder_only(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    _, record = _recorder()
+    rl = await make_runtime([record], clock=clock)
+    assert await _contend(rl, "a", clock)
+    assert not await _contend(rl, "b", clock)
+    assert await _contend(rl, "a", clock)
+
+
+async def test_releasing_the_maintenance_lead_hands_it_over_at_once(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    _, record = _recorder()
+    first, second = [await make_runtime([record], clock=clock) for _ in range(2)]
+    assert await _contend(first, "a", clock)
+    await second.storage.release_maintenance_lead(second.environment, "b")  # not its lead
+    assert not await _contend(second, "b", clock)
+    await first.storage.release_maintenance_lead(first.environment, "a")
+    assert await _contend(second, "b", clock)
+    assert not await _contend(first, "a", clock)
+
+
+async def test_a_leader_gone_without_releasing_is_replaced_once_its_lead_lapses(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    _, record = _recorder()
+    first, second = [await make_runtime([record], clock=clock) for _ in range(2)]
+    assert await _contend(first, "a", clock)
+    await first.close()  # as a killed process: its session ends, its lease is not renewed
+    clock.advance(LEAD_TTL + 1)
+    assert await _contend(second, "b", clock)
+
+
+async def test_each_environment_has_its_own_maintenance_leader(make_runtime: Factory) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    _, record = _recorder()
+    first = await make_runtime([record], clock=clock, env="lead-one")
+    second = await make_runtime([record], clock=clock, env="lead-two")
+    assert await _contend(first, "a", clock)
+    assert await _contend(second, "b", clock)
+
+
+async def test_polling_workers_elect_one_maintenance_leader_that_fires_each_slot_once(
+    make_runtime: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    @task("beats", schedules=[schedule("beats.every-200ms", every="200ms")])
+    async def beats(payload: Any, ctx: Context) -> None:
+        return None
+
+    runtimes = [await make_runtime([beats]) for _ in range(3)]
+    workers = [
+        rl.worker(worker_id=f"w{i}", maintenance_interval="50ms", handle_signals=False)
+        for i, rl in enumerate(runtimes)
+    ]
+    with caplog.at_level(logging.INFO, logger="runlane.maintenance"):
+        running = [asyncio.create_task(worker.run()) for worker in workers]
+        await asyncio.sleep(2.0)
+        for worker in workers:
+            await worker.stop()
+        await asyncio.gather(*running)
+    fired = [r.source.occurs_at for r in await _all_runs(runtimes[0])]
+    assert len(fired) >= 3
+    assert len(set(fired)) == len(fired)
+    leaders = {r.getMessage().split(":")[0] for r in caplog.records if ": leads " in r.getMessage()}
+    assert len(leaders) == 1, leaders
+
+
+async def test_a_leading_worker_that_stops_hands_the_lead_over_at_once(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    # Its lead would last 30s if it were not handed over.
+    worker = rl.worker(worker_id="leader", maintenance_interval="10s", handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    newcomer = await make_runtime([record])
+
+    async def contend() -> bool:
+        now = newcomer.clock.now()
+        return await newcomer.storage.hold_maintenance_lead(rl.environment, "next", now, 30.0)
+
+    await asyncio.sleep(0.5)
+    assert not await contend()
+    await worker.stop()
+    await running
+    assert await contend()
+
+
+async def test_a_worker_without_maintenance_leaves_schedules_to_tick(
+    make_runtime: Factory,
+) -> None:
+    @task("beats", schedules=[schedule("beats.every-200ms", every="200ms")])
+    async def beats(payload: Any, ctx: Context) -> None:
+        return None
+
+    rl = await make_runtime([beats])
+    worker = rl.worker(maintenance=False, handle_signals=False)
+    assert worker.maintenance_interval is None
+    running = asyncio.create_task(worker.run())
+    await asyncio.sleep(1.0)
+    await worker.stop()
+    await running
+    assert await rl.storage.get_schedule_states(rl.environment) == {}
+    assert await _all_runs(rl) == []
 
 
 # -- durable queue capacity --------------------------------------------------------------
