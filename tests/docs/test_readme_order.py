@@ -12,15 +12,11 @@ def test_the_readme_goes_install_define_worker_trigger_look_then_production_then
     None
 ):
     headings = re.findall(r"^## (.+)$", (ROOT / "README.md").read_text(encoding="utf-8"), re.M)
-    assert headings == [
-        "Install",
-        "Define",
-        "Run the worker",
-        "Trigger",
-        "Look",
-        "In production",
-        "Working on Runlane",
-    ]
+    first_hour = ["Install", "Define", "Run the worker", "Trigger", "Look"]
+    assert headings[: len(first_hour)] == first_hour
+    # Operator surfaces may follow "Look"; production notes and then the contributors'
+    # section close the page.
+    assert headings[-2:] == ["In production", "Working on Runlane"]
 
 
 def test_the_contributors_commands_come_only_in_their_own_section() -> None:
