@@ -34,11 +34,11 @@ def test_the_version_is_written_once_in_the_package_and_read_by_the_build() -> N
 def test_dev_tools_are_a_dependency_group_not_a_published_extra() -> None:
     config = pyproject()
     extras = config["project"]["optional-dependencies"]
-    assert set(extras) == {"postgres", "postgres-binary", "sqs", "all"}
+    assert set(extras) == {"postgres", "postgres-binary", "sqs", "metrics", "otel", "all"}
     groups = config["dependency-groups"]
     assert {"include-group": "test"} in groups["dev"]
     published = " ".join(dep for deps in extras.values() for dep in deps)
-    for tool in ("pytest", "ruff", "mypy", "mkdocs", "ministack"):
+    for tool in ("pytest", "ruff", "mypy", "mkdocs", "ministack", "opentelemetry-sdk"):
         assert tool not in published
 
 
@@ -47,7 +47,14 @@ def test_psycopg_is_plain_in_postgres_and_binary_only_in_postgres_binary() -> No
     assert any(dep.startswith("psycopg>=") for dep in extras["postgres"])
     assert not any("binary" in dep for dep in extras["postgres"])
     assert any(dep.startswith("psycopg[binary]") for dep in extras["postgres-binary"])
-    assert extras["all"] == ["runlane[postgres,sqs]"]
+    assert extras["all"] == ["runlane[postgres,sqs,metrics,otel]"]
+
+
+def test_metrics_and_otel_extras_bring_only_their_client_and_the_api() -> None:
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert [d.split(">=")[0] for d in extras["metrics"]] == ["prometheus-client"]
+    # The tracing SDK and exporters are the application's choice, never ours.
+    assert [d.split(">=")[0] for d in extras["otel"]] == ["opentelemetry-api"]
 
 
 def test_croniter_has_an_upper_bound() -> None:

@@ -3,6 +3,7 @@ concurrently, and isolated: one that fails is logged and counted, the others sti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -92,11 +93,21 @@ async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
                 report.cancellations_finished += 1
             else:
                 report.leases_recovered += 1
-            logger.info(
+                if rt.observers:
+                    rt.observers.call("lease_expired", run)
+            logger.warning(
                 "run %s: lease of %s expired; now %s",
                 run.id,
                 run.lease.owner if run.lease else "?",
                 transition.changes.status.value,
+                extra={
+                    "event": "run.lease_expired",
+                    "run_id": run.id,
+                    "task_id": run.task_id,
+                    "queue": run.queue,
+                    "attempt": run.attempt,
+                    "worker_id": run.lease.owner if run.lease else None,
+                },
             )
         if len(expired) < LEASE_RECOVERY_BATCH:
             return
@@ -144,4 +155,19 @@ async def run_maintenance(rt: Runlane) -> TickReport:
         except Exception:
             logger.exception("tick: duty %s failed; the other duties still run", duty.name)
             report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
+    if report.total() or report.failures:
+        logger.info(
+            "tick: %s",
+            ", ".join(f"{k} {v}" for k, v in _changes(report).items()) or "failures only",
+            extra={"event": "tick.finished", **_changes(report), "failures": report.failures},
+        )
     return report
+
+
+def _changes(report: TickReport) -> dict[str, int]:
+    """The duties' counts that are not zero, by field name."""
+    return {
+        name: value
+        for name, value in dataclasses.asdict(report).items()
+        if name != "failures" and value
+    }
