@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
@@ -57,16 +58,10 @@ def _client() -> Any:
     return prometheus_client
 
 
-class PrometheusMetrics(Observer):
-    """The §8.2 process metrics; build it with :func:`prometheus_metrics`.
+class _Collectors:
+    """The collectors on one registry."""
 
-    Labels are only ``queue``, ``task``, ``outcome`` and ``duty``: bounded by the
-    registry, never run ids or concurrency keys.
-    """
-
-    def __init__(self, registry: CollectorRegistry | None, buckets: Sequence[float]) -> None:
-        client = _client()
-        registry = registry if registry is not None else client.REGISTRY
+    def __init__(self, client: Any, registry: CollectorRegistry, buckets: tuple[float, ...]):
         qt = ("queue", "task")
 
         def counter(name: str, doc: str, labels: Sequence[str] = qt) -> Any:
@@ -95,14 +90,14 @@ class PrometheusMetrics(Observer):
             "runlane_attempt_duration_seconds",
             "Handler wall time per attempt.",
             ("queue", "task", "outcome"),
-            buckets=tuple(buckets),
+            buckets=buckets,
             registry=registry,
         )
         self.start_latency = client.Histogram(
             "runlane_start_latency_seconds",
             "From when the run became due to this attempt's lease.",
             qt,
-            buckets=tuple(buckets),
+            buckets=buckets,
             registry=registry,
         )
         self.lease_expirations = counter(
@@ -120,13 +115,43 @@ class PrometheusMetrics(Observer):
         self.info = client.Gauge(
             "runlane_info", "Build info.", ("version", "environment"), registry=registry
         )
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[float, ...], _Collectors]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class PrometheusMetrics(Observer):
+    """The §8.2 process metrics; build it with :func:`prometheus_metrics`.
+
+    Labels are only ``queue``, ``task``, ``outcome`` and ``duty``: bounded by the
+    registry, never run ids or concurrency keys.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None, buckets: Sequence[float]) -> None:
+        client = _client()
+        registry = registry if registry is not None else client.REGISTRY
+        key = tuple(buckets)
+        shared = _SHARED.setdefault(registry, {})
+        # Collectors are process-wide: a second observer on one registry shares them
+        # (prometheus_client refuses to register a name twice).
+        if key not in shared:
+            if shared:
+                raise RunlaneError(
+                    ErrorCode.CONFIGURATION_INVALID,
+                    "Runlane metrics are already registered on this registry with other "
+                    "buckets; pass the same buckets or another registry.",
+                )
+            shared[key] = _Collectors(client, registry, key)
+        self.c = shared[key]
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
     def attached(self, runtime: Runlane) -> None:
-        self.info.labels(__version__, runtime.environment).set(1)
+        self.c.info.labels(__version__, runtime.environment).set(1)
 
     def triggered(self, runs: Sequence[Run]) -> None:
-        counter = self.triggered_total
+        counter = self.c.triggered_total
         if len(runs) == 1:
             counter.labels(runs[0].queue, runs[0].task_id).inc()
             return
@@ -139,31 +164,31 @@ class PrometheusMetrics(Observer):
 
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         run = attempt.run
-        self.attempts_started.labels(run.queue, run.task_id).inc()
+        self.c.attempts_started.labels(run.queue, run.task_id).inc()
         latency = (run.updated_at - run.run_at).total_seconds()
-        self.start_latency.labels(run.queue, run.task_id).observe(max(0.0, latency))
+        self.c.start_latency.labels(run.queue, run.task_id).observe(max(0.0, latency))
         return _NOTHING
 
     def settled(self, attempt: Attempt) -> None:
         run, outcome = attempt.run, attempt.outcome
         assert outcome is not None
-        counter = self.outcomes.get(outcome)
+        counter = self.c.outcomes.get(outcome)
         if counter is not None:
             counter.labels(run.queue, run.task_id).inc()
-        self.duration.labels(run.queue, run.task_id, outcome.value).observe(attempt.duration)
+        self.c.duration.labels(run.queue, run.task_id, outcome.value).observe(attempt.duration)
 
     def lease_expired(self, run: Run) -> None:
-        self.lease_expirations.labels(run.queue).inc()
+        self.c.lease_expirations.labels(run.queue).inc()
 
     def ticked(self, report: TickReport) -> None:
         for name in self._ticks:
             value = getattr(report, name)
             if value:
-                self.tick_actions.labels(name).inc(value)
+                self.c.tick_actions.labels(name).inc(value)
 
     def slots(self, busy: int, total: int) -> None:
-        self.slots_busy.set(busy)
-        self.slots_total.set(total)
+        self.c.slots_busy.set(busy)
+        self.c.slots_total.set(total)
 
 
 class _Nothing:
