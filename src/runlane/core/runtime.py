@@ -236,19 +236,22 @@ class Runlane:
             with self.observers.producing(new.task_id, new.queue, 1) as carrier:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
-                return await self._trigger_one(new, connection)
-        return await self._trigger_one(new, connection)
+                outcome = await self._trigger_one(new, connection)
+                if outcome.created:
+                    self.observers.call("triggered", [outcome.run])
+                return outcome.run
+        return (await self._trigger_one(new, connection)).run
 
-    async def _trigger_one(self, new: NewRun, connection: Any) -> Run:
+    async def _trigger_one(self, new: NewRun, connection: Any) -> CreateOutcome:
         if connection is None and new.idempotency_key is None and new.singleton_key is None:
             # Concurrent lone triggers share one write and one commit.
             loop = asyncio.get_running_loop()
             batcher = self._creations.get(loop)
             if batcher is None:
                 batcher = self._creations[loop] = CreationBatcher(self._create)
-            return (await batcher.create(new)).run
+            return await batcher.create(new)
         (outcome,) = await self._create([new], connection=connection)
-        return outcome.run
+        return outcome
 
     async def trigger_many(
         self,
@@ -280,7 +283,9 @@ class Runlane:
             with self.observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
                 if carrier is not None and plan.trace_carrier is None:
                     plan = dataclasses.replace(plan, trace_carrier=carrier)
-                return await self._trigger_planned(plan, prepared, connection)
+                runs = await self._trigger_planned(plan, prepared, connection)
+                self.observers.call("triggered", runs)
+                return runs
         return await self._trigger_planned(plan, prepared, connection)
 
     async def _trigger_planned(
@@ -336,8 +341,6 @@ class Runlane:
         )
         if any(o.created for o in outcomes):
             self._notify_work()
-            if self.observers:
-                self.observers.call("triggered", [o.run for o in outcomes if o.created])
         if publish_now and self.dispatcher is not None:
             await self.dispatcher.publish([m for o in outcomes for m in o.outbox])
         return outcomes
@@ -419,6 +422,8 @@ class Runlane:
         with self.observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.
             (outcome,) = await self._create([new])
+            if self.observers:
+                self.observers.call("triggered", [outcome.run])
         return outcome.run
 
     # -- executing -----------------------------------------------------------------
@@ -497,8 +502,8 @@ class Runlane:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
                 outcome = await self._create_leased(new, settings)
-            if outcome.created:
-                self.observers.call("triggered", [outcome.run])
+                if outcome.created:
+                    self.observers.call("triggered", [outcome.run])
         if not outcome.created:
             return outcome.run
         return await self._attempts.execute(outcome.run, settings)
