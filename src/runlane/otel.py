@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from runlane import Attempt, Observer, Outcome, Run, __version__
@@ -61,6 +62,7 @@ class OtelTracing(Observer):
         self._propagator = propagator
         self._tracer: Any = None
         self._environment = ""
+        self._last_creation: tuple[dict[str, str], Any, list[Any]] | None = None
 
     def attached(self, runtime: Runlane) -> None:
         self._environment = runtime.environment
@@ -107,24 +109,36 @@ class OtelTracing(Observer):
         if span is not None and len(runs) == 1:
             span.set_attribute("messaging.message.id", runs[0].id)
 
-    @contextlib.asynccontextmanager
-    async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
-        run = attempt.run
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+        return _Consumer(self, attempt)
+
+    def _creation(self, carrier: dict[str, str]) -> tuple[Any, list[Any]]:
+        """The parent context and links for a stored carrier (the last one is kept:
+        runs of one trigger_many, and a run's retries, share theirs)."""
+        cached = self._last_creation
+        if cached is not None and cached[0] == carrier:
+            return cached[1], cached[2]
         trace = self._trace
+        extracted = self.propagator.extract(carrier)
+        created = trace.get_current_span(extracted).get_span_context()
+        if created.is_valid:
+            parent, links = extracted, [trace.Link(created)]
+        else:
+            parent, links = self._context.Context(), []  # unparsable: a new root trace
+        self._last_creation = (dict(carrier), parent, links)
+        return parent, links
+
+    def start(self, attempt: Attempt) -> Any:
+        """The started ``execute`` span of ``attempt``."""
+        run = attempt.run
         parent: Any = None
         links: list[Any] = []
         if run.trace_carrier:
-            extracted = self.propagator.extract(run.trace_carrier)
-            created = trace.get_current_span(extracted).get_span_context()
-            if created.is_valid:
-                parent = extracted
-                links.append(trace.Link(created))
-            else:
-                parent = self._context.Context()  # unparsable: a new root trace
-        span = self.tracer.start_span(
+            parent, links = self._creation(run.trace_carrier)
+        return self.tracer.start_span(
             f"execute {run.task_id}",
             context=parent,
-            kind=trace.SpanKind.CONSUMER,
+            kind=self._trace.SpanKind.CONSUMER,
             links=links,
             attributes={
                 "messaging.system": "runlane",
@@ -138,14 +152,9 @@ class OtelTracing(Observer):
                 "runlane.worker_id": attempt.worker_id,
             },
         )
-        token = self._context.attach(trace.set_span_in_context(span))
-        try:
-            yield
-        finally:
-            self._context.detach(token)
-            self._finish(span, attempt)
 
-    def _finish(self, span: Any, attempt: Attempt) -> None:
+    def finish(self, span: Any, attempt: Attempt) -> None:
+        """Set the outcome (and the error of a failed attempt) and end ``span``."""
         outcome = attempt.outcome
         if outcome is not None:
             span.set_attribute("runlane.outcome", outcome.value)
@@ -161,6 +170,25 @@ class OtelTracing(Observer):
             message = failure.message if failure is not None else error_type
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
         span.end()
+
+
+class _Consumer:
+    """The ``execute`` span, current from the lease until the outcome is written."""
+
+    __slots__ = ("_attempt", "_span", "_token", "_tracing")
+
+    def __init__(self, tracing: OtelTracing, attempt: Attempt) -> None:
+        self._tracing = tracing
+        self._attempt = attempt
+
+    async def __aenter__(self) -> None:
+        tracing = self._tracing
+        self._span = tracing.start(self._attempt)
+        self._token = tracing._context.attach(tracing._trace.set_span_in_context(self._span))
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._tracing._context.detach(self._token)
+        self._tracing.finish(self._span, self._attempt)
 
 
 def otel_tracing(tracer_provider: Any = None, propagator: Any = None) -> OtelTracing:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -115,15 +115,29 @@ class Observer:
         """A worker's slots changed: ``busy`` of ``total`` hold an attempt."""
 
 
+#: Hooks an observer may override; the runtime calls each only on observers that do.
+HOOKS = (
+    "producing",
+    "triggered",
+    "attempt",
+    "settled",
+    "lease_expired",
+    "ticked",
+    "slots",
+)
+
+
 class Observers:
     """The runtime's observers, called with their failures isolated."""
 
-    __slots__ = ("_logged", "_runtime", "items")
+    __slots__ = ("_hooks", "_logged", "_runtime", "items")
 
     def __init__(self, runtime: Runlane, observers: Sequence[Observer] = ()) -> None:
         self.items: list[Observer] = []
         self._runtime = runtime
         self._logged: set[tuple[int, str]] = set()
+        #: Per hook, the observers that override it: a hook nobody overrides costs nothing.
+        self._hooks: dict[str, list[Observer]] = {hook: [] for hook in HOOKS}
         for observer in observers:
             self.add(observer)
 
@@ -136,6 +150,9 @@ class Observers:
                 f"observers must subclass runlane.Observer; got {type(observer).__name__}."
             )
         self.items.append(observer)
+        for hook, overriding in self._hooks.items():
+            if getattr(type(observer), hook) is not getattr(Observer, hook):
+                overriding.append(observer)
         try:
             observer.attached(self._runtime)
         except Exception:
@@ -155,8 +172,8 @@ class Observers:
         )
 
     def call(self, hook: str, *args: Any) -> None:
-        """Call ``hook(*args)`` on every observer."""
-        for observer in self.items:
+        """Call ``hook(*args)`` on every observer that overrides it."""
+        for observer in self._hooks[hook]:
             try:
                 getattr(observer, hook)(*args)
             except Exception:
@@ -167,7 +184,7 @@ class Observers:
         """Enter every observer's ``producing``; the first carrier one of them yields."""
         with contextlib.ExitStack() as stack:
             carrier: dict[str, str] | None = None
-            for observer in self.items:
+            for observer in self._hooks["producing"]:
                 try:
                     value = stack.enter_context(observer.producing(task_id, queue, count))
                 except Exception:
@@ -177,25 +194,39 @@ class Observers:
                     carrier = {str(k): str(v) for k, v in value.items()}
             yield carrier
 
-    @contextlib.asynccontextmanager
-    async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
-        """Enter every observer's ``attempt`` around the body; ``settled`` before leaving."""
-        entered: list[tuple[Observer, AbstractAsyncContextManager[None]]] = []
-        for observer in self.items:
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+        """Every observer's ``attempt`` around the body; ``settled`` before leaving."""
+        return _AttemptScope(self, attempt)
+
+
+class _AttemptScope:
+    """Enters the observers' attempt contexts in order and leaves them in reverse
+    (a plain class: this runs once per attempt)."""
+
+    __slots__ = ("_attempt", "_entered", "_observers")
+
+    def __init__(self, observers: Observers, attempt: Attempt) -> None:
+        self._observers = observers
+        self._attempt = attempt
+        self._entered: list[tuple[Observer, AbstractAsyncContextManager[None]]] = []
+
+    async def __aenter__(self) -> None:
+        observers, attempt = self._observers, self._attempt
+        for observer in observers._hooks["attempt"]:
             try:
                 manager = observer.attempt(attempt)
                 await manager.__aenter__()
             except Exception:
-                self.failed(observer, "attempt")
+                observers.failed(observer, "attempt")
                 continue
-            entered.append((observer, manager))
-        try:
-            yield
-        finally:
-            if attempt.outcome is not None:
-                self.call("settled", attempt)
-            for observer, manager in reversed(entered):
-                try:
-                    await manager.__aexit__(None, None, None)
-                except Exception:
-                    self.failed(observer, "attempt")
+            self._entered.append((observer, manager))
+
+    async def __aexit__(self, *exc: object) -> None:
+        observers, attempt = self._observers, self._attempt
+        if attempt.outcome is not None:
+            observers.call("settled", attempt)
+        for observer, manager in reversed(self._entered):
+            try:
+                await manager.__aexit__(None, None, None)
+            except Exception:
+                observers.failed(observer, "attempt")

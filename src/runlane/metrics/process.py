@@ -117,6 +117,23 @@ class _Collectors:
         )
 
 
+class _Children:
+    """The labelled series of one (queue, task)."""
+
+    __slots__ = ("by_outcome", "start_latency", "started")
+
+    def __init__(self, c: _Collectors, queue: str, task_id: str) -> None:
+        self.started = c.attempts_started.labels(queue, task_id)
+        self.start_latency = c.start_latency.labels(queue, task_id)
+        self.by_outcome: dict[Outcome, tuple[Any, Any]] = {
+            outcome: (
+                c.outcomes[outcome].labels(queue, task_id) if outcome in c.outcomes else None,
+                c.duration.labels(queue, task_id, outcome.value),
+            )
+            for outcome in Outcome
+        }
+
+
 _SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[float, ...], _Collectors]] = (
     weakref.WeakKeyDictionary()
 )
@@ -145,6 +162,9 @@ class PrometheusMetrics(Observer):
                 )
             shared[key] = _Collectors(client, registry, key)
         self.c = shared[key]
+        #: Labelled children by (queue, task): labels() takes a lock and builds a key on
+        #: every call, and these are touched on every attempt.
+        self._children: dict[tuple[str, str], _Children] = {}
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
     def attached(self, runtime: Runlane) -> None:
@@ -162,20 +182,28 @@ class PrometheusMetrics(Observer):
         for (queue, task_id), count in counts.items():
             counter.labels(queue, task_id).inc(count)
 
+    def _for(self, run: Run) -> _Children:
+        key = (run.queue, run.task_id)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = _Children(self.c, *key)
+        return children
+
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         run = attempt.run
-        self.c.attempts_started.labels(run.queue, run.task_id).inc()
+        children = self._for(run)
+        children.started.inc()
         latency = (run.updated_at - run.run_at).total_seconds()
-        self.c.start_latency.labels(run.queue, run.task_id).observe(max(0.0, latency))
+        children.start_latency.observe(latency if latency > 0 else 0.0)
         return _NOTHING
 
     def settled(self, attempt: Attempt) -> None:
-        run, outcome = attempt.run, attempt.outcome
+        outcome = attempt.outcome
         assert outcome is not None
-        counter = self.c.outcomes.get(outcome)
+        counter, duration = self._for(attempt.run).by_outcome[outcome]
         if counter is not None:
-            counter.labels(run.queue, run.task_id).inc()
-        self.c.duration.labels(run.queue, run.task_id, outcome.value).observe(attempt.duration)
+            counter.inc()
+        duration.observe(attempt.duration)
 
     def lease_expired(self, run: Run) -> None:
         self.c.lease_expirations.labels(run.queue).inc()
