@@ -54,7 +54,7 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: 
         for line in metadata.splitlines()
         if line.startswith("Provides-Extra:")
     }
-    assert extras == {"postgres", "postgres-binary", "sqs", "all"}
+    assert extras == {"postgres", "postgres-binary", "sqs", "metrics", "otel", "all"}
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)  # no --system-site-packages

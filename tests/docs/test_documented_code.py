@@ -40,6 +40,7 @@ PAGES = [
     "docs/guides/transactional-enqueue.md",
     "docs/guides/sqs.md",
     "docs/guides/testing.md",
+    "docs/guides/observability.md",
 ]
 BLOCK_TIMEOUT = 60
 _FENCE = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
