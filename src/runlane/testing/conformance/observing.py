@@ -245,8 +245,12 @@ async def test_a_failed_attempt_keeps_its_traceback_in_the_failure_and_the_event
     clock.advance("10s")
     second = await rl.execute_next()
     assert second is not None and second.status is RunStatus.FAILED
+    tokens = [a.run.lease.token for a in recorder.settles if a.run.lease is not None]
+    assert len(tokens) == 2
     for failed in (first, second):
         assert failed.failure is not None
+        # Lease tokens never reach what is stored and shown.
+        assert not any(token in repr(failed.failure.to_json()) for token in tokens)
         text = failed.failure.meta["traceback"]
         assert text.startswith("Traceback (most recent call last):")
         assert "in _innermost" in text
