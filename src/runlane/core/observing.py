@@ -181,18 +181,36 @@ class Observers:
 
     @contextlib.contextmanager
     def producing(self, task_id: str, queue: str, count: int) -> Iterator[dict[str, str] | None]:
-        """Enter every observer's ``producing``; the first carrier one of them yields."""
-        with contextlib.ExitStack() as stack:
-            carrier: dict[str, str] | None = None
-            for observer in self._hooks["producing"]:
-                try:
-                    value = stack.enter_context(observer.producing(task_id, queue, count))
-                except Exception:
-                    self.failed(observer, "producing")
-                    continue
+        """Enter every observer's ``producing``; the first carrier one of them yields.
+
+        An error of the body reaches each observer's exit (a span records it) and
+        then the caller; an observer's own error, on entry or exit, is only logged.
+        """
+        entered: list[tuple[Observer, AbstractContextManager[Mapping[str, str] | None]]] = []
+        carrier: dict[str, str] | None = None
+        for observer in self._hooks["producing"]:
+            try:
+                manager = observer.producing(task_id, queue, count)
+                value = manager.__enter__()
                 if carrier is None and value:
                     carrier = {str(k): str(v) for k, v in value.items()}
+            except Exception:
+                self.failed(observer, "producing")
+                continue
+            entered.append((observer, manager))
+        error: BaseException | None = None
+        try:
             yield carrier
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            info = (type(error), error, error.__traceback__) if error else (None, None, None)
+            for observer, manager in reversed(entered):
+                try:
+                    manager.__exit__(*info)  # never swallows: its return value is ignored
+                except Exception:
+                    self.failed(observer, "producing")
 
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         """Every observer's ``attempt`` around the body; ``settled`` before leaving."""

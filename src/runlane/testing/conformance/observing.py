@@ -79,6 +79,20 @@ class Recorder(Observer):
         self.calls.append(("slots", (busy, total)))
 
 
+class BrokenOnExit(Observer):
+    """Enters fine, then raises when its contexts are left."""
+
+    @contextlib.contextmanager
+    def producing(self, task_id: str, queue: str, count: int) -> Iterator[None]:
+        yield None
+        raise RuntimeError("producing broke on exit")
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
+        yield
+        raise RuntimeError("attempt broke on exit")
+
+
 class Broken(Observer):
     """Raises from every hook."""
 
@@ -231,6 +245,21 @@ async def test_an_observer_that_raises_is_logged_once_per_hook_and_changes_nothi
     ]
     # The healthy observer still saw everything.
     assert [a.outcome for a in recorder.settles] == [Outcome.SUCCEEDED] * 3
+
+
+async def test_an_observer_that_raises_when_left_changes_nothing_either(
+    make_runtime: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    rl = await make_runtime([echo], observers=[BrokenOnExit()])
+    with caplog.at_level(logging.ERROR, logger="runlane.observers"):
+        run = await rl.trigger(echo, 1)
+        many = await rl.trigger_many(echo, [2, 3])
+        done = await rl.run_now(echo, 4)
+        settled = await rl.execute_next()
+    assert settled is not None and settled.id == run.id
+    assert settled.status is RunStatus.SUCCEEDED and done.status is RunStatus.SUCCEEDED
+    assert len(many) == 2
+    assert len(caplog.records) == 2  # once per hook
 
 
 async def test_a_failed_attempt_keeps_its_traceback_in_the_failure_and_the_event(
