@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -92,14 +93,14 @@ class DrainProgress(Observer):
 
 
 @contextlib.contextmanager
-def drain_progress(rl: Runlane, total: int) -> Iterator[None]:
-    """Show a :class:`DrainProgress` bar on stdout for the duration of the block."""
+def drain_progress(rl: Runlane, total: int, out: Console | None = None) -> Iterator[None]:
+    """Show a :class:`DrainProgress` bar on ``out`` (stdout) for the duration of the block."""
     progress = Progress(
         TextColumn("[bold]draining"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console(),
+        console=out or console(),
         transient=False,
     )
     rl.add_observer(DrainProgress(progress, total))
