@@ -144,3 +144,25 @@ def test_a_worker_serves_process_metrics_that_move_as_it_works(cli: Cli) -> None
         working.send_signal(signal.SIGINT)
         working.communicate(timeout=COMMAND_TIMEOUT)
     assert working.returncode == 0
+
+
+def test_tick_every_serves_metrics_and_a_single_pass_refuses_a_port(cli: Cli) -> None:
+    cli.run("migrate", APP)
+    refused = cli.run("tick", APP, "--metrics-port", "0", expect=2)
+    assert "needs --every" in refused.stderr
+    ticking = cli.popen("tick", APP, "--every", "100ms", "--metrics-port", "0")
+    try:
+        assert ticking.stderr is not None
+        url = None
+        while url is None:
+            line = ticking.stderr.readline()
+            assert line, f"tick exited before serving metrics: {ticking.communicate()}"
+            found = re.search(r"metrics: (http://127\.0\.0\.1:\d+/metrics)", line)
+            url = found.group(1) if found else None
+        samples = scrape(url)
+        info = [labels for name, labels in samples if name == "runlane_info"]
+        assert [dict(labels)["environment"] for labels in info] == ["default"]
+    finally:
+        ticking.send_signal(signal.SIGTERM)
+        ticking.communicate(timeout=COMMAND_TIMEOUT)
+    assert ticking.returncode == 0
