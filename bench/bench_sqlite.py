@@ -9,6 +9,11 @@ UPDATE statements. Every measurement gets a fresh file.
 
     .venv/bin/python bench/bench_sqlite.py            # 10,000 runs, concurrency 32
     .venv/bin/python bench/bench_sqlite.py --runs 2000 --json
+    .venv/bin/python bench/bench_sqlite.py --observers --runs 5000   # observer overhead
+
+``--observers`` measures only the drain, alternately without observers and with
+the Prometheus and OpenTelemetry (SDK, batch processor, discarding exporter)
+observers attached, and prints the median of each and their ratio.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import asyncio
 import json
 import os
 import sqlite3
+import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +46,8 @@ async def noop(payload: Any, ctx: Context) -> None:
     """Does nothing: the benchmark measures the runtime, not the task."""
 
 
-def _runtime(path: Path) -> Runlane:
-    return Runlane(lane=sqlite_lane(path), queues=[bench_queue], tasks=[noop])
+def _runtime(path: Path, observers: Sequence[Any] = ()) -> Runlane:
+    return Runlane(lane=sqlite_lane(path), queues=[bench_queue], tasks=[noop], observers=observers)
 
 
 def _payloads(runs: int) -> list[dict[str, int]]:
@@ -68,9 +74,11 @@ async def runlane_single_trigger(path: Path, runs: int) -> float:
         return time.perf_counter() - started
 
 
-async def runlane_processing(path: Path, runs: int, concurrency: int) -> float:
+async def runlane_processing(
+    path: Path, runs: int, concurrency: int, observers: Sequence[Any] = ()
+) -> float:
     """Seconds for a DRAIN worker to execute ``runs`` queued no-op runs."""
-    async with _runtime(path) as rl:
+    async with _runtime(path, observers) as rl:
         await rl.trigger_many(noop, _payloads(runs))
         worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency, handle_signals=False)
         started = time.perf_counter()
@@ -220,6 +228,56 @@ def measure(folder: Path, runs: int, concurrency: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _observers() -> list[Any]:
+    """The Prometheus and OpenTelemetry observers as an application would attach them."""
+    from collections.abc import Sequence as Spans
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from prometheus_client import CollectorRegistry
+
+    from runlane.metrics import prometheus_metrics
+    from runlane.otel import otel_tracing
+
+    class Discard(SpanExporter):
+        def export(self, spans: Spans[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    return [prometheus_metrics(CollectorRegistry()), otel_tracing(tracer_provider=provider)]
+
+
+def observer_overhead(folder: Path, runs: int, concurrency: int, rounds: int) -> dict[str, Any]:
+    """Median drain seconds without and with the observers, alternating, and the ratio."""
+    counter = iter(range(1_000_000))
+    off: list[float] = []
+    on: list[float] = []
+    for _ in range(rounds):
+        off.append(
+            asyncio.run(runlane_processing(folder / f"off-{next(counter)}.db", runs, concurrency))
+        )
+        on.append(
+            asyncio.run(
+                runlane_processing(
+                    folder / f"on-{next(counter)}.db", runs, concurrency, _observers()
+                )
+            )
+        )
+    median_off, median_on = statistics.median(off), statistics.median(on)
+    return {
+        "runs": runs,
+        "rounds": rounds,
+        "off_runs_per_second": round(runs / median_off),
+        "on_runs_per_second": round(runs / median_on),
+        "cost": round(median_on / median_off - 1, 3),
+    }
+
+
 def main() -> None:
     """Parse options, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -227,7 +285,26 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--dir", type=Path, help="Folder for the database files (default: temp).")
     parser.add_argument("--json", action="store_true", help="Print JSON.")
+    parser.add_argument(
+        "--observers",
+        action="store_true",
+        help="Only the drain, without and with the Prometheus and OTel observers.",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds of --observers.")
     args = parser.parse_args()
+    if args.observers:
+        with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
+            result = observer_overhead(Path(folder), args.runs, args.concurrency, args.rounds)
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return
+        print(
+            f"drain of {runs_label(result)} no-op runs, median of {result['rounds']}: "
+            f"{result['off_runs_per_second']:,} runs/s without observers, "
+            f"{result['on_runs_per_second']:,} with Prometheus + OTel "
+            f"(cost {result['cost']:+.1%})"
+        )
+        return
     with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
         rows = measure(Path(folder), args.runs, args.concurrency)
     if args.json:
@@ -240,6 +317,10 @@ def main() -> None:
             f"{row['operation']:<56}{row['runlane_runs_per_second']:>10,}"
             f"{row['raw_runs_per_second']:>12,}{row['ratio']:>13.3f}"
         )
+
+
+def runs_label(result: dict[str, Any]) -> str:
+    return f"{result['runs']:,}"
 
 
 if __name__ == "__main__":

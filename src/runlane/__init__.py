@@ -18,6 +18,7 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
+from runlane.core.observing import Attempt, Observer, Outcome
 from runlane.core.retry import BackoffType, RetryPolicy
 from runlane.core.runtime import Runlane
 from runlane.core.schedules import ScheduleDef, schedule
@@ -25,12 +26,15 @@ from runlane.core.worker import Worker, WorkerMode
 from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
 
 __all__ = [
+    "Attempt",
     "BackoffType",
     "Clock",
     "Context",
     "ErrorCode",
     "Lane",
     "ManualClock",
+    "Observer",
+    "Outcome",
     "Page",
     "QueueDef",
     "QueueStats",

@@ -38,7 +38,7 @@ def test_dev_tools_are_a_dependency_group_not_a_published_extra() -> None:
     groups = config["dependency-groups"]
     assert {"include-group": "test"} in groups["dev"]
     published = " ".join(dep for deps in extras.values() for dep in deps)
-    for tool in ("pytest", "ruff", "mypy", "mkdocs", "ministack"):
+    for tool in ("pytest", "ruff", "mypy", "mkdocs", "ministack", "opentelemetry-sdk"):
         assert tool not in published
 
 
@@ -54,6 +54,13 @@ def test_the_all_extra_brings_every_other_extra_with_plain_psycopg() -> None:
     (everything,) = extras["all"]
     named = set(everything.removeprefix("runlane[").removesuffix("]").split(","))
     assert named == set(extras) - {"all", "postgres-binary"}
+
+
+def test_metrics_and_otel_extras_bring_only_their_client_and_the_api() -> None:
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert [d.split(">=")[0] for d in extras["metrics"]] == ["prometheus-client"]
+    # The tracing SDK and exporters are the application's choice, never ours.
+    assert [d.split(">=")[0] for d in extras["otel"]] == ["opentelemetry-api"]
 
 
 def test_croniter_has_an_upper_bound() -> None:

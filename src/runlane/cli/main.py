@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import click
@@ -12,21 +13,30 @@ from runlane import RunlaneError, __version__
 from runlane.cli.dashboard import dashboard
 from runlane.cli.demo import demo
 from runlane.cli.maintenance import migrate, tick
-from runlane.cli.output import console, print_error, print_error_json
+from runlane.cli.output import (
+    cli_logger,
+    console,
+    json_logs_enabled,
+    print_error,
+    print_error_json,
+    use_json_logs,
+)
 from runlane.cli.params import JSON_REQUESTED
 from runlane.cli.queues import queues
 from runlane.cli.runs import runs
 from runlane.cli.schedules import schedules
 from runlane.cli.trigger import trigger
 from runlane.cli.worker import worker
+from runlane.logs import JsonFormatter
 
 #: Exit status of a command that failed with a RunlaneError (usage errors exit 2).
 ERROR_EXIT_CODE = 1
 
 
 class RunlaneGroup(click.Group):
-    """Turns a :class:`RunlaneError` from any command into one red line (one JSON object
-    under ``--json``) and exit status 1."""
+    """Turns a :class:`RunlaneError` from any command into one red line and exit status 1:
+    one JSON object on stdout under a command's ``--json``, one JSON record on stderr
+    under ``--log-format json`` (as are usage errors)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Refuse an argument that is not valid UTF-8 before any command sees it."""
@@ -51,6 +61,14 @@ class RunlaneGroup(click.Group):
             else:
                 print_error(error)
             ctx.exit(ERROR_EXIT_CODE)
+        except click.ClickException as error:
+            if not json_logs_enabled():
+                raise
+            cli_logger.error(
+                error.format_message(),
+                extra={"event": "cli.usage_error", "exit_code": error.exit_code},
+            )
+            ctx.exit(error.exit_code)
 
 
 @click.group(cls=RunlaneGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,18 +80,32 @@ class RunlaneGroup(click.Group):
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     help="Runtime log messages at or above this level go to stderr.",
 )
-def cli(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    help="json: every stderr line is one JSON object (log records, notices and errors).",
+)
+def cli(log_level: str, log_format: str) -> None:
     """Runlane: durable background tasks whose truth lives in your database.
 
     Commands that work on your app take APP, the import path of your Runlane
     runtime (module:attribute, e.g. myapp.jobs:rl), as their first argument,
     or read it from $RUNLANE_APP. Add --json for machine-readable output.
     """
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
-    )
+    level = getattr(logging, log_level.upper())
+    if log_format.lower() == "json":
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        use_json_logs(True)
+        # Notices are INFO records of runlane.cli: shown unless a higher level is asked.
+        cli_logger.setLevel(min(level, logging.INFO))
+    else:
+        handler = RichHandler(console=console(stderr=True), show_path=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        use_json_logs(False)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 cli.add_command(worker)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from runlane import Runlane, RunlaneError
 from runlane.cli.app import AppCommand, app_argument, with_runtime
+from runlane.cli.observe import metrics_options, serving_metrics
 from runlane.cli.output import (
     clock_label,
     console,
@@ -32,8 +33,11 @@ from runlane.operator import View, tick_report_view
     type=duration,
     help="Tick again at this interval (e.g. 5s) until Ctrl-C or SIGTERM.",
 )
+@metrics_options
 @json_option
-def tick(app: str, every: float | None, as_json: bool) -> None:
+def tick(
+    app: str, every: float | None, metrics_port: int | None, metrics_host: str, as_json: bool
+) -> None:
     """Run maintenance: recover expired leases, finish orphaned cancellations, and the rest.
 
     Without --every it runs one pass and prints what each duty did. With
@@ -41,6 +45,8 @@ def tick(app: str, every: float | None, as_json: bool) -> None:
     when interrupted.
     """
     if every is None:
+        if metrics_port is not None:
+            raise click.BadParameter("needs --every (a single pass is over at once).")
         view = tick_report_view(with_runtime(app, lambda rl: rl.tick()))
         if as_json:
             print_json(view)
@@ -49,7 +55,12 @@ def tick(app: str, every: float | None, as_json: bool) -> None:
         return
     if every <= 0:
         raise click.BadParameter("must be longer than zero.", param_hint="--every")
-    with_runtime(app, lambda rl: _tick_forever(rl, every, as_json))
+
+    async def action(rl: Runlane) -> None:
+        with serving_metrics(rl, metrics_port, metrics_host):
+            await _tick_forever(rl, every, as_json)
+
+    with_runtime(app, action)
 
 
 async def _tick_forever(rl: Runlane, every: float, as_json: bool) -> None:

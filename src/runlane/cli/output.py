@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -10,7 +11,7 @@ from functools import cache
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -55,8 +56,31 @@ def print_json_line(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")))
 
 
+#: Under ``runlane --log-format json`` every stderr line is a JSON log record: notices
+#: and errors go through this logger instead of the console.
+cli_logger = logging.getLogger("runlane.cli")
+_json_logs = False
+
+
+def use_json_logs(enabled: bool) -> None:
+    """Send notices and errors to the ``runlane.cli`` logger (``--log-format json``)."""
+    global _json_logs
+    _json_logs = enabled
+
+
+def json_logs_enabled() -> bool:
+    """Whether ``--log-format json`` is in effect."""
+    return _json_logs
+
+
 def print_error(error: RunlaneError) -> None:
     """One red line on stderr: the error code, then the message."""
+    if _json_logs:
+        cli_logger.error(
+            error.message,
+            extra={"event": "cli.error", "error_code": error.code.value, "meta": error.meta},
+        )
+        return
     # A message may quote caller input that is not UTF-8; escape it rather than fail.
     message = error.message.encode(errors="backslashreplace").decode()
     line = Text.assemble((f"error[{error.code.value}]", "bold red"), ": ", (message, "red"))
@@ -70,6 +94,9 @@ def print_error_json(error: RunlaneError) -> None:
 
 def print_notice(message: str) -> None:
     """A status line for people, on stderr so stdout stays clean for data."""
+    if _json_logs:
+        cli_logger.info(message)
+        return
     console(stderr=True).print(message, soft_wrap=True)
 
 
@@ -116,19 +143,37 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
     return table
 
 
-def run_detail(view: View) -> Table:
-    """One run, field by field (a view from :func:`runlane.operator.run_view`)."""
+def split_traceback(failure: Any) -> tuple[Any, str | None]:
+    """A stored failure without its ``meta["traceback"]``, and that traceback (shown
+    as text: escaped inside one-line JSON it cannot be read)."""
+    if not isinstance(failure, dict):
+        return failure, None
+    meta = failure.get("meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get("traceback"), str):
+        return failure, None
+    rest = {key: value for key, value in meta.items() if key != "traceback"}
+    return {**failure, "meta": rest}, meta["traceback"]
+
+
+def run_detail(view: View) -> RenderableType:
+    """One run, field by field (a view from :func:`runlane.operator.run_view`), and the
+    traceback of its last failed attempt below."""
     table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
+    trace: str | None = None
     for name, value in view.items():
+        if name == "failure":
+            value, trace = split_traceback(value)
         if name == "status":
             table.add_row(name, status_text(value))
         elif isinstance(value, dict | list):
             table.add_row(name, compact_json(value))
         else:
             table.add_row(name, "-" if value is None else str(value))
-    return table
+    if trace is None:
+        return table
+    return Group(table, Text("traceback", style="bold"), Text(trace.rstrip(), style="red"))
 
 
 def events_table(events: Iterable[View], *, title: str | None = None) -> Table:
@@ -139,12 +184,14 @@ def events_table(events: Iterable[View], *, title: str | None = None) -> Table:
     table.add_column("at (UTC)", no_wrap=True)
     table.add_column("data", overflow="fold")
     for event in events:
-        table.add_row(
-            str(event["sequence"]),
-            event["type"],
-            short_time(event["occurred_at"]),
-            compact_json(event["data"]) if event["data"] else "",
-        )
+        data = event["data"]
+        cell = Text(compact_json(data) if data else "")
+        if isinstance(data, dict) and "failure" in data:
+            failure, trace = split_traceback(data["failure"])
+            if trace is not None:
+                cell = Text(compact_json({**data, "failure": failure}))
+                cell.append("\n" + trace.rstrip(), style="red")
+        table.add_row(str(event["sequence"]), event["type"], short_time(event["occurred_at"]), cell)
     return table
 
 

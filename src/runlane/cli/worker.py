@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 from rich.markup import escape
 
-from runlane import Run, Runlane, RunStatus, WorkerMode
+from runlane import Runlane, WorkerMode
 from runlane.cli.app import AppCommand, app_argument, with_runtime
-from runlane.cli.output import STATUS_STYLES, clock_label, console, print_json_line, print_notice
+from runlane.cli.observe import LiveLines, drain_progress, metrics_options, serving_metrics
+from runlane.cli.output import console, print_notice
 from runlane.cli.params import duration, json_option
 from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
-from runlane.operator import run_row
+from runlane.operator import active_run_count
 
 DEFAULT_CONCURRENCY = 10
 
@@ -46,6 +49,13 @@ DEFAULT_CONCURRENCY = 10
     show_default=True,
     help="Seconds between maintenance passes while this worker is the elected leader.",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No line (or progress bar) per run; only the start and stop notices.",
+)
+@metrics_options
 @json_option
 def worker(
     app: str,
@@ -56,25 +66,19 @@ def worker(
     worker_id: str | None,
     no_maintenance: bool,
     maintenance_interval: float,
+    quiet: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     as_json: bool,
 ) -> None:
     """Execute due runs. Ctrl-C or SIGTERM stops gracefully: in-flight runs finish first.
 
     A polling worker also runs the maintenance duties of `runlane tick` while it is the
     environment's elected leader (one across all workers), unless --no-maintenance.
-    """
 
-    def settled(run: Run) -> None:
-        if as_json:
-            print_json_line({**run_row(run), "failure": _failure_text(run)})
-            return
-        style = STATUS_STYLES[run.status]
-        failure = _failure_text(run)
-        console().print(
-            f"{clock_label()} {run.id} {escape(run.task_id)} attempt {run.attempt} "
-            f"→ [{style}]{run.status.value}[/]" + (f" ({escape(failure)})" if failure else ""),
-            soft_wrap=True,
-        )
+    Each settled attempt prints one line (a release with its reason). With --drain
+    on a terminal a progress bar replaces the lines; --quiet prints neither.
+    """
 
     async def action(rl: Runlane) -> int:
         running = rl.worker(
@@ -83,7 +87,6 @@ def worker(
             mode=WorkerMode.DRAIN if drain else WorkerMode.POLL,
             lease_duration=lease,
             worker_id=worker_id,
-            on_progress=settled,
             maintenance=not no_maintenance,
             maintenance_interval=maintenance_interval,
         )
@@ -97,15 +100,17 @@ def worker(
                 f"worker {running.worker_id}: queues {names}; concurrency {concurrency}; "
                 f"{mode}{where}."
             )
-        await running.run()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(serving_metrics(rl, metrics_port, metrics_host))
+            if not quiet:
+                if drain and not as_json and console().is_terminal:
+                    total = active_run_count(await rl.queue_stats())
+                    stack.enter_context(drain_progress(rl, total))
+                else:
+                    rl.add_observer(LiveLines(as_json=as_json))
+            await running.run()
         return running.executed
 
     executed = with_runtime(app, action)
     if not as_json:
         print_notice(f"worker stopped after {executed} attempt{'s' if executed != 1 else ''}.")
-
-
-def _failure_text(run: Run) -> str | None:
-    if run.failure is None or run.status not in (RunStatus.RETRYING, RunStatus.FAILED):
-        return None
-    return f"{run.failure.code}: {run.failure.message}"

@@ -101,7 +101,16 @@ class Dispatcher:
                     f"for {len(attempts)} wakeups.",
                 )
         except RunlaneError as error:
-            logger.warning("publishing %d wakeups failed: %s", len(attempts), error)
+            logger.warning(
+                "publishing %d wakeups failed: %s",
+                len(attempts),
+                error,
+                extra={
+                    "event": "outbox.publish_failed",
+                    "error_code": error.code.value,
+                    "count": len(attempts),
+                },
+            )
             failure = PublishFailure(error.code.value, error.message, error.retryable, error.meta)
             outcomes = [WakeupFailed(failure)] * len(attempts)
         now = rt.clock.now()
@@ -134,6 +143,11 @@ class Dispatcher:
                 len(results) - published,
                 len(results),
                 refused.error["message"] if refused.error else "?",
+                extra={
+                    "event": "outbox.publish_failed",
+                    "error_code": refused.error["code"] if refused.error else None,
+                    "count": len(results) - published,
+                },
             )
         return published, len(results) - published
 

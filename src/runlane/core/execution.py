@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
-from collections.abc import Awaitable
+import time
+import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
@@ -16,6 +19,7 @@ from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run, RunFailure, RunStatus
+from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
 from runlane.core.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.text import storable, unstorable, unstorable_json
@@ -27,7 +31,7 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.storage.protocol import LeaseRequest
+from runlane.storage.protocol import LeaseRequest, RunChanges
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
@@ -40,6 +44,9 @@ MAX_SETTLE_ATTEMPTS = 5
 #: Results obey the payloads' nesting cap: readers decode them recursively, so a deeper
 #: one would fail where it is read (in any process), not where it was made.
 MAX_RESULT_DEPTH = MAX_PAYLOAD_DEPTH
+#: A failed attempt keeps at most this many characters of its formatted traceback
+#: (the innermost frames and the exception line, where the cause usually is).
+MAX_TRACEBACK_CHARS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +81,63 @@ class AttemptRunner:
         *,
         stop: Signal | None = None,
         max_attempt_duration: float | None = None,
+        batcher: TransitionBatcher | None = None,
+        project: bool = True,
+        handler_done: Callable[[], None] | None = None,
     ) -> Run:
-        """Execute the attempt ``run`` is leased for and return the run as settled."""
-        outcome, policy = await self.attempt(
-            run, settings, stop=stop, max_attempt_duration=max_attempt_duration
-        )
-        return await self.settle(run, outcome, policy)
+        """Execute the attempt ``run`` is leased for and return the run as settled.
+
+        Observers see it from here (the lease is held) until the outcome is written;
+        ``handler_done`` is called once the handler is done, before settling (a worker
+        frees its slot there). ``batcher`` and ``project`` are as for :meth:`settle`.
+        """
+        assert run.lease is not None
+        report = Attempt(run, run.lease.owner)
+        observers = self._rt.observers
+        if not observers:
+            return await self._execute(
+                report, settings, stop, max_attempt_duration, batcher, project, handler_done
+            )
+        async with observers.attempt(report):
+            # Observers look at the settled run: always build it.
+            return await self._execute(
+                report, settings, stop, max_attempt_duration, batcher, True, handler_done
+            )
+
+    async def _execute(
+        self,
+        report: Attempt,
+        settings: LeaseSettings,
+        stop: Signal | None,
+        max_attempt_duration: float | None,
+        batcher: TransitionBatcher | None,
+        project: bool,
+        handler_done: Callable[[], None] | None,
+    ) -> Run:
+        run = report.run
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "run %s (%s) attempt %s started",
+                run.id,
+                run.task_id,
+                run.attempt,
+                extra=_fields(report, "run.started"),
+            )
+        started = time.perf_counter()
+        try:
+            outcome, policy = await self.attempt(
+                run, settings, stop=stop, max_attempt_duration=max_attempt_duration
+            )
+        finally:
+            report.duration = time.perf_counter() - started
+            if handler_done is not None:
+                handler_done()
+        if type(outcome) is Failed:
+            report.failure = outcome.failure
+            report.error = outcome.error
+        settled = await self.settle(run, outcome, policy, batcher, project=project, report=report)
+        _log_outcome(report)
+        return settled
 
     async def attempt(
         self,
@@ -166,7 +224,11 @@ class AttemptRunner:
         if task.is_async:
             job = asyncio.ensure_future(_guarded(task.fn(*prepared)))
         else:
-            job = loop.run_in_executor(self._rt.thread_pool, lambda: task.fn(*prepared))
+            # In a copy of the caller's context: a span or log context set around the
+            # attempt (an observer's, or the app's) is visible inside the sync task too.
+            job = loop.run_in_executor(
+                self._rt.thread_pool, contextvars.copy_context().run, task.fn, *prepared
+            )
         try:
             done, _ = await asyncio.wait({job}, timeout=time_limit)
             if not done:
@@ -203,20 +265,25 @@ class AttemptRunner:
         batcher: TransitionBatcher | None = None,
         *,
         project: bool = True,
+        report: Attempt | None = None,
     ) -> Run:
         """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
         runtime's); re-read and recompute when a concurrent change won the race.
 
         Returns the run as settled; with ``project=False`` (the caller does not look at
         it) a written outcome returns the run as it was leased, without building a new one.
+        ``report`` gets the outcome written, the delay and the settled run.
         """
         rt = self._rt
         settles = batcher or self._settles
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
-            transition = settle_attempt(current, outcome, policy, rt.clock.now())
+            now = rt.clock.now()
+            transition = settle_attempt(current, outcome, policy, now)
             settled = await settles.apply(current, transition, project=project)
             if settled is not None:
+                if report is not None:
+                    _report_settled(report, outcome, transition.changes, settled, project, now)
                 return settled
             fresh = await rt.storage.get_run(rt.environment, run.id)
             if (
@@ -225,7 +292,13 @@ class AttemptRunner:
                 or fresh.lease.token != run.lease.token  # type: ignore[union-attr]
                 or fresh.status not in (RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED)
             ):
-                logger.warning("run %s: lease lost before the outcome was written; dropped", run.id)
+                if report is None:
+                    logger.warning(
+                        "run %s: lease lost before the outcome was written; dropped", run.id
+                    )
+                else:
+                    report.outcome = Outcome.LEASE_LOST
+                    report.settled = fresh
                 return fresh if fresh is not None else run
             current = fresh
         raise RunlaneError(
@@ -399,8 +472,107 @@ def _being_cancelled() -> bool:
 
 
 def _raised(run: Run, error: BaseException) -> Failed:
-    logger.info("run %s attempt %s raised %s", run.id, run.attempt, type(error).__name__)
-    return Failed(sanitize_exception(error))
+    failure = sanitize_exception(error)
+    text = format_traceback(error)
+    if text is not None:
+        failure = RunFailure(
+            failure.code,
+            failure.message,
+            failure.retryable,
+            {**failure.meta, "traceback": text},
+        )
+    return Failed(failure, error)
+
+
+def format_traceback(error: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str | None:
+    """``error``'s formatted traceback, cut to its last ``limit`` characters (the
+    innermost frames), storable as text; ``None`` if it cannot be formatted."""
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:
+        return None  # task code's __str__ may raise: the failure still stores
+    if len(text) > limit:
+        cut = text[-limit:]
+        # Start at a line boundary so the first frame kept reads whole.
+        newline = cut.find("\n")
+        text = "… (traceback truncated)\n" + (cut[newline + 1 :] if newline >= 0 else cut)
+    return storable(text)
+
+
+_LOG_EVENTS: dict[Outcome, tuple[str, int]] = {
+    Outcome.SUCCEEDED: ("run.succeeded", logging.DEBUG),
+    Outcome.RELEASED: ("run.released", logging.DEBUG),
+    Outcome.RETRIED: ("run.retry_scheduled", logging.INFO),
+    Outcome.CANCELLED: ("run.cancelled", logging.INFO),
+    Outcome.FAILED: ("run.failed", logging.WARNING),
+    Outcome.LEASE_LOST: ("run.lease_lost", logging.WARNING),
+}
+
+
+def _fields(report: Attempt, event: str) -> dict[str, Any]:
+    run = report.run
+    return {
+        "event": event,
+        "run_id": run.id,
+        "task_id": run.task_id,
+        "queue": run.queue,
+        "attempt": run.attempt,
+        "worker_id": report.worker_id,
+    }
+
+
+def _log_outcome(report: Attempt) -> None:
+    """One line per attempt outcome, at the level its event has (logging.md §10)."""
+    outcome = report.outcome
+    if outcome is None:
+        return
+    event, level = _LOG_EVENTS[outcome]
+    if not logger.isEnabledFor(level):
+        return
+    run = report.run
+    extra = _fields(report, event)
+    extra["outcome"] = outcome.value
+    extra["duration"] = round(report.duration, 6)
+    detail = ""
+    failure = report.failure
+    if failure is not None and outcome in (Outcome.FAILED, Outcome.RETRIED):
+        error_type = failure.meta.get("exception_type") or failure.code
+        extra["error_type"] = error_type
+        extra["error_code"] = failure.code
+        detail = f": {error_type}: {failure.message}"
+    if report.delay_seconds is not None:
+        extra["delay_seconds"] = round(report.delay_seconds, 3)
+    if outcome is Outcome.RELEASED and report.release_reason:
+        detail = f": {report.release_reason}"
+    logger.log(
+        level,
+        "run %s (%s) attempt %s %s in %.3fs%s",
+        run.id,
+        run.task_id,
+        run.attempt,
+        outcome.value,
+        report.duration,
+        detail,
+        extra=extra,
+        exc_info=report.error if outcome in (Outcome.FAILED, Outcome.RETRIED) else None,
+    )
+
+
+def _report_settled(
+    report: Attempt,
+    outcome: AttemptOutcome,
+    changes: RunChanges,
+    settled: Run,
+    projected: bool,
+    now: datetime,
+) -> None:
+    report.outcome = OUTCOME_BY_STATUS.get(changes.status, Outcome.SUCCEEDED)
+    if projected:
+        report.settled = settled
+    if changes.run_at is not None and changes.status in (RunStatus.RETRYING, RunStatus.RELEASED):
+        report.delay_seconds = max(0.0, (changes.run_at - now).total_seconds())
+    if type(outcome) is Released:
+        report.release_reason = outcome.reason
 
 
 def _outcome(run: Run, value: Any) -> AttemptOutcome:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -101,11 +102,21 @@ async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
                 report.cancellations_finished += 1
             else:
                 report.leases_recovered += 1
-            logger.info(
+                if rt.observers:
+                    rt.observers.call("lease_expired", run)
+            logger.warning(
                 "run %s: lease of %s expired; now %s",
                 run.id,
                 run.lease.owner if run.lease else "?",
                 transition.changes.status.value,
+                extra={
+                    "event": "run.lease_expired",
+                    "run_id": run.id,
+                    "task_id": run.task_id,
+                    "queue": run.queue,
+                    "attempt": run.attempt,
+                    "worker_id": run.lease.owner if run.lease else None,
+                },
             )
         if len(expired) < LEASE_RECOVERY_BATCH:
             return
@@ -153,6 +164,12 @@ async def run_maintenance(rt: Runlane) -> TickReport:
         except Exception:
             logger.exception("tick: duty %s failed; the other duties still run", duty.name)
             report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
+    if report.total() or report.failures:
+        logger.info(
+            "tick: %s",
+            ", ".join(f"{k} {v}" for k, v in _changes(report).items()) or "failures only",
+            extra={"event": "tick.finished", **_changes(report), "failures": report.failures},
+        )
     return report
 
 
@@ -184,9 +201,9 @@ async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop
                 )
                 leading = now_leading
             if leading:
-                report = await run_maintenance(rt)
-                if report.total() or report.failures:
-                    logger.info("%s: maintenance pass %s", holder, report)
+                # Through tick(), so observers see the leader's passes as ticks (the pass
+                # logs what it changed itself).
+                await rt.tick()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
     finally:
@@ -194,3 +211,12 @@ async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop
             # Hand over at once rather than after the lead expires.
             with contextlib.suppress(Exception):
                 await rt.storage.release_maintenance_lead(rt.environment, holder)
+
+
+def _changes(report: TickReport) -> dict[str, int]:
+    """The duties' counts that are not zero, by field name."""
+    return {
+        name: value
+        for name, value in dataclasses.asdict(report).items()
+        if name != "failures" and value
+    }

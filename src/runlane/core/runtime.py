@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -35,8 +36,9 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
+from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, TriggerPlan, plan_trigger
+from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.transport.protocol import DeliveryMessage
@@ -85,6 +87,7 @@ class Runlane:
         retention: Duration | None = None,
         sync_threads: int = 32,
         dispatch: str = "eager",
+        observers: Sequence[Observer] = (),
     ) -> None:
         if not isinstance(lane, Lane):
             raise configuration_error(
@@ -116,6 +119,8 @@ class Runlane:
         self._thread_pool: ThreadPoolExecutor | None = None
         self._open = False
         self._open_lock: asyncio.Lock | None = None
+        #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
+        self.observers = Observers(self, observers)
         self._attempts = AttemptRunner(self)
         #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
         self._creations: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
@@ -140,6 +145,10 @@ class Runlane:
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
+
+    def add_observer(self, observer: Observer) -> None:
+        """Start calling ``observer``'s hooks (see :class:`runlane.Observer`)."""
+        self.observers.add(observer)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -239,15 +248,26 @@ class Runlane:
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
         )
+        if self.observers:
+            with self.observers.producing(new.task_id, new.queue, 1) as carrier:
+                if carrier is not None and new.trace_carrier is None:
+                    new = dataclasses.replace(new, trace_carrier=carrier)
+                outcome = await self._trigger_one(new, connection)
+                if outcome.created:
+                    self.observers.call("triggered", [outcome.run])
+                return outcome.run
+        return (await self._trigger_one(new, connection)).run
+
+    async def _trigger_one(self, new: NewRun, connection: Any) -> CreateOutcome:
         if connection is None and new.idempotency_key is None and new.singleton_key is None:
             # Concurrent lone triggers share one write and one commit.
             loop = asyncio.get_running_loop()
             batcher = self._creations.get(loop)
             if batcher is None:
                 batcher = self._creations[loop] = CreationBatcher(self._create)
-            return (await batcher.create(new)).run
+            return await batcher.create(new)
         (outcome,) = await self._create([new], connection=connection)
-        return outcome.run
+        return outcome
 
     async def trigger_many(
         self,
@@ -275,6 +295,18 @@ class Runlane:
             source=_TRIGGERED,
         )
         prepared = plan.prepare(payloads)
+        if self.observers:
+            with self.observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
+                if carrier is not None and plan.trace_carrier is None:
+                    plan = dataclasses.replace(plan, trace_carrier=carrier)
+                runs = await self._trigger_planned(plan, prepared, connection)
+                self.observers.call("triggered", runs)
+                return runs
+        return await self._trigger_planned(plan, prepared, connection)
+
+    async def _trigger_planned(
+        self, plan: TriggerPlan, prepared: Prepared, connection: Any
+    ) -> list[Run]:
         spans = [
             (start, min(start + TRIGGER_BATCH_SIZE, len(prepared)))
             for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
@@ -403,7 +435,11 @@ class Runlane:
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
         )
-        (outcome,) = await self._create([new])
+        with self.observers.producing(new.task_id, new.queue, 1):
+            # The parent's carrier is kept: the new run continues the parent's trace.
+            (outcome,) = await self._create([new])
+            if self.observers:
+                self.observers.call("triggered", [outcome.run])
         return outcome.run
 
     # -- executing -----------------------------------------------------------------
@@ -475,15 +511,27 @@ class Runlane:
         )
         settings = self.lease_settings(lease_duration, None)
         await self.open()
+        if not self.observers:
+            outcome = await self._create_leased(new, settings)
+        else:
+            with self.observers.producing(new.task_id, new.queue, 1) as carrier:
+                if carrier is not None and new.trace_carrier is None:
+                    new = dataclasses.replace(new, trace_carrier=carrier)
+                outcome = await self._create_leased(new, settings)
+                if outcome.created:
+                    self.observers.call("triggered", [outcome.run])
+        if not outcome.created:
+            return outcome.run
+        return await self._attempts.execute(outcome.run, settings)
+
+    async def _create_leased(self, new: NewRun, settings: LeaseSettings) -> CreateOutcome:
         (outcome,) = await self.storage.create_runs(
             self.environment,
             [new],
             self.clock.now(),
             lease=self._attempts.lease_request(self.worker_id, settings),
         )
-        if not outcome.created:
-            return outcome.run
-        return await self._attempts.execute(outcome.run, settings)
+        return outcome
 
     async def execute_delivery(
         self,
@@ -585,7 +633,10 @@ class Runlane:
         from runlane.core.maintenance import run_maintenance
 
         await self.open()
-        return await run_maintenance(self)
+        report = await run_maintenance(self)
+        if self.observers:
+            self.observers.call("ticked", report)
+        return report
 
     async def queue_stats(self) -> list[QueueStats]:
         """Counts per registered queue (and per concurrency key on bounded queues)."""

@@ -68,6 +68,8 @@ async def materialize_due_schedules(rt: Runlane) -> tuple[int, int]:
     if not occurrences:
         return 0, failed
     created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
+    if created and rt.observers:
+        rt.observers.call("triggered", created)
     for run in created:
         logger.info(
             "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at

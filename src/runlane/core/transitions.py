@@ -7,7 +7,7 @@ compare-and-set, so a rule computed from a stale read never lands.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,9 +27,11 @@ class Succeeded:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The handler raised (or timed out); ``failure`` is already sanitised."""
+    """The handler raised (or timed out); ``failure`` is already sanitised. ``error``
+    is what it raised (for observers and log lines; never stored)."""
 
     failure: RunFailure
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,16 @@ class Worker:
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         backoff = ERROR_BACKOFF_INITIAL
+        logger.info(
+            "worker %s started: queues %s, concurrency %s, %s",
+            self.worker_id,
+            ", ".join(q.name for q in self.queues),
+            self.concurrency,
+            self.mode.value,
+            extra={"event": "worker.started", "worker_id": self.worker_id},
+        )
+        if rt.observers:
+            rt.observers.call("slots", 0, self.concurrency)
         try:
             while not self._stop.is_set():
                 free = self.concurrency - len(self._holding) - self._reserved
@@ -184,6 +194,12 @@ class Worker:
             await self._finish_in_flight()
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            logger.info(
+                "worker %s stopped after %s attempts",
+                self.worker_id,
+                self.executed,
+                extra={"event": "worker.stopped", "worker_id": self.worker_id},
+            )
 
     def _start_maintenance(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
         if self.mode is not WorkerMode.POLL or self.maintenance_interval is None:
@@ -200,21 +216,35 @@ class Worker:
             key = (run.id, run.attempt)
             holding.add(key)
             active[key] = create_task(self._execute(run, key))
+        if runs and self._rt.observers:
+            self._rt.observers.call("slots", len(holding), self.concurrency)
 
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
         attempts = self._rt.attempts
+
+        def handler_done() -> None:
+            self._holding.discard(key)
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+            if observers:
+                observers.call("slots", len(self._holding), self.concurrency)
+
+        observers = self._rt.observers
+        on_progress = self._on_progress
         try:
             try:
-                outcome, policy = await attempts.attempt(run, self.lease, stop=self._stop)
+                # The settled run is built only for on_progress and observers.
+                settled = await attempts.execute(
+                    run,
+                    self.lease,
+                    stop=self._stop,
+                    batcher=self._settles,
+                    project=on_progress is not None,
+                    handler_done=handler_done,
+                )
             finally:
-                self._holding.discard(key)
-                if self._slot_freed is not None:
-                    self._slot_freed.set()
-            # The settled run is built only for on_progress: nothing else looks at it.
-            on_progress = self._on_progress
-            settled = await attempts.settle(
-                run, outcome, policy, self._settles, project=on_progress is not None
-            )
+                if key in self._holding:
+                    handler_done()  # the attempt raised before its handler was done
             self.executed += 1
             if on_progress is not None:
                 on_progress(settled)

@@ -24,7 +24,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from runlane import Run, Runlane, WorkerMode
+from runlane import Attempt, Observer, Runlane, WorkerMode
 from runlane.cli.demo.app import build_runtime, plan_payloads
 from runlane.cli.demo.tally import DemoTally, QueueTally
 from runlane.cli.output import console, print_json
@@ -120,12 +120,8 @@ async def _run_demo(
                 f"draining them with {concurrency} worker slots"
             )
         with _progress(total, show_progress) as advance:
-
-            def settled(run: Run) -> None:
-                if tally.record(run):
-                    advance()
-
-            completed = await _drain(rl, concurrency, settled)
+            rl.add_observer(_Tallying(tally, advance))
+            completed = await _drain(rl, concurrency)
             drained = time.perf_counter()
         tally.adopt_final_counts(await rl.queue_stats())
     return DemoResult(
@@ -138,10 +134,22 @@ async def _run_demo(
     )
 
 
-async def _drain(rl: Runlane, concurrency: int, on_progress: Callable[[Run], None]) -> bool:
+class _Tallying(Observer):
+    """Counts each settled attempt into the tally and advances the progress bar."""
+
+    def __init__(self, tally: DemoTally, advance: Callable[[], None]) -> None:
+        self._tally = tally
+        self._advance = advance
+
+    def settled(self, attempt: Attempt) -> None:
+        if attempt.settled is not None and self._tally.record(attempt.settled):
+            self._advance()
+
+
+async def _drain(rl: Runlane, concurrency: int) -> bool:
     """Drain until no run is active; ``False`` if interrupted (Ctrl-C, SIGTERM)."""
     while True:
-        worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency, on_progress=on_progress)
+        worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency)
         await worker.run()
         if worker.stopping:
             return False

@@ -34,7 +34,7 @@ class QueueTally:
 
 @dataclass
 class DemoTally:
-    """Fed by the worker's ``on_progress`` (one call per settled attempt)."""
+    """Fed by an observer of the demo's runtime (one call per settled attempt)."""
 
     queues: defaultdict[str, QueueTally] = field(default_factory=lambda: defaultdict(QueueTally))
     finished: int = 0

@@ -415,7 +415,9 @@ async def test_a_non_retryable_runlane_error_fails_the_run_at_once(make_runtime:
     done = await rl.execute_next()
     assert done is not None and done.status is RunStatus.FAILED
     assert done.failure is not None and done.failure.message == "card declined"
-    assert done.failure.meta == {"c": 1}
+    # The task's meta is kept as given, next to the traceback every failed attempt keeps.
+    assert done.failure.meta == {"c": 1, "traceback": done.failure.meta["traceback"]}
+    assert "card declined" in done.failure.meta["traceback"]
 
 
 @pytest.mark.parametrize("value", ["hello", 42, 2.5, True, None, [1, "two"], {"k": ["v"]}])

@@ -14,10 +14,16 @@ from runlane.transport.sqs.bindings import (
 )
 from runlane.transport.sqs.consumer import SqsDeliveryConsumer, create_sqs_delivery_consumer
 from runlane.transport.sqs.delivery import SqsDeliveryFailure, SqsDeliveryFailurePhase
-from runlane.transport.sqs.lambda_handler import create_sqs_lambda_handler
+from runlane.transport.sqs.lambda_handler import (
+    InvocationMetrics,
+    LambdaInvocation,
+    create_sqs_lambda_handler,
+)
 from runlane.transport.sqs.transport import SqsTransport, sqs_transport
 
 __all__ = [
+    "InvocationMetrics",
+    "LambdaInvocation",
     "SqsDeliveryConsumer",
     "SqsDeliveryFailure",
     "SqsDeliveryFailurePhase",

@@ -9,9 +9,12 @@ first invocation, are reused by every warm invocation.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.transport.sqs.delivery import (
@@ -34,6 +37,76 @@ LambdaHandler = Callable[[Mapping[str, Any], Any], dict[str, list[dict[str, str]
 
 _loops = threading.local()
 
+#: How executed attempts ended, by the status ``execute_delivery`` left the run in.
+_OUTCOME_FIELDS = {
+    "succeeded": "succeeded",
+    "retrying": "retried",
+    "released": "released",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+
+
+@dataclass(slots=True)
+class LambdaInvocation:
+    """What one invocation of the Lambda handler did, for ``metrics`` (e.g. EMF).
+
+    ``executed`` attempts ended ``succeeded``, ``retried``, ``released``,
+    ``failed`` or ``cancelled``; ``ignored`` wakeups were acknowledged without an
+    attempt (duplicate, stale, not due, terminal, ...); ``delivery_failures``
+    records were returned in ``batchItemFailures`` (any reason), of which
+    ``not_started`` were left for redelivery at the deadline margin. ``queues``
+    are the runlane queues the parsable wakeups named. ``error`` is set when the
+    invocation raised (the whole batch failed).
+    """
+
+    records: int = 0
+    executed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    released: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    ignored: int = 0
+    delivery_failures: int = 0
+    not_started: int = 0
+    duration_ms: float = 0.0
+    queues: set[str] = field(default_factory=set)
+    error: BaseException | None = None
+
+    @property
+    def queue(self) -> str:
+        """The one queue the wakeups named, ``"mixed"`` if several, ``"unknown"`` if none."""
+        if len(self.queues) == 1:
+            return next(iter(self.queues))
+        return "mixed" if self.queues else "unknown"
+
+    def count(self, message: Any, result: Any) -> None:
+        """Count one ``execute_delivery`` call that returned ``result``."""
+        self.queues.add(str(message.queue))
+        executed = getattr(result, "executed", None)
+        if executed is False:
+            self.ignored += 1
+        elif executed is True:
+            self.executed += 1
+            status = getattr(getattr(result, "run", None), "status", None)
+            name = _OUTCOME_FIELDS.get(str(getattr(status, "value", status)))
+            if name is not None:
+                setattr(self, name, getattr(self, name) + 1)
+
+
+@runtime_checkable
+class InvocationMetrics(Protocol):
+    """Receives one :class:`LambdaInvocation` after each invocation (``runlane.emf``)."""
+
+    def invocation(self, report: LambdaInvocation) -> None:
+        """Record one invocation; called even when it raised."""
+
+
+_invocation: contextvars.ContextVar[LambdaInvocation | None] = contextvars.ContextVar(
+    "runlane_lambda_invocation", default=None
+)
+
 
 def lambda_event_loop() -> asyncio.AbstractEventLoop:
     """This thread's long-lived handler loop (created on first use, never closed)."""
@@ -50,6 +123,7 @@ def create_sqs_lambda_handler(
     fifo: bool = False,
     delivery_options: Mapping[str, Any] | None = None,
     on_delivery_failure: OnDeliveryFailure | None = None,
+    metrics: InvocationMetrics | None = None,
 ) -> LambdaHandler:
     """A Lambda handler for SQS events that returns ``{"batchItemFailures": [...]}``.
 
@@ -61,6 +135,9 @@ def create_sqs_lambda_handler(
     Records not started before the invocation deadline margin are reported too.
     Enable ``ReportBatchItemFailures`` on the event source mapping.
 
+    ``metrics`` (for example ``runlane.emf.emf_metrics()``) gets one
+    :class:`LambdaInvocation` per invocation, also when the invocation raises.
+
     >>> rl = Runlane(lane=postgres_lane(dsn), queues=[main], tasks=[sync_invoices])
     >>> handler = create_sqs_lambda_handler(
     ...     execute_delivery=rl.execute_delivery, delivery_options={"lease_duration": "2m"})
@@ -69,8 +146,24 @@ def create_sqs_lambda_handler(
     validate_callbacks(execute_delivery, on_delivery_failure, owner=owner)
     if not isinstance(fifo, bool):
         raise configuration_error(f"{owner}: fifo must be True or False.")
+    if metrics is not None and not isinstance(metrics, InvocationMetrics):
+        raise configuration_error(
+            f"{owner}: metrics must have an invocation(report) method, such as "
+            "runlane.emf.emf_metrics()."
+        )
+    execute = execute_delivery
+    if metrics is not None:
+
+        async def counted(message: Any, **options: Any) -> Any:
+            result = await execute_delivery(message, **options)
+            report = _invocation.get()
+            if report is not None:
+                report.count(message, result)
+            return result
+
+        execute = counted
     delivery = WakeupDelivery(
-        execute_delivery,
+        execute,
         validate_delivery_options(delivery_options, owner=owner),
         on_delivery_failure,
     )
@@ -81,16 +174,59 @@ def create_sqs_lambda_handler(
                 f"{owner}: the handler is a plain function for the Lambda runtime; call it "
                 "from synchronous code, not from inside a running event loop."
             )
-        failed = lambda_event_loop().run_until_complete(
-            _deliver_records(delivery, event, context, fifo=fifo)
-        )
+        if metrics is None:
+            failed = lambda_event_loop().run_until_complete(
+                _deliver_records(delivery, event, context, fifo=fifo)
+            )
+        else:
+            failed = _measured(metrics, delivery, event, context, fifo)
         return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
     return handler
 
 
+def _measured(
+    metrics: InvocationMetrics,
+    delivery: WakeupDelivery,
+    event: Mapping[str, Any],
+    context: Any,
+    fifo: bool,
+) -> list[str]:
+    """Deliver and hand ``metrics`` what happened, whether the invocation returned or raised."""
+    report = LambdaInvocation()
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    report.records = len(records) if isinstance(records, list) else 0
+    started = time.perf_counter()
+
+    async def invoke() -> list[str]:
+        _invocation.set(report)  # this task's own context: gone when it ends
+        return await _deliver_records(delivery, event, context, fifo=fifo, report=report)
+
+    try:
+        failed = lambda_event_loop().run_until_complete(invoke())
+    except BaseException as error:
+        report.error = error
+        report.delivery_failures = report.records
+        raise
+    else:
+        report.delivery_failures = len(failed)
+        return failed
+    finally:
+        report.duration_ms = (time.perf_counter() - started) * 1000
+        try:
+            metrics.invocation(report)
+        except Exception:
+            # Metrics must never change what SQS is told about the batch.
+            logger.exception("Lambda invocation metrics could not be written")
+
+
 async def _deliver_records(
-    delivery: WakeupDelivery, event: Mapping[str, Any], context: Any, *, fifo: bool
+    delivery: WakeupDelivery,
+    event: Mapping[str, Any],
+    context: Any,
+    *,
+    fifo: bool,
+    report: LambdaInvocation | None = None,
 ) -> list[str]:
     records = await _records_of(delivery, event)
     deadline = _Deadline.of(context)
@@ -101,6 +237,8 @@ async def _deliver_records(
             logger.warning(
                 "Lambda deadline near: %d SQS record(s) left for redelivery", len(records) - index
             )
+            if report is not None:
+                report.not_started = len(records) - index
             return failed + message_ids[index:]
         resolved = await delivery.deliver(
             record.get("body"), provider_message_id=record["messageId"], queue_url=None

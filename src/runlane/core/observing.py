@@ -1,0 +1,250 @@
+"""Observers: how metrics, tracing and live output watch the runtime.
+
+Core imports nothing third-party: the Prometheus and OpenTelemetry adapters
+(``runlane.metrics``, ``runlane.otel``) and the CLI's live lines are
+:class:`Observer` subclasses that the runtime calls at a few points. Every hook
+is a no-op here, so a subclass overrides only what it needs.
+
+An observer that raises is logged once per (observer, hook) and otherwise
+ignored: it never fails a trigger or an attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from runlane.core.models import Run, RunFailure, RunStatus, TickReport
+
+if TYPE_CHECKING:
+    from runlane.core.runtime import Runlane
+
+logger = logging.getLogger("runlane.observers")
+
+
+class Outcome(StrEnum):
+    """How one attempt ended, as metrics, spans and log lines name it."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRIED = "retried"
+    RELEASED = "released"
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+
+
+#: The outcome an attempt's settle wrote, by the status it left the run in.
+OUTCOME_BY_STATUS: Mapping[RunStatus, Outcome] = {
+    RunStatus.SUCCEEDED: Outcome.SUCCEEDED,
+    RunStatus.FAILED: Outcome.FAILED,
+    RunStatus.RETRYING: Outcome.RETRIED,
+    RunStatus.RELEASED: Outcome.RELEASED,
+    RunStatus.CANCELLED: Outcome.CANCELLED,
+}
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    """One attempt as observers see it; filled in as it goes.
+
+    ``run`` is the run as leased for this attempt (``run.attempt`` is its
+    number). Once the handler is done, ``duration`` (handler wall time, seconds),
+    ``error`` (what it raised, if anything) and ``failure`` (the stored failure)
+    are set; once the outcome is written, ``outcome``, ``settled`` (the run as
+    settled, or as storage holds it when the lease was lost), ``delay_seconds``
+    (retry or release delay) and ``release_reason``.
+    """
+
+    run: Run
+    worker_id: str
+    duration: float = 0.0
+    error: BaseException | None = None
+    failure: RunFailure | None = None
+    outcome: Outcome | None = None
+    settled: Run | None = None
+    delay_seconds: float | None = None
+    release_reason: str | None = None
+
+
+class Observer:
+    """Base class of runtime observers: every hook does nothing until overridden.
+
+    Register with ``Runlane(observers=[...])`` or ``rl.add_observer(observer)``.
+    Hooks run on the event loop in the middle of triggers and attempts: keep
+    them quick, and never block.
+    """
+
+    def attached(self, runtime: Runlane) -> None:
+        """Called once when the observer is added to ``runtime`` (its environment and
+        registry are known from here)."""
+
+    def producing(
+        self, task_id: str, queue: str, count: int
+    ) -> AbstractContextManager[Mapping[str, str] | None]:
+        """Wraps creating ``count`` runs (trigger, trigger_many, run_now, a schedule's
+        occurrence, rerun, manual retry). The value it yields, if not ``None``, is the
+        trace carrier stored with runs whose caller passed none."""
+        return contextlib.nullcontext()
+
+    def triggered(self, runs: Sequence[Run]) -> None:
+        """Runs this process created (not those an idempotency or singleton key returned)."""
+
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+        """Wraps one attempt from just after its lease is held until its outcome is
+        written (worker, ``execute_next``, ``run_now``, ``execute_delivery``); it is
+        entered in the context the handler runs in, so a context variable it sets is
+        visible to task code (sync tasks included)."""
+        return contextlib.nullcontext()
+
+    def settled(self, attempt: Attempt) -> None:
+        """An attempt's outcome was written (or its lease was lost): ``attempt`` holds
+        the run before (``run``) and after (``settled``), the duration and the outcome."""
+
+    def lease_expired(self, run: Run) -> None:
+        """Maintenance in this process recovered ``run``'s expired lease (its worker died)."""
+
+    def ticked(self, report: TickReport) -> None:
+        """A maintenance pass finished."""
+
+    def slots(self, busy: int, total: int) -> None:
+        """A worker's slots changed: ``busy`` of ``total`` hold an attempt."""
+
+
+#: Hooks an observer may override; the runtime calls each only on observers that do.
+HOOKS = (
+    "producing",
+    "triggered",
+    "attempt",
+    "settled",
+    "lease_expired",
+    "ticked",
+    "slots",
+)
+
+
+class Observers:
+    """The runtime's observers, called with their failures isolated."""
+
+    __slots__ = ("_hooks", "_logged", "_runtime", "items")
+
+    def __init__(self, runtime: Runlane, observers: Sequence[Observer] = ()) -> None:
+        self.items: list[Observer] = []
+        self._runtime = runtime
+        self._logged: set[tuple[int, str]] = set()
+        #: Per hook, the observers that override it: a hook nobody overrides costs nothing.
+        self._hooks: dict[str, list[Observer]] = {hook: [] for hook in HOOKS}
+        for observer in observers:
+            self.add(observer)
+
+    def add(self, observer: Observer) -> None:
+        """Append ``observer``; it must be an :class:`Observer`."""
+        from runlane.core.errors import configuration_error
+
+        if not isinstance(observer, Observer):
+            raise configuration_error(
+                f"observers must subclass runlane.Observer; got {type(observer).__name__}."
+            )
+        self.items.append(observer)
+        for hook, overriding in self._hooks.items():
+            if getattr(type(observer), hook) is not getattr(Observer, hook):
+                overriding.append(observer)
+        try:
+            observer.attached(self._runtime)
+        except Exception:
+            self.failed(observer, "attached")
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def failed(self, observer: Observer, hook: str) -> None:
+        """Log a raising hook once per (observer, hook); the caller carries on."""
+        key = (id(observer), hook)
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        logger.exception(
+            "observer %s raised in %s (ignored; logged once)", type(observer).__name__, hook
+        )
+
+    def call(self, hook: str, *args: Any) -> None:
+        """Call ``hook(*args)`` on every observer that overrides it."""
+        for observer in self._hooks[hook]:
+            try:
+                getattr(observer, hook)(*args)
+            except Exception:
+                self.failed(observer, hook)
+
+    @contextlib.contextmanager
+    def producing(self, task_id: str, queue: str, count: int) -> Iterator[dict[str, str] | None]:
+        """Enter every observer's ``producing``; the first carrier one of them yields.
+
+        An error of the body reaches each observer's exit (a span records it) and
+        then the caller; an observer's own error, on entry or exit, is only logged.
+        """
+        entered: list[tuple[Observer, AbstractContextManager[Mapping[str, str] | None]]] = []
+        carrier: dict[str, str] | None = None
+        for observer in self._hooks["producing"]:
+            try:
+                manager = observer.producing(task_id, queue, count)
+                value = manager.__enter__()
+                if carrier is None and value:
+                    carrier = {str(k): str(v) for k, v in value.items()}
+            except Exception:
+                self.failed(observer, "producing")
+                continue
+            entered.append((observer, manager))
+        error: BaseException | None = None
+        try:
+            yield carrier
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            info = (type(error), error, error.__traceback__) if error else (None, None, None)
+            for observer, manager in reversed(entered):
+                try:
+                    manager.__exit__(*info)  # never swallows: its return value is ignored
+                except Exception:
+                    self.failed(observer, "producing")
+
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+        """Every observer's ``attempt`` around the body; ``settled`` before leaving."""
+        return _AttemptScope(self, attempt)
+
+
+class _AttemptScope:
+    """Enters the observers' attempt contexts in order and leaves them in reverse
+    (a plain class: this runs once per attempt)."""
+
+    __slots__ = ("_attempt", "_entered", "_observers")
+
+    def __init__(self, observers: Observers, attempt: Attempt) -> None:
+        self._observers = observers
+        self._attempt = attempt
+        self._entered: list[tuple[Observer, AbstractAsyncContextManager[None]]] = []
+
+    async def __aenter__(self) -> None:
+        observers, attempt = self._observers, self._attempt
+        for observer in observers._hooks["attempt"]:
+            try:
+                manager = observer.attempt(attempt)
+                await manager.__aenter__()
+            except Exception:
+                observers.failed(observer, "attempt")
+                continue
+            self._entered.append((observer, manager))
+
+    async def __aexit__(self, *exc: object) -> None:
+        observers, attempt = self._observers, self._attempt
+        if attempt.outcome is not None:
+            observers.call("settled", attempt)
+        for observer, manager in reversed(self._entered):
+            try:
+                await manager.__aexit__(None, None, None)
+            except Exception:
+                observers.failed(observer, "attempt")

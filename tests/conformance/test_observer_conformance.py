@@ -1,0 +1,3 @@
+"""Observers, tracebacks and attempt log lines on every storage driver."""
+
+from runlane.testing.conformance.observing import *  # noqa: F403

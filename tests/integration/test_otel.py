@@ -1,0 +1,279 @@
+"""OpenTelemetry: one trace from the request that triggers a run through every attempt,
+on the same host or after an SQS hop into a Lambda handler (SDK in-memory exporter)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from runlane import (
+    Context,
+    ManualClock,
+    RetryPolicy,
+    Runlane,
+    RunStatus,
+    WorkerMode,
+    queue,
+    sqlite_lane,
+    task,
+)
+from runlane.logs import JsonFormatter, TraceContextFilter
+from runlane.otel import otel_tracing
+from runlane.sqs import create_sqs_lambda_handler, sqs_queue, sqs_transport
+from runlane.transport.sqs.lambda_handler import lambda_event_loop
+
+pytest_plugins = ["tests.support.ministack"]
+
+MAIN = queue("main", default=True)
+PROVIDER = TracerProvider()
+EXPORTER = InMemorySpanExporter()
+PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+TRACER = PROVIDER.get_tracer("tests")
+PROPAGATOR = TraceContextTextMapPropagator()
+#: Formats the records task code logs, as an app's JSON handler would.
+LOG_LINES = io.StringIO()
+task_logger = logging.getLogger("tests.otel.task")
+
+
+@task("otel.flaky", retry=RetryPolicy(max_attempts=3, initial_delay="1s", max_delay="1s"))
+async def flaky(payload: Any, ctx: Context) -> int:
+    with TRACER.start_as_current_span("inside the task"):
+        task_logger.info("attempt %s", ctx.attempt)
+    if ctx.attempt < 3:
+        raise RuntimeError(f"attempt {ctx.attempt} fails")
+    return ctx.attempt
+
+
+@task("otel.sync")
+def sync_task(payload: Any, ctx: Context) -> None:
+    # Spans of sync tasks nest too: they run in a copy of the attempt's context.
+    with TRACER.start_as_current_span("inside the sync task"):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def spans() -> Iterator[InMemorySpanExporter]:
+    EXPORTER.clear()
+    handler = logging.StreamHandler(LOG_LINES)
+    handler.setFormatter(JsonFormatter())
+    task_logger.addHandler(handler)
+    task_logger.setLevel(logging.INFO)
+    LOG_LINES.seek(0)
+    LOG_LINES.truncate()
+    yield EXPORTER
+    task_logger.removeHandler(handler)
+
+
+def runtime(path: Path, **options: Any) -> Runlane:
+    return Runlane(
+        lane=sqlite_lane(path, **options.pop("lane_options", {})),
+        queues=[MAIN],
+        tasks=[flaky, sync_task],
+        observers=[otel_tracing(PROVIDER, PROPAGATOR)],
+        environment="otel-test",
+        **options,
+    )
+
+
+def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name == name]
+
+
+async def test_one_trace_runs_from_the_request_through_the_trigger_and_every_retry(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    async with runtime(tmp_path / "o.db", clock=clock) as rl:
+        await rl.migrate()
+        with TRACER.start_as_current_span("POST /orders"):
+            run = await rl.trigger(flaky, None)
+        for _ in range(3):
+            settled = await rl.execute_next()
+            assert settled is not None
+            clock.advance("1s")
+        assert settled.status is RunStatus.SUCCEEDED
+
+    finished = EXPORTER.get_finished_spans()
+    (request,) = named(finished, "POST /orders")
+    (producer,) = named(finished, "trigger otel.flaky")
+    consumers = named(finished, "execute otel.flaky")
+    assert len(consumers) == 3
+    trace_id = request.context.trace_id
+    assert {span.context.trace_id for span in finished} == {trace_id}
+
+    assert producer.kind is SpanKind.PRODUCER and producer.parent == request.context
+    assert producer.attributes is not None
+    assert dict(producer.attributes) == {
+        "messaging.system": "runlane",
+        "messaging.destination.name": "main",
+        "messaging.operation.name": "trigger",
+        "messaging.operation.type": "send",
+        "messaging.message.id": run.id,
+        "runlane.task_id": "otel.flaky",
+        "runlane.environment": "otel-test",
+    }
+    # The stored carrier is the producer's context.
+    assert run.trace_carrier is not None
+    assert f"{trace_id:032x}-{producer.context.span_id:016x}" in run.trace_carrier["traceparent"]
+
+    for number, consumer in enumerate(consumers, start=1):
+        assert consumer.kind is SpanKind.CONSUMER
+        # Every attempt is a child of the creation context, and links to it.
+        assert consumer.parent is not None
+        assert consumer.parent.span_id == producer.context.span_id
+        assert [link.context.span_id for link in consumer.links] == [producer.context.span_id]
+        attributes = consumer.attributes
+        assert attributes is not None
+        assert attributes["messaging.operation.name"] == "execute"
+        assert attributes["messaging.operation.type"] == "process"
+        assert attributes["messaging.message.id"] == run.id
+        assert attributes["messaging.destination.name"] == "main"
+        assert attributes["runlane.attempt"] == number
+        assert attributes["runlane.worker_id"] == rl.worker_id
+    first, second, third = consumers
+    for failed in (first, second):
+        assert failed.attributes is not None
+        assert failed.attributes["runlane.outcome"] == "retried"
+        assert failed.attributes["error.type"] == "RuntimeError"
+        assert failed.status.status_code is StatusCode.ERROR
+        assert [event.name for event in failed.events] == ["exception"]
+    assert third.attributes is not None and third.attributes["runlane.outcome"] == "succeeded"
+    assert third.status.status_code is StatusCode.UNSET and "error.type" not in third.attributes
+
+    # Spans the task makes nest under its attempt; its log lines carry the ids.
+    inside = named(finished, "inside the task")
+    assert [span.parent.span_id for span in inside if span.parent] == [
+        consumer.context.span_id for consumer in consumers
+    ]
+    lines = [json.loads(line) for line in LOG_LINES.getvalue().splitlines()]
+    assert [line["span_id"] for line in lines] == [f"{s.context.span_id:016x}" for s in inside]
+    assert {line["trace_id"] for line in lines} == {f"{trace_id:032x}"}
+
+
+async def test_a_callers_carrier_is_kept_and_trigger_many_uses_one_producer_span(
+    tmp_path: Path,
+) -> None:
+    given = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    async with runtime(tmp_path / "o.db") as rl:
+        await rl.migrate()
+        kept = await rl.trigger(sync_task, None, trace_carrier=given)
+        many = await rl.trigger_many(sync_task, [1, 2, 3])
+        await rl.worker(concurrency=4, mode=WorkerMode.DRAIN, handle_signals=False).run()
+        stored = {run.id: (await rl.runs.get(run.id)).trace_carrier for run in [kept, *many]}
+    assert stored[kept.id] == given
+    finished = EXPORTER.get_finished_spans()
+    producers = named(finished, "trigger otel.sync")
+    single, batch = producers
+    assert single.attributes is not None and single.attributes["messaging.message.id"] == kept.id
+    assert batch.attributes is not None
+    assert batch.attributes["messaging.batch.message_count"] == 3
+    assert "messaging.message.id" not in batch.attributes
+    consumers = {
+        s.attributes["messaging.message.id"]: s for s in named(finished, "execute otel.sync")
+    }  # type: ignore[index]
+    # The caller's context is the parent of its run's attempt, not the producer span.
+    assert consumers[kept.id].context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert consumers[kept.id].parent is not None
+    assert consumers[kept.id].parent.span_id == 0xB7AD6B7169203331
+    for run in many:
+        assert consumers[run.id].parent is not None
+        assert consumers[run.id].parent.span_id == batch.context.span_id
+    inside = named(finished, "inside the sync task")
+    assert sorted(s.parent.span_id for s in inside if s.parent) == sorted(
+        s.context.span_id for s in consumers.values()
+    )
+
+
+async def test_an_unparsable_carrier_starts_a_new_root_trace(tmp_path: Path) -> None:
+    async with runtime(tmp_path / "o.db") as rl:
+        await rl.migrate()
+        run = await rl.trigger(sync_task, None, trace_carrier={"traceparent": "garbage"})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status is RunStatus.SUCCEEDED
+    (consumer,) = named(EXPORTER.get_finished_spans(), "execute otel.sync")
+    assert consumer.parent is None and consumer.links == ()
+    assert consumer.attributes is not None and consumer.attributes["messaging.message.id"] == run.id
+
+
+def test_the_trace_follows_a_run_through_sqs_into_a_lambda_handler(
+    sqs_client: Any, sqs_queue_factory: Any, tmp_path: Path
+) -> None:
+    url = sqs_queue_factory("otel")
+    transport = sqs_transport(client=sqs_client, queues=[sqs_queue(MAIN, queue_url=url)])
+
+    async def trigger() -> str:
+        async with Runlane(
+            lane=sqlite_lane(tmp_path / "o.db", transport=transport),
+            queues=[MAIN],
+            tasks=[flaky, sync_task],
+            observers=[otel_tracing(PROVIDER, PROPAGATOR)],
+            environment="otel-test",
+        ) as producer:
+            await producer.migrate()
+            with TRACER.start_as_current_span("POST /reports"):
+                return (await producer.trigger(sync_task, None)).id
+
+    run_id = asyncio.run(trigger())
+    received = sqs_client.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5)
+    (message,) = received["Messages"]
+    lambda_event = {
+        "Records": [
+            {
+                "messageId": message["MessageId"],
+                "receiptHandle": message["ReceiptHandle"],
+                "body": message["Body"],
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+            }
+        ]
+    }
+    # The Lambda function's module-level runtime, on the handler's own loop.
+    consumer = Runlane(
+        lane=sqlite_lane(tmp_path / "o.db", transport=transport),
+        queues=[MAIN],
+        tasks=[flaky, sync_task],
+        observers=[otel_tracing(PROVIDER, PROPAGATOR)],
+        environment="otel-test",
+    )
+    handler = create_sqs_lambda_handler(execute_delivery=consumer.execute_delivery)
+    try:
+        assert handler(lambda_event, None) == {"batchItemFailures": []}
+        done = lambda_event_loop().run_until_complete(consumer.runs.get(run_id))
+        assert done.status is RunStatus.SUCCEEDED
+    finally:
+        lambda_event_loop().run_until_complete(consumer.close())
+
+    finished = EXPORTER.get_finished_spans()
+    (request,) = named(finished, "POST /reports")
+    (producer_span,) = named(finished, "trigger otel.sync")
+    (execute,) = named(finished, "execute otel.sync")
+    (inside,) = named(finished, "inside the sync task")
+    assert {s.context.trace_id for s in (request, producer_span, execute, inside)} == {
+        request.context.trace_id
+    }
+    assert execute.parent is not None and execute.parent.span_id == producer_span.context.span_id
+    assert inside.parent is not None and inside.parent.span_id == execute.context.span_id
+
+
+def test_the_trace_context_filter_stamps_ids_when_the_record_is_made() -> None:
+    record = logging.LogRecord("runlane.x", logging.INFO, __file__, 1, "hello", None, None)
+    with TRACER.start_as_current_span("current") as span:
+        assert TraceContextFilter().filter(record)
+    # Formatted later, outside the span, the ids are still the ones of the span.
+    line = json.loads(JsonFormatter().format(record))
+    assert line["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+    assert line["span_id"] == f"{span.get_span_context().span_id:016x}"
+    assert line["message"] == "hello" and line["level"] == "INFO" and line["logger"] == "runlane.x"
