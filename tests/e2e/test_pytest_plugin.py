@@ -58,6 +58,8 @@ def test_a_users_async_test_triggers_moves_time_and_drains_on_a_test_lane(
 ) -> None:
     app.makepyfile(
         test_signup="""
+        import os
+
         from runlane import RunStatus
         from runlane.testing import assert_triggered, drain
 
@@ -76,7 +78,7 @@ def test_a_users_async_test_triggers_moves_time_and_drains_on_a_test_lane(
 
 
         def test_the_app_runtime_is_restored_after_the_test():
-            assert jobs.rl.storage.path == "production.db"
+            assert jobs.rl.storage.path == os.path.abspath("production.db")
         """
     )
 

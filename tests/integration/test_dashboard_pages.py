@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.dashboard_app import TRACEBACK, XSS_PAYLOAD
+from tests.support.dashboard_app import TRACEBACK_TAIL, XSS_PAYLOAD
 from tests.support.dashboard_client import DashboardUnderTest, dashboard_under_test
 
 from runlane import ErrorCode, RunlaneError, RunStatus
@@ -120,10 +120,12 @@ def test_run_detail_shows_the_error_traceback_and_the_timeline_oldest_first(
     assert page.status_code == 200
     assert data["run"]["id"] == run_id and data["run"]["status"] == "failed"
     assert [e["type"] for e in data["events"]] == ["run.created", "run.started", "run.failed"]
-    assert "feed unreachable" in page.text and "ConnectionError" in page.text
+    assert "feed.example unreachable" in page.text and "ConnectionError" in page.text
     shown_traceback = re.search(r'<pre class="traceback">(.*?)</pre>', page.text, re.S)
     assert shown_traceback is not None
-    assert shown_traceback.group(1).replace("&#34;", '"') == TRACEBACK
+    shown = shown_traceback.group(1).replace("&#34;", '"')
+    assert shown.startswith("Traceback (most recent call last):")
+    assert "in fetch_feed" in shown and shown.rstrip().endswith(TRACEBACK_TAIL)
     types = re.findall(r'<span class="event">([^<]+)</span>', page.text)
     assert types == ["run.created", "run.started", "run.failed"]
 

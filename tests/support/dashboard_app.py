@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from runlane import (
-    ErrorCode,
     Lane,
     RetryPolicy,
     Runlane,
-    RunlaneError,
     queue,
     schedule,
     sqlite_lane,
@@ -29,12 +27,8 @@ from runlane.testing import drain
 
 #: Stored data that would run script if a page rendered it unescaped.
 XSS_PAYLOAD = "<img src=x onerror=\"window.__runlaneXss=1;console.log('xss-executed')\">"
-TRACEBACK = (
-    "Traceback (most recent call last):\n"
-    '  File "feeds.py", line 12, in import_feed\n'
-    "    response = fetch(url)\n"
-    "ConnectionError: feed.example unreachable"
-)
+#: The last line of the traceback a failed feed import stores.
+TRACEBACK_TAIL = "ConnectionError: feed.example unreachable"
 
 main = queue("main", default=True)
 reports = queue("reports", concurrency_limit=2)
@@ -50,13 +44,13 @@ def charge(payload: Any, ctx: Any) -> None:
     raise ValueError(f"card declined for {payload['customer']}")
 
 
+def fetch_feed(url: str) -> None:
+    raise ConnectionError(f"{url} unreachable")
+
+
 @task("import.feed", retry=RetryPolicy(max_attempts=1))
 async def import_feed(payload: Any, ctx: Any) -> None:
-    raise RunlaneError(
-        ErrorCode.TASK_FAILED,
-        "feed unreachable",
-        meta={"exception_type": "ConnectionError", "traceback": TRACEBACK},
-    )
+    fetch_feed("feed.example")
 
 
 @task(
