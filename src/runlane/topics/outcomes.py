@@ -183,11 +183,11 @@ def decide_delivery(
     if isinstance(ended_with, FatalWorkError):
         failure = RunFailure(
             code=ErrorCode.TASK_FAILED.value,
-            message=storable(str(ended_with) or "The handler raised FatalWorkError."),
+            message=storable(str(ended_with).strip() or "The handler raised FatalWorkError."),
             retryable=False,
             meta={"exception_type": "FatalWorkError"},
         )
-        reason = str(ended_with) or DeadLetterReason.FATAL_WORK_ERROR.value
+        reason = str(ended_with).strip() or DeadLetterReason.FATAL_WORK_ERROR.value
         return DeadLetterWith(dead_letter_reason(reason), failure)
     failure = sanitize(ended_with)
     if isinstance(ended_with, RunlaneError) and not ended_with.retryable:

@@ -171,6 +171,7 @@ def test_fatal_work_error_dead_letters_at_once_with_its_message_as_reason() -> N
 
 def test_fatal_work_error_without_a_message_has_the_built_in_reason() -> None:
     assert _raised(FatalWorkError()).reason == "fatal_work_error"
+    assert _raised(FatalWorkError("   ")).reason == "fatal_work_error"
 
 
 def test_a_non_retryable_runlane_error_dead_letters_with_its_code_as_reason() -> None:
