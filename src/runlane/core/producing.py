@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from runlane.core.carriers import validate_trace_carrier
 from runlane.core.clock import aware_utc
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.durations import Duration, parse_duration
@@ -26,14 +27,10 @@ from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
-from runlane.core.text import unstorable
 from runlane.storage.protocol import CreateOutcome, NewRun
 
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
-#: The most bytes (UTF-8 keys plus values) a trace carrier may hold; W3C trace context
-#: and baggage fit in far less, and the carrier goes into every wakeup.
-MAX_TRACE_CARRIER_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +170,7 @@ def plan_trigger(
         singleton_key=task.singleton_key if singleton_key is None else singleton_key,
         idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
         concurrency_key=concurrency_key,
-        trace_carrier=_validate_carrier(trace_carrier),
+        trace_carrier=validate_trace_carrier(trace_carrier),
     )
 
 
@@ -182,31 +179,6 @@ def _key_from(option: Any, payload: Any, name: str) -> str | None:
         return None
     value = option if isinstance(option, str) else option(payload)
     return None if value is None else validate_identifier(value, name=name)
-
-
-def _validate_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] | None:
-    if carrier is None:
-        return None
-    if not isinstance(carrier, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
-    ):
-        raise configuration_error("trace_carrier must map strings to strings.")
-    size = 0
-    for text in (*carrier.keys(), *carrier.values()):
-        problem = unstorable(text)
-        if problem is not None:
-            raise configuration_error(f"trace_carrier must not contain {problem}.")
-        size += len(text.encode())
-    if size > MAX_TRACE_CARRIER_BYTES:
-        # It travels in every wakeup: an oversized one would make the provider refuse
-        # the batch it is published with.
-        raise configuration_error(
-            f"trace_carrier holds {size} bytes of keys and values; at most "
-            f"{MAX_TRACE_CARRIER_BYTES} are allowed (propagate trace context only).",
-            size=size,
-            limit=MAX_TRACE_CARRIER_BYTES,
-        )
-    return dict(carrier)
 
 
 Write = Callable[[Sequence[NewRun]], Awaitable[list[CreateOutcome]]]

@@ -246,7 +246,7 @@ async def test_one_poison_attempt_among_good_ones_in_a_worker_fails_alone(
 async def test_an_oversized_trace_carrier_is_refused_at_trigger_and_stores_nothing(
     make_runtime: Factory,
 ) -> None:
-    from runlane.core.producing import MAX_TRACE_CARRIER_BYTES
+    from runlane.core.carriers import MAX_TRACE_CARRIER_BYTES
 
     @task("traced")
     async def traced(payload: Any, ctx: Context) -> None:
