@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, cast
 
-from runlane.core.models import Run
 from runlane.core.transitions import project
-from runlane.storage.protocol import LeaseRequest, QueuePolicy, SettlesAndClaims, Transition
+from runlane.storage.protocol import SettlesAndClaims
+from runlane.types.records import LeaseRequest, QueuePolicy, Transition
+from runlane.types.runs import Run
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
 from runlane.transport.protocol import (
     DeliveryMessage,
     PublishFailure,
@@ -19,6 +18,7 @@ from runlane.transport.protocol import (
     WakeupFailed,
     WakeupPublished,
 )
+from runlane.types.records import OutboxMessage, OutboxResult, QueuePolicy
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane

@@ -24,10 +24,10 @@ from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
-from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
-from runlane.core.text import unstorable
-from runlane.storage.protocol import CreateOutcome, NewRun
+from runlane.core.storable_text import unstorable
+from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.runs import RunSource, RunSourceType, RunStatus
 
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000

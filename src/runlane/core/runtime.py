@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from runlane.core.clock import Clock, SystemClock, aware_utc
 from runlane.core.context import Signal
@@ -25,9 +25,25 @@ from runlane.core.ids import (
     new_token,
     validate_identifier,
 )
-from runlane.core.lane import Lane
-from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
-from runlane.core.models import (
+from runlane.core.lane_spec import Lane
+from runlane.core.maintenance import (
+    DEFAULT_MAINTENANCE_INTERVAL,
+    Duty,
+    run_maintenance,
+    standard_duties,
+)
+from runlane.core.observing import Observer, Observers
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
+from runlane.core.registry import Registry
+from runlane.core.run_operations import IdempotencyKeys, Runs
+from runlane.core.schedule_service import ScheduleMaterializer, Schedules
+from runlane.core.store import StoreScope
+from runlane.core.sync import SyncRunlane
+from runlane.core.worker import Worker, WorkerMode
+from runlane.transport.protocol import DeliveryMessage
+from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
     Run,
@@ -36,17 +52,6 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
-from runlane.core.observing import Observer, Observers
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
-from runlane.core.registry import Registry
-from runlane.storage.protocol import CreateOutcome, NewRun
-from runlane.transport.protocol import DeliveryMessage
-
-if TYPE_CHECKING:
-    from runlane.core.operations import IdempotencyKeys, Runs
-    from runlane.core.sync import SyncRunlane
-    from runlane.core.worker import Worker, WorkerMode
 
 logger = logging.getLogger("runlane")
 
@@ -93,11 +98,8 @@ class Runlane:
             raise configuration_error(
                 "lane must be built by sqlite_lane(...) or postgres_lane(...)."
             )
-        self.lane = lane
-        self.storage = lane.storage
         self.registry = Registry(queues, tasks)
         self.environment = validate_identifier(environment, name="environment")
-        self.clock: Clock = clock or SystemClock()
         self.worker_id = validate_identifier(worker_id or default_worker_id(), name="worker_id")
         if (
             isinstance(max_payload_bytes, bool)
@@ -119,8 +121,12 @@ class Runlane:
         self._thread_pool: ThreadPoolExecutor | None = None
         self._open = False
         self._open_lock: asyncio.Lock | None = None
+        if dispatch not in ("eager", "deferred"):
+            raise configuration_error("dispatch must be 'eager' or 'deferred'.")
+        self.eager_dispatch = dispatch == "eager"
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
-        self.observers = Observers(self, observers)
+        self.observers = Observers(self)
+        self.bind_lane(lane, clock or SystemClock())
         self._attempts = AttemptRunner(self)
         #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
         self._creations: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
@@ -128,20 +134,38 @@ class Runlane:
         )
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
-        if dispatch not in ("eager", "deferred"):
-            raise configuration_error("dispatch must be 'eager' or 'deferred'.")
-        self.eager_dispatch = dispatch == "eager"
-        self.dispatcher: Dispatcher | None = None
-        if lane.transport is not None:
-            check_transport_bindings(lane.transport, list(self.registry.queues.values()))
-            self.dispatcher = Dispatcher(self, lane.transport)
-        from runlane.core.operations import IdempotencyKeys, Runs
-
         self.runs: Runs = Runs(self)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
-        from runlane.core.scheduling import Schedules
-
         self.schedules: Schedules = Schedules(self)
+        # Last, so each observer's ``attached`` sees a fully wired runtime.
+        for observer in observers:
+            self.observers.add(observer)
+
+    def bind_lane(self, lane: Lane, clock: Clock) -> None:
+        """Wire this runtime to ``lane`` and ``clock``: its store scope, dispatcher and
+        maintenance duties. The constructor calls it; ``runlane.testing.on_lane`` calls
+        it again on a closed runtime to point an app's runtime at a test lane."""
+        dispatcher = None
+        if lane.transport is not None:
+            check_transport_bindings(lane.transport, list(self.registry.queues.values()))
+            dispatcher = Dispatcher(self, lane.transport)
+        self.lane = lane
+        self.storage = lane.storage
+        self.clock: Clock = clock
+        #: The storage calls of this runtime: its storage, environment and clock.
+        self.store = StoreScope(self.storage, self.environment, self.clock)
+        self.dispatcher: Dispatcher | None = dispatcher
+        #: The duties of one maintenance pass (``tick``), in order.
+        self.duties: tuple[Duty, ...] = standard_duties(
+            store=self.store,
+            tasks=self.registry.tasks,
+            observers=self.observers,
+            schedules=ScheduleMaterializer(
+                self.store, self.registry.schedules, self, self.observers
+            ),
+            dispatcher=self.dispatcher,
+            retention=self.retention,
+        )
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -210,8 +234,6 @@ class Runlane:
     def sync(self) -> SyncRunlane:
         """The blocking facade for sync apps: ``rl.sync.trigger(...)``."""
         if self._sync is None:
-            from runlane.core.sync import SyncRunlane
-
             self._sync = SyncRunlane(self)
         return self._sync
 
@@ -587,8 +609,6 @@ class Runlane:
         environment's elected leader: one leader across all workers, so no separate
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
         """
-        from runlane.core.worker import Worker, WorkerMode
-
         return Worker(
             self,
             queues=self.registry.policies_for(queues),
@@ -630,10 +650,8 @@ class Runlane:
 
     async def tick(self) -> TickReport:
         """One maintenance pass; safe to run from many processes at once."""
-        from runlane.core.maintenance import run_maintenance
-
         await self.open()
-        report = await run_maintenance(self)
+        report = await run_maintenance(self.duties)
         if self.observers:
             self.observers.call("ticked", report)
         return report
