@@ -145,15 +145,17 @@ class Runlane:
         """Wire this runtime to ``lane`` and ``clock``: its store scope, dispatcher and
         maintenance duties. The constructor calls it; ``runlane.testing.on_lane`` calls
         it again on a closed runtime to point an app's runtime at a test lane."""
+        store = StoreScope(lane.storage, self.environment, clock)
         dispatcher = None
         if lane.transport is not None:
-            check_transport_bindings(lane.transport, list(self.registry.queues.values()))
-            dispatcher = Dispatcher(self, lane.transport)
+            queues = list(self.registry.queues.values())
+            check_transport_bindings(lane.transport, queues)
+            dispatcher = Dispatcher(store, lane.transport, queues, self.lease_duration)
         self.lane = lane
         self.storage = lane.storage
         self.clock: Clock = clock
         #: The storage calls of this runtime: its storage, environment and clock.
-        self.store = StoreScope(self.storage, self.environment, self.clock)
+        self.store = store
         self.dispatcher: Dispatcher | None = dispatcher
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
