@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import os
 import socket
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -17,7 +16,7 @@ from runlane.core.clock import Clock, SystemClock, aware_utc
 from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.delivery import DeliveryResult, execute_delivery
-from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher, check_transport_bindings
+from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
@@ -34,7 +33,7 @@ from runlane.core.maintenance import (
 )
 from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
+from runlane.core.producing import RunWriter, TriggerPlan, plan_trigger
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
@@ -56,10 +55,6 @@ from runlane.types.runs import (
 logger = logging.getLogger("runlane")
 
 DEFAULT_ENVIRONMENT = "default"
-#: Bulk triggers write this many runs per storage round trip.
-TRIGGER_BATCH_SIZE = 1000
-#: Batches of one ``trigger_many`` call written at once.
-TRIGGER_CONCURRENCY = 2
 _TRIGGERED = RunSource(RunSourceType.TRIGGER)
 #: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
 P = TypeVar("P")
@@ -128,10 +123,6 @@ class Runlane:
         self.observers = Observers(self)
         self.bind_lane(lane, clock or SystemClock())
         self._attempts = AttemptRunner(self)
-        #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
-        self._creations: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
-            weakref.WeakKeyDictionary()
-        )
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
         self.runs: Runs = Runs(self)
@@ -157,6 +148,13 @@ class Runlane:
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
         self.dispatcher: Dispatcher | None = dispatcher
+        self._writer = RunWriter(
+            store,
+            dispatcher=dispatcher,
+            eager_dispatch=self.eager_dispatch,
+            opened=self.open,
+            on_created=self._notify_work,
+        )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
             store=self.store,
@@ -276,22 +274,11 @@ class Runlane:
             with self.observers.producing(new.task_id, new.queue, 1) as carrier:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._trigger_one(new, connection)
+                outcome = await self._writer.create_one(new, connection)
                 if outcome.created:
                     self.observers.call("triggered", [outcome.run])
                 return outcome.run
-        return (await self._trigger_one(new, connection)).run
-
-    async def _trigger_one(self, new: NewRun, connection: Any) -> CreateOutcome:
-        if connection is None and new.idempotency_key is None and new.singleton_key is None:
-            # Concurrent lone triggers share one write and one commit.
-            loop = asyncio.get_running_loop()
-            batcher = self._creations.get(loop)
-            if batcher is None:
-                batcher = self._creations[loop] = CreationBatcher(self._create)
-            return await batcher.create(new)
-        (outcome,) = await self._create([new], connection=connection)
-        return outcome
+        return (await self._writer.create_one(new, connection)).run
 
     async def trigger_many(
         self,
@@ -323,67 +310,10 @@ class Runlane:
             with self.observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
                 if carrier is not None and plan.trace_carrier is None:
                     plan = dataclasses.replace(plan, trace_carrier=carrier)
-                runs = await self._trigger_planned(plan, prepared, connection)
+                runs = await self._writer.create_planned(plan, prepared, connection)
                 self.observers.call("triggered", runs)
                 return runs
-        return await self._trigger_planned(plan, prepared, connection)
-
-    async def _trigger_planned(
-        self, plan: TriggerPlan, prepared: Prepared, connection: Any
-    ) -> list[Run]:
-        spans = [
-            (start, min(start + TRIGGER_BATCH_SIZE, len(prepared)))
-            for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
-        ]
-
-        async def write(start: int, stop: int) -> list[Run]:
-            outcomes = await self._create(plan.build(prepared, start, stop), connection=connection)
-            return [outcome.run for outcome in outcomes]
-
-        if connection is not None or len(spans) < 2:
-            written = [await write(start, stop) for start, stop in spans]
-        else:
-            # A few batches in flight at once: the database stores one while this
-            # process builds the next.
-            gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
-
-            async def gated(start: int, stop: int) -> list[Run]:
-                async with gate:
-                    return await write(start, stop)
-
-            writes = [asyncio.ensure_future(gated(start, stop)) for start, stop in spans]
-            try:
-                written = await asyncio.gather(*writes)
-            except BaseException:
-                # The first failure is the caller's error (not an ExceptionGroup): stop
-                # the batches not written yet and wait for those in flight.
-                for pending in writes:
-                    pending.cancel()
-                await asyncio.gather(*writes, return_exceptions=True)
-                raise
-        return [run for runs in written for run in runs]
-
-    async def _create(
-        self, new_runs: Sequence[NewRun], *, connection: Any = None
-    ) -> list[CreateOutcome]:
-        """Write runs; on a transport lane publish their wakeups right after commit."""
-        await self.open()
-        now = self.clock.now()
-        # Inside the caller's transaction nothing may be published before it commits,
-        # so those wakeups wait in the outbox for tick.
-        publish_now = self.dispatcher is not None and self.eager_dispatch and connection is None
-        outcomes = await self.storage.create_runs(
-            self.environment,
-            new_runs,
-            now,
-            connection=connection,
-            outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
-        )
-        if any(o.created for o in outcomes):
-            self._notify_work()
-        if publish_now and self.dispatcher is not None:
-            await self.dispatcher.publish([m for o in outcomes for m in o.outbox])
-        return outcomes
+        return await self._writer.create_planned(plan, prepared, connection)
 
     def plan_trigger(
         self,
@@ -461,7 +391,7 @@ class Runlane:
         )
         with self.observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.
-            (outcome,) = await self._create([new])
+            (outcome,) = await self._writer.create([new])
             if self.observers:
                 self.observers.call("triggered", [outcome.run])
         return outcome.run
