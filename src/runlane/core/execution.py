@@ -67,7 +67,7 @@ class AttemptRunner:
 
     def __init__(self, runtime: Runlane) -> None:
         self._rt = runtime
-        self._settles = TransitionBatcher(runtime)
+        self._settles = TransitionBatcher(runtime.store)
         self._keeper = _LeaseKeeper()
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:

@@ -122,7 +122,6 @@ class Runlane:
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
         self.observers = Observers(self)
         self.bind_lane(lane, clock or SystemClock())
-        self._attempts = AttemptRunner(self)
         self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
         self.runs: Runs = Runs(self)
@@ -147,6 +146,8 @@ class Runlane:
         self.clock: Clock = clock
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
+        # The attempt runner's settle batcher writes through this lane's store scope.
+        self._attempts = AttemptRunner(self)
         self.dispatcher: Dispatcher | None = dispatcher
         self._writer = RunWriter(
             store,

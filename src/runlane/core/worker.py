@@ -91,7 +91,7 @@ class Worker:
         #: Whether the last claim got all it asked for (so more runs are probably due).
         self._more_due = False
         self._settles = TransitionBatcher(
-            runtime,
+            runtime.store,
             max_batch=max(1, concurrency // SETTLE_BATCH_DIVISOR),
             max_flushes=MAX_SETTLE_FLUSHES,
             claims=self,
