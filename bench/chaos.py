@@ -55,7 +55,7 @@ from runlane import (
     sqlite_lane,
     task,
 )
-from runlane.core.models import RunEventType
+from runlane.types.runs import RunEventType
 
 MAIN = queue("main", default=True)
 #: A run can be caught in flight by several kills; give it room so none fails for that.

@@ -4,8 +4,14 @@ from runlane.core.clock import Clock, ManualClock, SystemClock
 from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.definitions import QueueDef, TaskDef, queue, task
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.lane import Lane
-from runlane.core.models import (
+from runlane.core.lane_spec import Lane
+from runlane.core.observing import Attempt, Observer, Outcome
+from runlane.core.retry import BackoffType, RetryPolicy
+from runlane.core.runtime import Runlane
+from runlane.core.schedule_defs import ScheduleDef, schedule
+from runlane.core.worker import Worker, WorkerMode
+from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
+from runlane.types.runs import (
     Page,
     QueueStats,
     QueueThroughput,
@@ -18,12 +24,6 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
-from runlane.core.observing import Attempt, Observer, Outcome
-from runlane.core.retry import BackoffType, RetryPolicy
-from runlane.core.runtime import Runlane
-from runlane.core.schedules import ScheduleDef, schedule
-from runlane.core.worker import Worker, WorkerMode
-from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
 
 __all__ = [
     "Attempt",

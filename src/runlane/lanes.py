@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from runlane.core.errors import configuration_error
-from runlane.core.lane import Lane
+from runlane.core.lane_spec import Lane
 
 #: SQLite's name for a database that lives in memory only.
 MEMORY = ":memory:"

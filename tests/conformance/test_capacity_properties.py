@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runlane import Context, Lane, ManualClock, RetryPolicy, Runlane, queue, task
-from runlane.core.models import LEASED_STATUSES, Run, RunFailure
 from runlane.core.transitions import Failed, Released, Succeeded, settle_attempt
 from runlane.storage.protocol import LeaseRequest
+from runlane.types.runs import LEASED_STATUSES, Run, RunFailure
 
 LIMIT = 2
 KEYS = ["a", "b"]

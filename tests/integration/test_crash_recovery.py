@@ -25,7 +25,7 @@ from types import ModuleType
 import pytest
 
 from runlane import Run, Runlane, RunStatus, WorkerMode
-from runlane.core.models import RunEventType
+from runlane.types.runs import RunEventType
 
 pytestmark = pytest.mark.slow
 

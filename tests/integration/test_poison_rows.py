@@ -32,9 +32,9 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome
-from runlane.core.models import Run
 from runlane.storage.protocol import LeaseRequest
 from runlane.transport.protocol import DeliveryMessage
+from runlane.types.runs import Run
 
 MAIN = queue("main", default=True)
 BOUNDED = queue("bounded", concurrency_limit=5)

@@ -20,7 +20,7 @@ from runlane import (
 )
 from runlane.core.ids import MAX_IDENTIFIER_LENGTH
 from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.schedules import MAX_SCHEDULE_ID_LENGTH, occurrence_key
+from runlane.core.schedule_defs import MAX_SCHEDULE_ID_LENGTH, occurrence_key
 
 
 class Invoice(BaseModel):

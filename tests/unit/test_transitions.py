@@ -9,14 +9,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane import ErrorCode, RetryPolicy, RunlaneError, RunStatus
-from runlane.core.models import (
-    CLAIMABLE_STATUSES,
-    TERMINAL_STATUSES,
-    Lease,
-    Run,
-    RunEventType,
-    RunFailure,
-)
 from runlane.core.transitions import (
     LEASE_EXPIRED_FAILURE,
     Failed,
@@ -29,6 +21,14 @@ from runlane.core.transitions import (
     settle_attempt,
 )
 from runlane.storage.protocol import Transition
+from runlane.types.runs import (
+    CLAIMABLE_STATUSES,
+    TERMINAL_STATUSES,
+    Lease,
+    Run,
+    RunEventType,
+    RunFailure,
+)
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 LEASE = Lease(owner="worker-1", token="token-1", expires_at=NOW + timedelta(seconds=30))

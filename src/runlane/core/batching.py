@@ -17,14 +17,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
-from runlane.core.models import Run
+from runlane.core.store import StoreScope
 from runlane.core.transitions import project
-from runlane.storage.protocol import LeaseRequest, QueuePolicy, SettlesAndClaims, Transition
-
-if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+from runlane.storage.protocol import SettlesAndClaims
+from runlane.types.records import LeaseRequest, QueuePolicy, Transition
+from runlane.types.runs import Run
 
 logger = logging.getLogger("runlane.worker")
 
@@ -62,17 +61,17 @@ class TransitionBatcher:
 
     def __init__(
         self,
-        runtime: Runlane,
+        store: StoreScope,
         *,
         max_batch: int = MAX_SETTLE_BATCH,
         max_flushes: int = 1,
         claims: ClaimHook | None = None,
     ) -> None:
-        self._rt = runtime
+        self._store = store
         #: Most settles in one write that carries a claim (alone, up to MAX_SETTLE_BATCH).
         self._max_batch = max(1, min(max_batch, MAX_SETTLE_BATCH))
         self._max_flushes = max(1, max_flushes)
-        self._claims = claims if isinstance(runtime.storage, SettlesAndClaims) else None
+        self._claims = claims if isinstance(store.storage, SettlesAndClaims) else None
         #: (run, transition, future, whether the caller wants the run as stored after it).
         self._pending: list[tuple[Run, Transition, asyncio.Future[Run | None], bool]] = []
         #: Flush tasks started and not finished; whether one has not taken its batch yet.
@@ -118,7 +117,7 @@ class TransitionBatcher:
                 self._claims.flushed()
 
     async def _flush_once(self) -> None:
-        rt = self._rt
+        store = self._store
         hook = self._claims
         size = self._max_batch
         request = hook.claim_request(min(size, len(self._pending))) if hook is not None else None
@@ -128,12 +127,12 @@ class TransitionBatcher:
         batch, self._pending = self._pending[:size], self._pending[size:]
         # What is left may go out in another flush at the same time.
         self._start_flush()
-        now = rt.clock.now()
+        now = store.now()
         transitions = [t for _, t, _, _ in batch]
         claimed: list[Run] = []
         try:
             if request is None:
-                applied = await rt.storage.apply_transitions(rt.environment, transitions, now)
+                applied = await store.storage.apply_transitions(store.environment, transitions, now)
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
@@ -157,13 +156,13 @@ class TransitionBatcher:
     async def _apply_and_claim(
         self, transitions: list[Transition], now: datetime, request: ClaimRequest
     ) -> tuple[list[bool], list[Run]]:
-        rt = self._rt
-        combined = cast(SettlesAndClaims, rt.storage)  # checked when the hook was accepted
+        store = self._store
+        combined = cast(SettlesAndClaims, store.storage)  # checked when the hook was accepted
         try:
             return await combined.apply_transitions_and_claim(
-                rt.environment, transitions, now, request.queues, request.limit, request.lease
+                store.environment, transitions, now, request.queues, request.limit, request.lease
             )
         except Exception as error:
             # Settles must not fail because a claim did: write them on their own.
             logger.warning("settling and claiming failed (%s); settling alone", error)
-            return await rt.storage.apply_transitions(rt.environment, transitions, now), []
+            return await store.storage.apply_transitions(store.environment, transitions, now), []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runlane.core.errors import configuration_error
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 
 #: The most bytes (UTF-8 keys plus values) a trace carrier may hold; W3C trace context
 #: and baggage fit in far less, and the carrier goes into every wakeup.

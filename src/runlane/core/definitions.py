@@ -15,7 +15,7 @@ from runlane.core.ids import validate_identifier
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
-    from runlane.core.schedules import ScheduleDef
+    from runlane.core.schedule_defs import ScheduleDef
 
 DEFAULT_IDEMPOTENCY_KEY_TTL = "30d"
 
@@ -186,7 +186,7 @@ def task(
         else parse_duration(idempotency_key_ttl, name="idempotency_key_ttl", allow_zero=False)
     )
     schedule_defs = tuple(schedules)
-    from runlane.core.schedules import ScheduleDef
+    from runlane.core.schedule_defs import ScheduleDef
 
     for entry in schedule_defs:
         if not isinstance(entry, ScheduleDef):

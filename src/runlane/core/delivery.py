@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from runlane.core.context import Signal
 from runlane.core.ids import could_be_run_id
-from runlane.core.models import LEASED_STATUSES, Run
 from runlane.transport.protocol import DeliveryMessage
+from runlane.types.runs import LEASED_STATUSES, Run
 
 if TYPE_CHECKING:
     from runlane.core.execution import LeaseSettings

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
+from runlane.core.store import StoreScope
 from runlane.transport.protocol import (
     DeliveryMessage,
     PublishFailure,
@@ -19,9 +18,7 @@ from runlane.transport.protocol import (
     WakeupFailed,
     WakeupPublished,
 )
-
-if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+from runlane.types.records import OutboxMessage, OutboxResult, QueuePolicy
 
 logger = logging.getLogger("runlane.dispatch")
 
@@ -63,30 +60,39 @@ def check_transport_bindings(transport: Transport, queues: Sequence[QueueDef]) -
 class Dispatcher:
     """Publishes outbox messages through the lane's transport."""
 
-    def __init__(self, runtime: Runlane, transport: Transport) -> None:
-        self._rt = runtime
+    def __init__(
+        self,
+        store: StoreScope,
+        transport: Transport,
+        queues: Sequence[QueueDef],
+        lease_duration: float,
+    ) -> None:
+        self._store = store
         self.transport = transport
-
-    def policies(self) -> list[QueuePolicy]:
-        """Queue policies with each bounded queue's reservation window."""
-        rt = self._rt
-        return [
+        # A bounded queue's reservation lasts its dispatch timeout, else one lease.
+        self._policies = [
             QueuePolicy(
                 q.name,
                 q.concurrency_limit,
-                (q.dispatch_timeout or rt.lease_duration) if q.concurrency_limit else None,
+                (q.dispatch_timeout or lease_duration) if q.concurrency_limit else None,
             )
-            for q in rt.registry.queues.values()
+            for q in queues
         ]
+
+    def policies(self) -> list[QueuePolicy]:
+        """Queue policies with each bounded queue's reservation window."""
+        return list(self._policies)
 
     async def publish(self, messages: Sequence[OutboxMessage]) -> tuple[int, int]:
         """Publish claimed messages and record each outcome; return (published, failed)."""
         if not messages:
             return 0, 0
-        rt = self._rt
+        store = self._store
         attempts = [
             WakeupAttempt(
-                DeliveryMessage(rt.environment, m.run_id, m.queue, m.requested_at, m.trace_carrier),
+                DeliveryMessage(
+                    store.environment, m.run_id, m.queue, m.requested_at, m.trace_carrier
+                ),
                 m.id,
             )
             for m in messages
@@ -113,7 +119,7 @@ class Dispatcher:
             )
             failure = PublishFailure(error.code.value, error.message, error.retryable, error.meta)
             outcomes = [WakeupFailed(failure)] * len(attempts)
-        now = rt.clock.now()
+        now = store.now()
         results = []
         for message, outcome in zip(messages, outcomes, strict=True):
             if isinstance(outcome, WakeupPublished):
@@ -134,7 +140,7 @@ class Dispatcher:
                     retry_at=now + timedelta(seconds=delay),
                 )
             )
-        await rt.storage.settle_outbox(rt.environment, results, now)
+        await store.storage.settle_outbox(store.environment, results, now)
         published = sum(1 for r in results if r.published)
         if published < len(results):
             refused = next(r for r in results if not r.published)
@@ -153,12 +159,12 @@ class Dispatcher:
 
     async def publish_pending(self) -> tuple[int, int]:
         """Claim and publish every publishable outbox message (a tick duty)."""
-        rt = self._rt
+        store = self._store
         total_published = total_failed = 0
         while True:
-            now = rt.clock.now()
-            batch = await rt.storage.claim_outbox(
-                rt.environment, now, OUTBOX_BATCH, now + OUTBOX_CLAIM_WINDOW
+            now = store.now()
+            batch = await store.storage.claim_outbox(
+                store.environment, now, OUTBOX_BATCH, now + OUTBOX_CLAIM_WINDOW
             )
             published, failed = await self.publish(batch)
             total_published += published
@@ -168,11 +174,11 @@ class Dispatcher:
 
     async def request_due_deliveries(self) -> int:
         """Append delivery requests for runs that became due (a tick duty)."""
-        rt = self._rt
+        store = self._store
         total = 0
         while True:
-            count = await rt.storage.request_due_deliveries(
-                rt.environment, self.policies(), rt.clock.now(), DELIVERY_REQUEST_BATCH
+            count = await store.storage.request_due_deliveries(
+                store.environment, self.policies(), store.now(), DELIVERY_REQUEST_BATCH
             )
             total += count
             if count < DELIVERY_REQUEST_BATCH:

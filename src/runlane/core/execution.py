@@ -18,11 +18,10 @@ from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.durations import parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Run, RunFailure, RunStatus
 from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
 from runlane.core.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from runlane.core.text import storable, unstorable, unstorable_json
+from runlane.core.storable_text import storable, unstorable, unstorable_json
 from runlane.core.transitions import (
     AttemptOutcome,
     Failed,
@@ -31,7 +30,8 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.storage.protocol import LeaseRequest, RunChanges
+from runlane.types.records import LeaseRequest, RunChanges
+from runlane.types.runs import Run, RunFailure, RunStatus
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
@@ -67,7 +67,7 @@ class AttemptRunner:
 
     def __init__(self, runtime: Runlane) -> None:
         self._rt = runtime
-        self._settles = TransitionBatcher(runtime)
+        self._settles = TransitionBatcher(runtime.store)
         self._keeper = _LeaseKeeper()
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:

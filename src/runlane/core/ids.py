@@ -7,7 +7,7 @@ import threading
 import time
 
 from runlane.core.errors import configuration_error
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 
 MAX_IDENTIFIER_LENGTH = 255
 

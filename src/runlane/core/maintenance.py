@@ -1,6 +1,11 @@
-"""Maintenance duties run by ``tick`` and by workers: each a small named service, safe
-to run concurrently, and isolated: one that fails is logged and counted, the others
-still run. Workers run them under an elected leader, one per environment."""
+"""Maintenance duties run by ``tick`` and by workers: each a small named service with
+its own defaults, safe to run concurrently, and isolated: one that fails is logged
+and counted, the others still run. Workers run them under an elected leader, one
+per environment.
+
+Each service receives only what it uses (a :class:`StoreScope`, the task
+definitions, the dispatcher, ...), so it can be built and tested on its own.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
-from runlane.core.models import TERMINAL_STATUSES, RunStatus, TickReport
+from runlane.core.context import Signal
+from runlane.core.definitions import TaskDef
+from runlane.core.dispatch import Dispatcher
+from runlane.core.observing import Observers
 from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.scheduling import materialize_due_schedules
+from runlane.core.schedule_service import ScheduleMaterializer
+from runlane.core.store import StoreScope
 from runlane.core.transitions import LeaseExpired, settle_attempt
-
-if TYPE_CHECKING:
-    from runlane.core.context import Signal
-    from runlane.core.runtime import Runlane
+from runlane.types.runs import TERMINAL_STATUSES, RunStatus, TickReport
 
 logger = logging.getLogger("runlane.maintenance")
 
@@ -35,120 +41,207 @@ DEFAULT_MAINTENANCE_INTERVAL = 5.0
 MAINTENANCE_LEAD_INTERVALS = 3
 
 
+class Duty(Protocol):
+    """One maintenance duty: its name in logs and in ``TickReport.failures``, and one
+    pass of its work, which writes its counts into the report."""
+
+    @property
+    def name(self) -> str:
+        """The duty's name in logs and in ``TickReport.failures``."""
+        ...
+
+    async def run(self, report: TickReport) -> None:
+        """Do one pass of the duty's work and add its counts to ``report``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
-class Duty:
-    """One maintenance duty: what it is called in logs and in ``TickReport.failures``,
-    and what it does (writing its counts into the report)."""
+class ScheduleDuty:
+    """Materialises the due slots of every schedule; a schedule that fails is counted
+    under ``schedules`` without stopping the others."""
 
-    name: str
-    run: Callable[[Runlane, TickReport], Awaitable[None]]
-    #: Only on lanes with a transport (delivery requests and the outbox).
-    needs_transport: bool = False
+    name: ClassVar[str] = "schedules"
+    materializer: ScheduleMaterializer
 
-
-async def _schedules(rt: Runlane, report: TickReport) -> None:
-    created, failed = await materialize_due_schedules(rt)
-    report.schedules_materialized += created
-    if failed:
-        report.failures["schedules"] = report.failures.get("schedules", 0) + failed
+    async def run(self, report: TickReport) -> None:
+        """Create the runs of the due slots."""
+        created, failed = await self.materializer.materialize_due()
+        report.schedules_materialized += created
+        if failed:
+            report.failures[self.name] = report.failures.get(self.name, 0) + failed
 
 
-async def _reservations(rt: Runlane, report: TickReport) -> None:
-    report.reservations_expired += await rt.storage.expire_dispatch_reservations(
-        rt.environment, rt.clock.now()
-    )
+@dataclass(frozen=True, slots=True)
+class ReservationExpiry:
+    """Frees dispatch reservations on bounded queues that were never claimed."""
+
+    name: ClassVar[str] = "dispatch_reservations"
+    store: StoreScope
+
+    async def run(self, report: TickReport) -> None:
+        """Expire the reservations whose window has passed."""
+        store = self.store
+        report.reservations_expired += await store.storage.expire_dispatch_reservations(
+            store.environment, store.now()
+        )
 
 
-async def _delivery_requests(rt: Runlane, report: TickReport) -> None:
-    assert rt.dispatcher is not None
-    report.deliveries_requested += await rt.dispatcher.request_due_deliveries()
+@dataclass(frozen=True, slots=True)
+class LeaseRecovery:
+    """Runs whose worker vanished: the attempt counts as failed (or the cancel
+    completes), by the task's retry policy."""
 
+    name: ClassVar[str] = "lease_recovery"
+    store: StoreScope
+    #: Registered tasks by id (their retry policies); unknown tasks use the default.
+    tasks: Mapping[str, TaskDef[Any]]
+    observers: Observers
+    batch_size: int = LEASE_RECOVERY_BATCH
 
-async def _outbox(rt: Runlane, report: TickReport) -> None:
-    assert rt.dispatcher is not None
-    published, failed = await rt.dispatcher.publish_pending()
-    report.outbox_published += published
-    report.outbox_failed += failed
-
-
-async def _idempotency_keys(rt: Runlane, report: TickReport) -> None:
-    report.idempotency_keys_released += await rt.storage.release_expired_idempotency_keys(
-        rt.environment, rt.clock.now()
-    )
-
-
-async def _pruning(rt: Runlane, report: TickReport) -> None:
-    if rt.retention is not None:
-        report.runs_pruned += await prune_finished_runs(rt, rt.retention)
-
-
-async def recover_expired_leases(rt: Runlane, report: TickReport) -> None:
-    """Runs whose worker vanished: the attempt counts as failed (or the cancel completes)."""
-    while True:
-        now = rt.clock.now()
-        expired = await rt.storage.list_expired_leases(rt.environment, now, LEASE_RECOVERY_BATCH)
-        if not expired:
-            return
-        transitions = []
-        for run in expired:
-            task = rt.registry.tasks.get(run.task_id)
-            policy = task.retry if task is not None else DEFAULT_RETRY_POLICY
-            transitions.append(settle_attempt(run, LeaseExpired(), policy, now))
-        applied = await rt.storage.apply_transitions(rt.environment, transitions, now)
-        for run, transition, ok in zip(expired, transitions, applied, strict=True):
-            if not ok:
-                continue  # another process recovered it, or its worker came back
-            if run.status is RunStatus.CANCELLATION_REQUESTED:
-                report.cancellations_finished += 1
-            else:
-                report.leases_recovered += 1
-                if rt.observers:
-                    rt.observers.call("lease_expired", run)
-            logger.warning(
-                "run %s: lease of %s expired; now %s",
-                run.id,
-                run.lease.owner if run.lease else "?",
-                transition.changes.status.value,
-                extra={
-                    "event": "run.lease_expired",
-                    "run_id": run.id,
-                    "task_id": run.task_id,
-                    "queue": run.queue,
-                    "attempt": run.attempt,
-                    "worker_id": run.lease.owner if run.lease else None,
-                },
+    async def run(self, report: TickReport) -> None:
+        """Recover every expired lease, ``batch_size`` runs per round trip."""
+        store = self.store
+        while True:
+            now = store.now()
+            expired = await store.storage.list_expired_leases(
+                store.environment, now, self.batch_size
             )
-        if len(expired) < LEASE_RECOVERY_BATCH:
-            return
+            if not expired:
+                return
+            transitions = []
+            for run in expired:
+                task = self.tasks.get(run.task_id)
+                policy = task.retry if task is not None else DEFAULT_RETRY_POLICY
+                transitions.append(settle_attempt(run, LeaseExpired(), policy, now))
+            applied = await store.storage.apply_transitions(store.environment, transitions, now)
+            for run, transition, ok in zip(expired, transitions, applied, strict=True):
+                if not ok:
+                    continue  # another process recovered it, or its worker came back
+                if run.status is RunStatus.CANCELLATION_REQUESTED:
+                    report.cancellations_finished += 1
+                else:
+                    report.leases_recovered += 1
+                    if self.observers:
+                        self.observers.call("lease_expired", run)
+                logger.warning(
+                    "run %s: lease of %s expired; now %s",
+                    run.id,
+                    run.lease.owner if run.lease else "?",
+                    transition.changes.status.value,
+                    extra={
+                        "event": "run.lease_expired",
+                        "run_id": run.id,
+                        "task_id": run.task_id,
+                        "queue": run.queue,
+                        "attempt": run.attempt,
+                        "worker_id": run.lease.owner if run.lease else None,
+                    },
+                )
+            if len(expired) < self.batch_size:
+                return
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRequests:
+    """Requests wakeups for runs that became due on transport lanes."""
+
+    name: ClassVar[str] = "delivery_requests"
+    dispatcher: Dispatcher
+
+    async def run(self, report: TickReport) -> None:
+        """Write the delivery requests of the runs now due."""
+        report.deliveries_requested += await self.dispatcher.request_due_deliveries()
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxPublish:
+    """Publishes the delivery requests waiting in the outbox."""
+
+    name: ClassVar[str] = "outbox_publish"
+    dispatcher: Dispatcher
+
+    async def run(self, report: TickReport) -> None:
+        """Publish what is pending; failures stay in the outbox for the next pass."""
+        published, failed = await self.dispatcher.publish_pending()
+        report.outbox_published += published
+        report.outbox_failed += failed
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyKeyRelease:
+    """Releases idempotency keys whose ownership window has ended."""
+
+    name: ClassVar[str] = "idempotency_keys"
+    store: StoreScope
+
+    async def run(self, report: TickReport) -> None:
+        """Release the expired keys."""
+        store = self.store
+        report.idempotency_keys_released += await store.storage.release_expired_idempotency_keys(
+            store.environment, store.now()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Pruning:
+    """Deletes finished runs older than the runtime's retention."""
+
+    name: ClassVar[str] = "pruning"
+    store: StoreScope
+    #: Seconds a finished run is kept.
+    retention: float
+    batch_size: int = PRUNE_BATCH
+
+    async def run(self, report: TickReport) -> None:
+        """Prune the finished runs past retention."""
+        report.runs_pruned += await prune_finished_runs(
+            self.store, self.retention, batch_size=self.batch_size
+        )
 
 
 async def prune_finished_runs(
-    rt: Runlane, older_than_seconds: float, statuses: frozenset[RunStatus] = TERMINAL_STATUSES
+    store: StoreScope,
+    older_than_seconds: float,
+    statuses: frozenset[RunStatus] = TERMINAL_STATUSES,
+    *,
+    batch_size: int = PRUNE_BATCH,
 ) -> int:
-    """Delete finished runs last updated more than ``older_than_seconds`` ago."""
-    cutoff = rt.clock.now() - timedelta(seconds=older_than_seconds)
+    """Delete finished runs last updated more than ``older_than_seconds`` ago,
+    ``batch_size`` per round trip."""
+    cutoff = store.now() - timedelta(seconds=older_than_seconds)
     total = 0
     ordered = sorted(statuses)
     while True:
-        deleted = await rt.storage.prune_runs(rt.environment, cutoff, ordered, PRUNE_BATCH)
+        deleted = await store.storage.prune_runs(store.environment, cutoff, ordered, batch_size)
         total += deleted
-        if deleted < PRUNE_BATCH:
+        if deleted < batch_size:
             return total
 
 
-#: Every duty, in the order one pass runs them.
-DUTIES: tuple[Duty, ...] = (
-    Duty("schedules", _schedules),
-    Duty("dispatch_reservations", _reservations, needs_transport=True),
-    Duty("lease_recovery", recover_expired_leases),
-    Duty("delivery_requests", _delivery_requests, needs_transport=True),
-    Duty("outbox_publish", _outbox, needs_transport=True),
-    Duty("idempotency_keys", _idempotency_keys),
-    Duty("pruning", _pruning),
-)
+def standard_duties(
+    *,
+    store: StoreScope,
+    tasks: Mapping[str, TaskDef[Any]],
+    observers: Observers,
+    schedules: ScheduleMaterializer,
+    dispatcher: Dispatcher | None,
+    retention: float | None,
+) -> tuple[Duty, ...]:
+    """Every duty a runtime runs, in the order one pass runs them: the transport
+    duties only on a lane with a transport, pruning only with a retention."""
+    duties: list[Duty] = [ScheduleDuty(schedules)]
+    if dispatcher is not None:
+        duties.append(ReservationExpiry(store))
+    duties.append(LeaseRecovery(store, tasks, observers))
+    if dispatcher is not None:
+        duties += [DeliveryRequests(dispatcher), OutboxPublish(dispatcher)]
+    duties.append(IdempotencyKeyRelease(store))
+    if retention is not None:
+        duties.append(Pruning(store, retention))
+    return tuple(duties)
 
 
-async def run_maintenance(rt: Runlane) -> TickReport:
+async def run_maintenance(duties: Sequence[Duty]) -> TickReport:
     """Run every duty once and report what each did.
 
     A duty that raises is logged (with its traceback) and counted in
@@ -156,11 +249,9 @@ async def run_maintenance(rt: Runlane) -> TickReport:
     bad schedule or a failing publish never stops lease recovery or pruning.
     """
     report = TickReport()
-    for duty in DUTIES:
-        if duty.needs_transport and rt.dispatcher is None:
-            continue
+    for duty in duties:
         try:
-            await duty.run(rt, report)
+            await duty.run(report)
         except Exception:
             logger.exception("tick: duty %s failed; the other duties still run", duty.name)
             report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
@@ -173,9 +264,15 @@ async def run_maintenance(rt: Runlane) -> TickReport:
     return report
 
 
-async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop: Signal) -> None:
+async def maintain_while_leading(
+    store: StoreScope,
+    tick: Callable[[], Awaitable[TickReport]],
+    holder: str,
+    interval: float,
+    stop: Signal,
+) -> None:
     """Every ``interval`` seconds until ``stop``: contend for the environment's
-    maintenance lead and, while ``holder`` has it, run one maintenance pass.
+    maintenance lead and, while ``holder`` has it, run one pass through ``tick``.
 
     Many workers run this side by side; only the leader's passes run, so one
     ticker per environment does the work of ``runlane tick``. A failed pass or a
@@ -186,8 +283,8 @@ async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop
     try:
         while not stop.is_set():
             try:
-                now_leading = await rt.storage.hold_maintenance_lead(
-                    rt.environment, holder, rt.clock.now(), ttl
+                now_leading = await store.storage.hold_maintenance_lead(
+                    store.environment, holder, store.now(), ttl
                 )
             except Exception as error:
                 logger.warning("%s: maintenance lead not known (%s); trying again", holder, error)
@@ -197,20 +294,20 @@ async def maintain_while_leading(rt: Runlane, holder: str, interval: float, stop
                     "%s: %s maintenance of environment %s",
                     holder,
                     "leads" if now_leading else "no longer leads",
-                    rt.environment,
+                    store.environment,
                 )
                 leading = now_leading
             if leading:
-                # Through tick(), so observers see the leader's passes as ticks (the pass
-                # logs what it changed itself).
-                await rt.tick()
+                # Through the runtime's tick, so observers see the leader's passes as
+                # ticks (the pass logs what it changed itself).
+                await tick()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
     finally:
         if leading:
             # Hand over at once rather than after the lead expires.
             with contextlib.suppress(Exception):
-                await rt.storage.release_maintenance_lead(rt.environment, holder)
+                await store.storage.release_maintenance_lead(store.environment, holder)
 
 
 def _changes(report: TickReport) -> dict[str, int]:

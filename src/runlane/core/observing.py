@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from runlane.core.models import Run, RunFailure, RunStatus, TickReport
+from runlane.types.runs import Run, RunFailure, RunStatus, TickReport
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane

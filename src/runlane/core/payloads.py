@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.text import measure_json
+from runlane.core.storable_text import measure_json
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef

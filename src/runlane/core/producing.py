@@ -14,6 +14,7 @@ for company, so batching adds no latency.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,15 +23,21 @@ from typing import Any
 from runlane.core.carriers import validate_trace_carrier
 from runlane.core.clock import aware_utc
 from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
-from runlane.core.models import RunSource, RunSourceType, RunStatus
 from runlane.core.payloads import prepare_payload
-from runlane.storage.protocol import CreateOutcome, NewRun
+from runlane.core.store import StoreScope
+from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
+#: Bulk triggers write this many runs per storage round trip.
+TRIGGER_BATCH_SIZE = 1000
+#: Batches of one ``trigger_many`` call written at once.
+TRIGGER_CONCURRENCY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,3 +234,101 @@ class CreationBatcher:
             for (_, future), outcome in zip(group, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
+
+
+class RunWriter:
+    """Writes validated runs to storage: lone triggers group-committed per event loop,
+    bulk triggers in bounded concurrent batches, and on a transport lane with eager
+    dispatch the wakeups published right after commit."""
+
+    def __init__(
+        self,
+        store: StoreScope,
+        *,
+        dispatcher: Dispatcher | None,
+        eager_dispatch: bool,
+        opened: Callable[[], Awaitable[None]],
+        on_created: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._dispatcher = dispatcher
+        self._eager = eager_dispatch
+        self._opened = opened
+        self._on_created = on_created
+        #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def create_one(self, new: NewRun, connection: Any) -> CreateOutcome:
+        """Write one run; without keys or a caller's connection it shares a commit."""
+        if connection is None and new.idempotency_key is None and new.singleton_key is None:
+            # Concurrent lone triggers share one write and one commit.
+            loop = asyncio.get_running_loop()
+            batcher = self._batchers.get(loop)
+            if batcher is None:
+                batcher = self._batchers[loop] = CreationBatcher(self.create)
+            return await batcher.create(new)
+        (outcome,) = await self.create([new], connection=connection)
+        return outcome
+
+    async def create_planned(
+        self, plan: TriggerPlan, prepared: Prepared, connection: Any
+    ) -> list[Run]:
+        """Write the runs of one bulk call in batches of :data:`TRIGGER_BATCH_SIZE`, each
+        atomic, up to :data:`TRIGGER_CONCURRENCY` at a time (one after another inside
+        the caller's ``connection``)."""
+        spans = [
+            (start, min(start + TRIGGER_BATCH_SIZE, len(prepared)))
+            for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
+        ]
+
+        async def write(start: int, stop: int) -> list[Run]:
+            outcomes = await self.create(plan.build(prepared, start, stop), connection=connection)
+            return [outcome.run for outcome in outcomes]
+
+        if connection is not None or len(spans) < 2:
+            written = [await write(start, stop) for start, stop in spans]
+        else:
+            # A few batches in flight at once: the database stores one while this
+            # process builds the next.
+            gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
+
+            async def gated(start: int, stop: int) -> list[Run]:
+                async with gate:
+                    return await write(start, stop)
+
+            writes = [asyncio.ensure_future(gated(start, stop)) for start, stop in spans]
+            try:
+                written = await asyncio.gather(*writes)
+            except BaseException:
+                # The first failure is the caller's error (not an ExceptionGroup): stop
+                # the batches not written yet and wait for those in flight.
+                for pending in writes:
+                    pending.cancel()
+                await asyncio.gather(*writes, return_exceptions=True)
+                raise
+        return [run for runs in written for run in runs]
+
+    async def create(
+        self, new_runs: Sequence[NewRun], *, connection: Any = None
+    ) -> list[CreateOutcome]:
+        """Write runs; on a transport lane publish their wakeups right after commit."""
+        await self._opened()
+        store = self._store
+        now = store.now()
+        # Inside the caller's transaction nothing may be published before it commits,
+        # so those wakeups wait in the outbox for tick.
+        publish_now = self._dispatcher is not None and self._eager and connection is None
+        outcomes = await store.storage.create_runs(
+            store.environment,
+            new_runs,
+            now,
+            connection=connection,
+            outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
+        )
+        if any(o.created for o in outcomes):
+            self._on_created()
+        if publish_now and self._dispatcher is not None:
+            await self._dispatcher.publish([m for o in outcomes for m in o.outbox])
+        return outcomes

@@ -8,8 +8,8 @@ from typing import Any
 
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.schedules import ScheduleDef
-from runlane.storage.protocol import QueuePolicy
+from runlane.core.schedule_defs import ScheduleDef
+from runlane.types.records import QueuePolicy
 
 #: An unknown task id's error names at most this many registered ids that look alike.
 MAX_SUGGESTIONS = 3

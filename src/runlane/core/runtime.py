@@ -7,17 +7,16 @@ import dataclasses
 import logging
 import os
 import socket
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from runlane.core.clock import Clock, SystemClock, aware_utc
 from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.delivery import DeliveryResult, execute_delivery
-from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher, check_transport_bindings
+from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
@@ -25,9 +24,25 @@ from runlane.core.ids import (
     new_token,
     validate_identifier,
 )
-from runlane.core.lane import Lane
-from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL
-from runlane.core.models import (
+from runlane.core.lane_spec import Lane
+from runlane.core.maintenance import (
+    DEFAULT_MAINTENANCE_INTERVAL,
+    Duty,
+    run_maintenance,
+    standard_duties,
+)
+from runlane.core.observing import Observer, Observers
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from runlane.core.producing import RunWriter, TriggerPlan, plan_trigger
+from runlane.core.registry import Registry
+from runlane.core.run_operations import IdempotencyKeys, Runs
+from runlane.core.schedule_service import ScheduleMaterializer, Schedules
+from runlane.core.store import StoreScope
+from runlane.core.sync import SyncRunlane
+from runlane.core.worker import Worker, WorkerMode
+from runlane.transport.protocol import DeliveryMessage
+from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
     Run,
@@ -36,25 +51,10 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
-from runlane.core.observing import Observer, Observers
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import CreationBatcher, Prepared, TriggerPlan, plan_trigger
-from runlane.core.registry import Registry
-from runlane.storage.protocol import CreateOutcome, NewRun
-from runlane.transport.protocol import DeliveryMessage
-
-if TYPE_CHECKING:
-    from runlane.core.operations import IdempotencyKeys, Runs
-    from runlane.core.sync import SyncRunlane
-    from runlane.core.worker import Worker, WorkerMode
 
 logger = logging.getLogger("runlane")
 
 DEFAULT_ENVIRONMENT = "default"
-#: Bulk triggers write this many runs per storage round trip.
-TRIGGER_BATCH_SIZE = 1000
-#: Batches of one ``trigger_many`` call written at once.
-TRIGGER_CONCURRENCY = 2
 _TRIGGERED = RunSource(RunSourceType.TRIGGER)
 #: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
 P = TypeVar("P")
@@ -93,11 +93,8 @@ class Runlane:
             raise configuration_error(
                 "lane must be built by sqlite_lane(...) or postgres_lane(...)."
             )
-        self.lane = lane
-        self.storage = lane.storage
         self.registry = Registry(queues, tasks)
         self.environment = validate_identifier(environment, name="environment")
-        self.clock: Clock = clock or SystemClock()
         self.worker_id = validate_identifier(worker_id or default_worker_id(), name="worker_id")
         if (
             isinstance(max_payload_bytes, bool)
@@ -119,29 +116,57 @@ class Runlane:
         self._thread_pool: ThreadPoolExecutor | None = None
         self._open = False
         self._open_lock: asyncio.Lock | None = None
-        #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
-        self.observers = Observers(self, observers)
-        self._attempts = AttemptRunner(self)
-        #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
-        self._creations: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._work_available: list[asyncio.Event] = []
-        self._sync: SyncRunlane | None = None
         if dispatch not in ("eager", "deferred"):
             raise configuration_error("dispatch must be 'eager' or 'deferred'.")
         self.eager_dispatch = dispatch == "eager"
-        self.dispatcher: Dispatcher | None = None
-        if lane.transport is not None:
-            check_transport_bindings(lane.transport, list(self.registry.queues.values()))
-            self.dispatcher = Dispatcher(self, lane.transport)
-        from runlane.core.operations import IdempotencyKeys, Runs
-
+        #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
+        self.observers = Observers(self)
+        self.bind_lane(lane, clock or SystemClock())
+        self._work_available: list[asyncio.Event] = []
+        self._sync: SyncRunlane | None = None
         self.runs: Runs = Runs(self)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
-        from runlane.core.scheduling import Schedules
-
         self.schedules: Schedules = Schedules(self)
+        # Last, so each observer's ``attached`` sees a fully wired runtime.
+        for observer in observers:
+            self.observers.add(observer)
+
+    def bind_lane(self, lane: Lane, clock: Clock) -> None:
+        """Wire this runtime to ``lane`` and ``clock``: its store scope, dispatcher and
+        maintenance duties. The constructor calls it; ``runlane.testing.on_lane`` calls
+        it again on a closed runtime to point an app's runtime at a test lane."""
+        store = StoreScope(lane.storage, self.environment, clock)
+        dispatcher = None
+        if lane.transport is not None:
+            queues = list(self.registry.queues.values())
+            check_transport_bindings(lane.transport, queues)
+            dispatcher = Dispatcher(store, lane.transport, queues, self.lease_duration)
+        self.lane = lane
+        self.storage = lane.storage
+        self.clock: Clock = clock
+        #: The storage calls of this runtime: its storage, environment and clock.
+        self.store = store
+        # The attempt runner's settle batcher writes through this lane's store scope.
+        self._attempts = AttemptRunner(self)
+        self.dispatcher: Dispatcher | None = dispatcher
+        self._writer = RunWriter(
+            store,
+            dispatcher=dispatcher,
+            eager_dispatch=self.eager_dispatch,
+            opened=self.open,
+            on_created=self._notify_work,
+        )
+        #: The duties of one maintenance pass (``tick``), in order.
+        self.duties: tuple[Duty, ...] = standard_duties(
+            store=self.store,
+            tasks=self.registry.tasks,
+            observers=self.observers,
+            schedules=ScheduleMaterializer(
+                self.store, self.registry.schedules, self, self.observers
+            ),
+            dispatcher=self.dispatcher,
+            retention=self.retention,
+        )
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -210,8 +235,6 @@ class Runlane:
     def sync(self) -> SyncRunlane:
         """The blocking facade for sync apps: ``rl.sync.trigger(...)``."""
         if self._sync is None:
-            from runlane.core.sync import SyncRunlane
-
             self._sync = SyncRunlane(self)
         return self._sync
 
@@ -252,22 +275,11 @@ class Runlane:
             with self.observers.producing(new.task_id, new.queue, 1) as carrier:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._trigger_one(new, connection)
+                outcome = await self._writer.create_one(new, connection)
                 if outcome.created:
                     self.observers.call("triggered", [outcome.run])
                 return outcome.run
-        return (await self._trigger_one(new, connection)).run
-
-    async def _trigger_one(self, new: NewRun, connection: Any) -> CreateOutcome:
-        if connection is None and new.idempotency_key is None and new.singleton_key is None:
-            # Concurrent lone triggers share one write and one commit.
-            loop = asyncio.get_running_loop()
-            batcher = self._creations.get(loop)
-            if batcher is None:
-                batcher = self._creations[loop] = CreationBatcher(self._create)
-            return await batcher.create(new)
-        (outcome,) = await self._create([new], connection=connection)
-        return outcome
+        return (await self._writer.create_one(new, connection)).run
 
     async def trigger_many(
         self,
@@ -299,67 +311,10 @@ class Runlane:
             with self.observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
                 if carrier is not None and plan.trace_carrier is None:
                     plan = dataclasses.replace(plan, trace_carrier=carrier)
-                runs = await self._trigger_planned(plan, prepared, connection)
+                runs = await self._writer.create_planned(plan, prepared, connection)
                 self.observers.call("triggered", runs)
                 return runs
-        return await self._trigger_planned(plan, prepared, connection)
-
-    async def _trigger_planned(
-        self, plan: TriggerPlan, prepared: Prepared, connection: Any
-    ) -> list[Run]:
-        spans = [
-            (start, min(start + TRIGGER_BATCH_SIZE, len(prepared)))
-            for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
-        ]
-
-        async def write(start: int, stop: int) -> list[Run]:
-            outcomes = await self._create(plan.build(prepared, start, stop), connection=connection)
-            return [outcome.run for outcome in outcomes]
-
-        if connection is not None or len(spans) < 2:
-            written = [await write(start, stop) for start, stop in spans]
-        else:
-            # A few batches in flight at once: the database stores one while this
-            # process builds the next.
-            gate = asyncio.Semaphore(TRIGGER_CONCURRENCY)
-
-            async def gated(start: int, stop: int) -> list[Run]:
-                async with gate:
-                    return await write(start, stop)
-
-            writes = [asyncio.ensure_future(gated(start, stop)) for start, stop in spans]
-            try:
-                written = await asyncio.gather(*writes)
-            except BaseException:
-                # The first failure is the caller's error (not an ExceptionGroup): stop
-                # the batches not written yet and wait for those in flight.
-                for pending in writes:
-                    pending.cancel()
-                await asyncio.gather(*writes, return_exceptions=True)
-                raise
-        return [run for runs in written for run in runs]
-
-    async def _create(
-        self, new_runs: Sequence[NewRun], *, connection: Any = None
-    ) -> list[CreateOutcome]:
-        """Write runs; on a transport lane publish their wakeups right after commit."""
-        await self.open()
-        now = self.clock.now()
-        # Inside the caller's transaction nothing may be published before it commits,
-        # so those wakeups wait in the outbox for tick.
-        publish_now = self.dispatcher is not None and self.eager_dispatch and connection is None
-        outcomes = await self.storage.create_runs(
-            self.environment,
-            new_runs,
-            now,
-            connection=connection,
-            outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
-        )
-        if any(o.created for o in outcomes):
-            self._notify_work()
-        if publish_now and self.dispatcher is not None:
-            await self.dispatcher.publish([m for o in outcomes for m in o.outbox])
-        return outcomes
+        return await self._writer.create_planned(plan, prepared, connection)
 
     def plan_trigger(
         self,
@@ -437,7 +392,7 @@ class Runlane:
         )
         with self.observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.
-            (outcome,) = await self._create([new])
+            (outcome,) = await self._writer.create([new])
             if self.observers:
                 self.observers.call("triggered", [outcome.run])
         return outcome.run
@@ -587,8 +542,6 @@ class Runlane:
         environment's elected leader: one leader across all workers, so no separate
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
         """
-        from runlane.core.worker import Worker, WorkerMode
-
         return Worker(
             self,
             queues=self.registry.policies_for(queues),
@@ -630,10 +583,8 @@ class Runlane:
 
     async def tick(self) -> TickReport:
         """One maintenance pass; safe to run from many processes at once."""
-        from runlane.core.maintenance import run_maintenance
-
         await self.open()
-        report = await run_maintenance(self)
+        report = await run_maintenance(self.duties)
         if self.observers:
             self.observers.call("ticked", report)
         return report

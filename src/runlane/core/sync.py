@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
-    from runlane.core.models import Run
     from runlane.core.runtime import Runlane
+    from runlane.types.runs import Run
 
 T = TypeVar("T")
 P = TypeVar("P")

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import CLAIMABLE_STATUSES, Run, RunEventType, RunFailure, RunStatus
 from runlane.core.retry import RetryPolicy
-from runlane.core.text import storable, storable_json
-from runlane.storage.protocol import NewEvent, RunChanges, Transition
+from runlane.core.storable_text import storable, storable_json
+from runlane.types.records import NewEvent, RunChanges, Transition
+from runlane.types.runs import CLAIMABLE_STATUSES, Run, RunEventType, RunFailure, RunStatus
 
 
 @dataclass(frozen=True, slots=True)

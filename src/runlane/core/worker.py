@@ -16,8 +16,9 @@ from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
-from runlane.core.models import Run
-from runlane.storage.protocol import QueuePolicy, WorkNotifier
+from runlane.storage.protocol import WorkNotifier
+from runlane.types.records import QueuePolicy
+from runlane.types.runs import Run
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
@@ -90,7 +91,7 @@ class Worker:
         #: Whether the last claim got all it asked for (so more runs are probably due).
         self._more_due = False
         self._settles = TransitionBatcher(
-            runtime,
+            runtime.store,
             max_batch=max(1, concurrency // SETTLE_BATCH_DIVISOR),
             max_flushes=MAX_SETTLE_FLUSHES,
             claims=self,
@@ -205,7 +206,9 @@ class Worker:
         if self.mode is not WorkerMode.POLL or self.maintenance_interval is None:
             return None
         return loop.create_task(
-            maintain_while_leading(self._rt, self.worker_id, self.maintenance_interval, self._stop)
+            maintain_while_leading(
+                self._rt.store, self._rt.tick, self.worker_id, self.maintenance_interval, self._stop
+            )
         )
 
     def _start(self, runs: list[Run]) -> None:

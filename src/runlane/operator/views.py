@@ -11,7 +11,9 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.models import (
+from runlane.core.payloads import UnreadablePayload
+from runlane.core.schedule_service import ScheduleInfo
+from runlane.types.runs import (
     ACTIVE_STATUSES,
     QueueStats,
     QueueThroughput,
@@ -20,8 +22,6 @@ from runlane.core.models import (
     RunStatus,
     TickReport,
 )
-from runlane.core.payloads import UnreadablePayload
-from runlane.core.scheduling import ScheduleInfo
 
 View = dict[str, Any]
 

@@ -16,7 +16,9 @@ from operator import itemgetter
 from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
-from runlane.core.models import (
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload
+from runlane.storage.protocol import OutboxMessage, QueuePolicy, ScheduleState
+from runlane.types.runs import (
     Lease,
     QueueStats,
     Run,
@@ -26,8 +28,6 @@ from runlane.core.models import (
     RunSource,
     RunStatus,
 )
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload
-from runlane.storage.protocol import OutboxMessage, QueuePolicy, ScheduleState
 
 #: Sequence number of the ``run.delivery_requested`` event of a run created with one.
 DELIVERY_REQUEST_SEQUENCE = 2

@@ -17,11 +17,11 @@ import asyncio
 from typing import Any
 
 from runlane.core.clock import ManualClock
-from runlane.core.models import Run
 from runlane.core.runtime import Runlane
 from runlane.testing.assertions import ANY_PAYLOAD, all_triggered, assert_triggered
 from runlane.testing.draining import DEFAULT_DRAIN_LIMIT, drain
 from runlane.testing.rebinding import on_lane
+from runlane.types.runs import Run
 
 
 async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, within: float = 10.0) -> Run:

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.errors import configuration_error
-from runlane.core.models import Run
-from runlane.core.operations import MAX_PAGE_SIZE
+from runlane.core.run_operations import MAX_PAGE_SIZE
 from runlane.core.runtime import Runlane
+from runlane.types.runs import Run
 
 
 class _AnyPayload:

@@ -9,9 +9,9 @@ from runlane.core.clock import ManualClock
 from runlane.core.definitions import QueueDef
 from runlane.core.durations import Duration, parse_optional_duration
 from runlane.core.errors import configuration_error
-from runlane.core.models import CLAIMABLE_STATUSES, Run
-from runlane.core.operations import MAX_PAGE_SIZE
+from runlane.core.run_operations import MAX_PAGE_SIZE
 from runlane.core.runtime import Runlane
+from runlane.types.runs import CLAIMABLE_STATUSES, Run
 
 #: ``drain`` stops after this many attempts unless told otherwise (guards endless releases).
 DEFAULT_DRAIN_LIMIT = 10_000

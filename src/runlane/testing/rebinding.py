@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from runlane.core.clock import Clock
-from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.errors import configuration_error
-from runlane.core.lane import Lane
+from runlane.core.lane_spec import Lane
 from runlane.core.runtime import Runlane
 
 
@@ -34,15 +33,9 @@ def on_lane(rl: Runlane, lane: Lane, *, clock: Clock | None = None) -> Iterator[
             "on_lane needs a closed runtime: close it (await rl.close()) before the test "
             "swaps its lane, so no connection to the old lane stays in use."
         )
-    saved = (rl.lane, rl.storage, rl.clock, rl.dispatcher)
-    dispatcher = None
-    if lane.transport is not None:
-        check_transport_bindings(lane.transport, list(rl.queues.values()))
-        dispatcher = Dispatcher(rl, lane.transport)
-    rl.lane, rl.storage, rl.dispatcher = lane, lane.storage, dispatcher
-    if clock is not None:
-        rl.clock = clock
+    saved_lane, saved_clock = rl.lane, rl.clock
+    rl.bind_lane(lane, clock or saved_clock)
     try:
         yield rl
     finally:
-        rl.lane, rl.storage, rl.clock, rl.dispatcher = saved
+        rl.bind_lane(saved_lane, saved_clock)

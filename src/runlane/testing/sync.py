@@ -16,10 +16,10 @@ from typing import Any
 
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.durations import Duration
-from runlane.core.models import Run
 from runlane.core.runtime import Runlane
 from runlane.testing import assertions, draining
 from runlane.testing.assertions import ANY_PAYLOAD
+from runlane.types.runs import Run
 
 
 def all_triggered(

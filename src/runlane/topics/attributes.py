@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 from runlane.topics.constants import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     MAX_ATTRIBUTES,

@@ -15,10 +15,10 @@ from enum import StrEnum
 from runlane.core.context import Release
 from runlane.core.durations import Duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.models import RunFailure
 from runlane.core.retry import RetryPolicy
-from runlane.core.text import storable, unstorable
+from runlane.core.storable_text import storable, unstorable
 from runlane.topics.constants import MAX_DEAD_LETTER_REASON
+from runlane.types.runs import RunFailure
 
 
 class OutcomeKind(StrEnum):

@@ -21,7 +21,7 @@ from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_run_id, validate_optional_identifier
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, prepare_payload
 from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 from runlane.topics.attributes import validate_attributes
 from runlane.topics.constants import MAX_KEY_LENGTH
 from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicDef

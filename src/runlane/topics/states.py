@@ -22,9 +22,8 @@ from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import validate_optional_identifier
-from runlane.core.models import RunFailure
 from runlane.core.retry import RetryPolicy
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 from runlane.topics.constants import MAX_OPERATOR_REASON
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import (
@@ -35,6 +34,7 @@ from runlane.topics.outcomes import (
     ReleaseFor,
     RetryAfter,
 )
+from runlane.types.runs import RunFailure
 
 
 class DeliveryStatus(StrEnum):

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runlane import RetryPolicy
-from runlane.core.models import RunFailure
 from runlane.topics.claiming import claim_batch, claimable_deliveries, halted_keys
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import Complete, DeadLetterWith, RetryAfter
@@ -32,6 +31,7 @@ from runlane.topics.states import (
     replay_dead_letter,
     settle_delivery,
 )
+from runlane.types.runs import RunFailure
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from runlane import ErrorCode, RetryPolicy, RunlaneError
-from runlane.core.models import RunEventType, RunFailure, RunStatus
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import Complete, DeadLetterWith, ReleaseFor, RetryAfter
 from runlane.topics.states import (
@@ -27,6 +26,7 @@ from runlane.topics.states import (
     replay_dead_letter,
     settle_delivery,
 )
+from runlane.types.runs import RunEventType, RunFailure, RunStatus
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 BOOM = RunFailure(code="task_failed", message="Task raised ValueError.", retryable=True)

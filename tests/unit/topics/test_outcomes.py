@@ -9,7 +9,6 @@ import pytest
 
 from runlane import ErrorCode, RetryPolicy, RunlaneError
 from runlane.core.context import Release
-from runlane.core.models import RunFailure
 from runlane.topics.outcomes import (
     Complete,
     DeadLetterReason,
@@ -23,6 +22,7 @@ from runlane.topics.outcomes import (
     dead_letter_reason,
     decide_delivery,
 )
+from runlane.types.runs import RunFailure
 
 #: Three attempts, 10 s doubling, no jitter: delays are exact.
 POLICY = RetryPolicy(max_attempts=3, initial_delay="10s", max_delay="1m", jitter=False)

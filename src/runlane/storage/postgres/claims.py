@@ -26,10 +26,10 @@ import psycopg
 from psycopg import Column, pq
 from psycopg.rows import tuple_row
 
-from runlane.core.models import Run
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.records import run_from_row, runs_from_rows
+from runlane.types.runs import Run
 
 
 def compose_claims(q: Mapping[str, str]) -> dict[str, str]:

@@ -21,11 +21,11 @@ from psycopg import postgres, pq
 from psycopg.adapt import Dumper
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Run
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.postgres.statements import CreationBatch
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.records import micros_or_none, owner_holds, run_from_row
+from runlane.types.runs import Run
 
 
 async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:

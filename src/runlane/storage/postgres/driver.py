@@ -23,7 +23,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
 from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
@@ -68,6 +67,7 @@ from runlane.storage.records import (
     run_from_row,
     schedule_states,
 )
+from runlane.types.runs import Page, QueueStats, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -86,16 +86,9 @@ MAX_CONFLICT_ATTEMPTS = 3
 COPY_THRESHOLD = 64
 
 POSTGRES_CAPABILITIES = StorageCapabilities(
-    durable_state=True,
-    process_local_state=False,
     reads_run_history=True,
     prunes_runs=True,
-    leases_runs=True,
-    claims_schedule_occurrences=True,
-    persists_outbox=True,
     enforces_idempotency=True,
-    enforces_singleton=True,
-    enforces_queue_concurrency=True,
 )
 
 _QUERY_TEMPLATES = load_queries("runlane.storage.postgres")

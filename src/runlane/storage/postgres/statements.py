@@ -13,9 +13,9 @@ from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
-from runlane.core.models import Lease, Run, RunStatus
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage, Transition
 from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
+from runlane.types.runs import Lease, Run, RunStatus
 
 #: The NOTIFY channel; its payload is the environment that got due work.
 WORK_CHANNEL = "runlane_work"

@@ -12,11 +12,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.models import Run
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.records import run_from_row
 from runlane.storage.sqlite.params import started_event
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import Run
 
 
 class QueueRotation:

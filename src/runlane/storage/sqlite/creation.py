@@ -15,7 +15,6 @@ from datetime import datetime
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_token
-from runlane.core.models import Run
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
 from runlane.storage.records import (
     DELIVERY_REQUEST_SEQUENCE,
@@ -32,6 +31,7 @@ from runlane.storage.sqlite.params import (
     run_from_new,
 )
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import Run
 
 
 def create_runs(

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.core.clock import from_micros
-from runlane.core.models import Run
 from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
 from runlane.storage.records import DEFAULT_RESERVATION_WINDOW, dumps, micros_or_none, run_from_row
 from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import Run
 
 #: A bounded queue without its own window reserves capacity this long (seconds).
 

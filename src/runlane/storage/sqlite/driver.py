@@ -19,7 +19,6 @@ from typing import Any
 
 from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
@@ -48,18 +47,12 @@ from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
 from runlane.storage.sqlite.versioning import apply_migrations
+from runlane.types.runs import Page, QueueStats, Run, RunEvent, RunStatus
 
 SQLITE_CAPABILITIES = StorageCapabilities(
-    durable_state=True,
-    process_local_state=False,
     reads_run_history=True,
     prunes_runs=True,
-    leases_runs=True,
-    claims_schedule_occurrences=True,
-    persists_outbox=True,
     enforces_idempotency=True,
-    enforces_singleton=True,
-    enforces_queue_concurrency=True,
 )
 
 

@@ -7,9 +7,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.models import Page, Run
 from runlane.storage.protocol import RunFilter
 from runlane.storage.records import run_from_row
+from runlane.types.runs import Page, Run
 
 
 def run_page_query(

@@ -11,9 +11,9 @@ from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
-from runlane.core.models import Run, RunEventType, RunStatus
 from runlane.storage.protocol import LeaseRequest, NewRun, Transition
 from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
+from runlane.types.runs import Run, RunEventType, RunStatus
 
 #: A run created with a delivery request has it as its second event.
 

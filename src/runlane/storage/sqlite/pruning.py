@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from runlane.core.clock import to_micros
-from runlane.core.models import RunStatus
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import RunStatus
 
 
 def prune_params(

@@ -6,10 +6,10 @@ import sqlite3
 from collections.abc import Sequence
 
 from runlane.core.clock import to_micros
-from runlane.core.models import Run
 from runlane.storage.protocol import ScheduleOccurrence
 from runlane.storage.sqlite.creation import create_run
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import Run
 
 
 def materialize_occurrences(

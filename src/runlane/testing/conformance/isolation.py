@@ -30,7 +30,6 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome
-from runlane.core.models import RunSourceType
 from runlane.operator import tick_report_view
 from runlane.storage.protocol import LeaseRequest, QueuePolicy
 from runlane.testing.conformance.storage import (
@@ -48,6 +47,7 @@ from runlane.transport.protocol import (
     WakeupAttempt,
     WakeupFailed,
 )
+from runlane.types.runs import RunSourceType
 
 
 def _nested(depth: int) -> Any:

@@ -42,11 +42,11 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.core.models import Run, RunEventType, RunSourceType
 from runlane.storage.protocol import LeaseRequest, QueuePolicy, SettlesAndClaims
 from runlane.testing import drain, wait_for_status
 from runlane.transport.memory import MemoryTransport
 from runlane.transport.protocol import DeliveryMessage
+from runlane.types.runs import Run, RunEventType, RunSourceType
 
 __all__ = [name for name in dir() if name.startswith("test_")]
 

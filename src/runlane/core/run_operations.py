@@ -14,10 +14,10 @@ from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
-from runlane.core.models import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
-from runlane.core.text import unstorable
+from runlane.core.storable_text import unstorable
 from runlane.core.transitions import project, request_cancellation
-from runlane.storage.protocol import RunFilter
+from runlane.types.records import RunFilter
+from runlane.types.runs import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
 
 if TYPE_CHECKING:
     from runlane.core.runtime import Runlane
@@ -148,7 +148,7 @@ class Runs:
         else:
             seconds = parse_duration(older_than, name="older_than")
         await rt.open()
-        return await prune_finished_runs(rt, seconds, chosen)
+        return await prune_finished_runs(rt.store, seconds, chosen)
 
 
 class IdempotencyKeys:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import RunSource, RunSourceType
-from runlane.core.schedules import ScheduleDef, occurrence_key
-from runlane.storage.protocol import ScheduleOccurrence, ScheduleState
+from runlane.core.schedule_defs import ScheduleDef, occurrence_key
+from runlane.core.store import StoreScope
+from runlane.types.records import NewRun, ScheduleOccurrence, ScheduleState
+from runlane.types.runs import RunSource, RunSourceType
 
 if TYPE_CHECKING:
-    from runlane.core.definitions import TaskDef
+    from runlane.core.definitions import QueueDef, TaskDef
+    from runlane.core.observing import Observers
     from runlane.core.runtime import Runlane
 
 logger = logging.getLogger("runlane.schedules")
@@ -34,47 +37,102 @@ class ScheduleInfo:
     next_fire_at: datetime | None
 
 
-async def materialize_due_schedules(rt: Runlane) -> tuple[int, int]:
-    """Create one run per due slot of every enabled, unpaused schedule.
+class BuildsRuns(Protocol):
+    """What materialising needs from the producer: one validated run to create."""
 
-    Returns (runs created, schedules that failed). A schedule whose slots or run
-    cannot be computed is logged and skipped; the others are materialised.
-    """
-    if not rt.registry.schedules:
-        return 0, 0
-    states = await rt.storage.get_schedule_states(rt.environment)
-    now = rt.clock.now()
-    occurrences: list[ScheduleOccurrence] = []
-    unseen: list[str] = []
-    failed = 0
-    for schedule_id, (entry, task) in rt.registry.schedules.items():
-        state = states.get(schedule_id)
-        if not entry.enabled or (state is not None and state.paused):
-            continue
-        after = _starting_point(state)
-        if after is None:
-            # A schedule starts at its first slot after it is first seen, as cron does:
-            # a deploy never fires last night's slot.
-            unseen.append(schedule_id)
-            continue
-        try:
-            occurrences.extend(_due_occurrences(rt, schedule_id, entry, task, after, now))
-        except Exception:
-            failed += 1
-            logger.exception("schedule %s: due slots could not be materialised", schedule_id)
-    if unseen:
-        await rt.storage.mark_schedules_seen(rt.environment, unseen, now)
-        logger.info("schedules %s: first seen; their first slot after now fires", unseen)
-    if not occurrences:
-        return 0, failed
-    created = await rt.storage.materialize_schedule_occurrences(rt.environment, occurrences, now)
-    if created and rt.observers:
-        rt.observers.call("triggered", created)
-    for run in created:
-        logger.info(
-            "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
+    def build_new_run(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any,
+        *,
+        source: RunSource,
+        queue: QueueDef | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+    ) -> NewRun:
+        """Validate one run; nothing is written."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleMaterializer:
+    """Turns the due slots of registered schedules into runs (the ``schedules`` duty)."""
+
+    store: StoreScope
+    schedules: Mapping[str, tuple[ScheduleDef, TaskDef[Any]]]
+    producer: BuildsRuns
+    observers: Observers
+
+    async def materialize_due(self) -> tuple[int, int]:
+        """Create one run per due slot of every enabled, unpaused schedule.
+
+        Returns (runs created, schedules that failed). A schedule whose slots or run
+        cannot be computed is logged and skipped; the others are materialised.
+        """
+        if not self.schedules:
+            return 0, 0
+        store = self.store
+        states = await store.storage.get_schedule_states(store.environment)
+        now = store.now()
+        occurrences: list[ScheduleOccurrence] = []
+        unseen: list[str] = []
+        failed = 0
+        for schedule_id, (entry, task) in self.schedules.items():
+            state = states.get(schedule_id)
+            if not entry.enabled or (state is not None and state.paused):
+                continue
+            after = _starting_point(state)
+            if after is None:
+                # A schedule starts at its first slot after it is first seen, as cron does:
+                # a deploy never fires last night's slot.
+                unseen.append(schedule_id)
+                continue
+            try:
+                occurrences.extend(self._due_occurrences(schedule_id, entry, task, after, now))
+            except Exception:
+                failed += 1
+                logger.exception("schedule %s: due slots could not be materialised", schedule_id)
+        if unseen:
+            await store.storage.mark_schedules_seen(store.environment, unseen, now)
+            logger.info("schedules %s: first seen; their first slot after now fires", unseen)
+        if not occurrences:
+            return 0, failed
+        created = await store.storage.materialize_schedule_occurrences(
+            store.environment, occurrences, now
         )
-    return len(created), failed
+        if created and self.observers:
+            self.observers.call("triggered", created)
+        for run in created:
+            logger.info(
+                "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
+            )
+        return len(created), failed
+
+    def _due_occurrences(
+        self,
+        schedule_id: str,
+        entry: ScheduleDef,
+        task: TaskDef[Any],
+        after: datetime,
+        now: datetime,
+    ) -> list[ScheduleOccurrence]:
+        return [
+            ScheduleOccurrence(
+                schedule_id,
+                slot,
+                self.producer.build_new_run(
+                    task,
+                    entry.payload,
+                    queue=entry.queue,
+                    run_at=slot,
+                    idempotency_key=occurrence_key(schedule_id, slot),
+                    source=RunSource(
+                        RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot
+                    ),
+                ),
+            )
+            for slot in entry.slots_between(after, now)
+        ]
 
 
 def _starting_point(state: ScheduleState | None) -> datetime | None:
@@ -83,31 +141,6 @@ def _starting_point(state: ScheduleState | None) -> datetime | None:
         return None
     points = [point for point in (state.last_slot, state.first_seen) if point is not None]
     return max(points, default=None)
-
-
-def _due_occurrences(
-    rt: Runlane,
-    schedule_id: str,
-    entry: ScheduleDef,
-    task: TaskDef[Any],
-    after: datetime,
-    now: datetime,
-) -> list[ScheduleOccurrence]:
-    return [
-        ScheduleOccurrence(
-            schedule_id,
-            slot,
-            rt.build_new_run(
-                task,
-                entry.payload,
-                queue=entry.queue,
-                run_at=slot,
-                idempotency_key=occurrence_key(schedule_id, slot),
-                source=RunSource(RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot),
-            ),
-        )
-        for slot in entry.slots_between(after, now)
-    ]
 
 
 class Schedules:

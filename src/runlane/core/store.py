@@ -1,0 +1,26 @@
+"""The store scope: one storage bound to one environment and one clock.
+
+Most core pieces need exactly these three to talk to storage; they receive a
+scope instead of the whole runtime, so their signature says what they touch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from runlane.core.clock import Clock
+from runlane.storage.protocol import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class StoreScope:
+    """Storage calls scoped to ``environment``, timed by ``clock``."""
+
+    storage: Storage
+    environment: str
+    clock: Clock
+
+    def now(self) -> datetime:
+        """The scope's current time (aware UTC)."""
+        return self.clock.now()
