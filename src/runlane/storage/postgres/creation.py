@@ -20,12 +20,14 @@ import psycopg
 from psycopg import postgres, pq
 from psycopg.adapt import Dumper
 
+from runlane.core.capacity import owner_holds
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.models import Run
+from runlane.storage.postgres.params import CreationBatch
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.postgres.statements import CreationBatch
 from runlane.storage.protocol import CreateOutcome, NewRun
-from runlane.storage.records import micros_or_none, owner_holds, run_from_row
+from runlane.storage.sql.encoding import micros_or_none
+from runlane.storage.sql.rows import run_from_row
 
 
 async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:

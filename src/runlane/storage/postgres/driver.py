@@ -35,14 +35,12 @@ from runlane.storage.postgres.connections import (
 from runlane.storage.postgres.errors import ConnectionTarget
 from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
+from runlane.storage.postgres.listing import list_params
+from runlane.storage.postgres.params import WORK_CHANNEL, creation_batch, lease_params
+from runlane.storage.postgres.pruning import prune_params
+from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.sessions import AsyncSession, caller_session
-from runlane.storage.postgres.statements import (
-    WORK_CHANNEL,
-    creation_batch,
-    lease_params,
-    transition_params,
-    transition_rounds,
-)
+from runlane.storage.postgres.transitions import transition_params, transition_rounds
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
@@ -56,18 +54,16 @@ from runlane.storage.protocol import (
     StorageCapabilities,
     Transition,
 )
-from runlane.storage.records import (
-    build_queue_stats,
+from runlane.storage.sql.encoding import micros_or_none
+from runlane.storage.sql.rows import (
     event_from_row,
-    finished_counts,
     implied_created_event,
-    load_queries,
-    micros_or_none,
     outbox_from_row,
-    queue_stats_rows,
     run_from_row,
+    run_page,
     schedule_states,
 )
+from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -97,8 +93,6 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
     enforces_singleton=True,
     enforces_queue_concurrency=True,
 )
-
-_QUERY_TEMPLATES = load_queries("runlane.storage.postgres")
 
 
 class PostgresStorage:
@@ -135,8 +129,7 @@ class PostgresStorage:
         self._pool_timeout = float(pool_timeout)
         self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
         quoted = f'"{schema}"'
-        self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERY_TEMPLATES.items()}
-        self._q.update(claims.compose_claims(self._q))
+        self._q = {name: sql.replace("{schema}", quoted) for name, sql in QUERY_TEMPLATES.items()}
         self._migrations = [
             (version, name, sql.replace("{schema}", quoted))
             for version, name, sql in versioning.MIGRATIONS
@@ -455,20 +448,8 @@ class PostgresStorage:
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
         """Runs newest first; the cursor is the last id of the previous page."""
-        rows = await self._fetch(
-            "list_runs",
-            {
-                "environment": environment,
-                "statuses": [s.value for s in run_filter.statuses],
-                "task_ids": list(run_filter.task_ids),
-                "queues": list(run_filter.queues),
-                "cursor": cursor,
-                "limit": limit + 1,
-            },
-        )
-        runs = [run_from_row(row) for row in rows[:limit]]
-        next_cursor = runs[-1].id if len(rows) > limit and runs else None
-        return Page(runs, next_cursor)
+        rows = await self._fetch("list_runs", list_params(environment, run_filter, limit, cursor))
+        return run_page(rows, limit)
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
@@ -518,15 +499,8 @@ class PostgresStorage:
     ) -> int:
         """Delete up to ``limit`` finished runs with their history, ownership, outbox and
         occurrence rows."""
-        rows = await self._fetch(
-            "prune_runs",
-            {
-                "environment": environment,
-                "older_than": to_micros(older_than),
-                "statuses": [s.value for s in statuses],
-                "limit": limit,
-            },
-        )
+        params = prune_params(environment, older_than, statuses, limit)
+        rows = await self._fetch("prune_runs", params)
         return int(rows[0]["pruned"]) if rows else 0
 
     # -- dispatch and outbox -------------------------------------------------------

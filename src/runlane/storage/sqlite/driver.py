@@ -33,17 +33,16 @@ from runlane.storage.protocol import (
     StorageCapabilities,
     Transition,
 )
-from runlane.storage.records import (
-    build_queue_stats,
+from runlane.storage.sql.rows import (
     event_from_row,
-    finished_counts,
     outbox_from_row,
-    queue_stats_rows,
     run_from_row,
+    run_page,
     schedule_states,
 )
+from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
 from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
-from runlane.storage.sqlite.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
+from runlane.storage.sqlite.connections import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
 from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
@@ -224,7 +223,7 @@ class SqliteStorage:
     ) -> Page[Run]:
         """Runs newest first; the cursor is the last id of the previous page."""
         query, params = listing.run_page_query(environment, run_filter, limit, cursor)
-        return listing.run_page(await self._db.fetch(query, params), limit)
+        return run_page(await self._db.fetch(query, params), limit)
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
