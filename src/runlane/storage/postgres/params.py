@@ -56,7 +56,7 @@ class CreationBatch:
 
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
-        runs as one JSON array of positional fields (see the query for the order), with
+        runs as one JSON array of positional fields (:data:`~.shapes.INSERT_RUN`), with
         source and trace carrier spliced in as the JSON texts they already are, and the
         payload as a JSON string of its text (jsonb would renumber its floats)."""
         c = self.columns
@@ -93,7 +93,8 @@ class CreationBatch:
         }
 
     def copy_rows(self) -> Iterator[tuple[Any, ...]]:
-        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease)."""
+        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease), fields
+        as :data:`~.shapes.COPY_RUN` declares them."""
         environment, now, c = self.environment, self.now_us, self.columns
         for row in zip(
             c["ids"], c["task_ids"], c["queues"], c["statuses"], c["payloads"], c["run_ats"],

@@ -12,8 +12,9 @@
 -- when a created run is due now. A run whose singleton key already has an active
 -- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
 -- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
--- than a dozen arrays), fields in the order below. The payload travels as a JSON
--- string holding its text, so the json column keeps it exactly as written.
+-- than a dozen arrays), fields in the order below, as shapes.INSERT_RUN declares
+-- them. The payload travels as a JSON string holding its text, so the json column
+-- keeps it exactly as written.
 WITH input AS (
     SELECT r.x->>0 AS id, r.x->>1 AS task_id, r.x->>2 AS queue, r.x->>3 AS status,
            (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,

@@ -30,7 +30,8 @@ def transition_params(
     environment: str, transitions: Sequence[Transition], now_us: int
 ) -> dict[str, Any]:
     """Parameters of ``apply_transitions`` for one round: the transitions and their
-    events as JSON arrays of positional fields (see the query for the order)."""
+    events as JSON arrays of positional fields (:data:`~.shapes.TRANSITION` and
+    :data:`~.shapes.TRANSITION_EVENT`)."""
     ids: list[str] = []
     rows: list[list[Any]] = []
     events: list[list[Any]] = []

@@ -7,7 +7,8 @@
 -- or the lease has expired by then). Events are appended for the rows applied.
 -- A batch never names one run twice; the driver splits such calls into rounds.
 -- The transitions and their events travel as two JSON arrays of arrays (one
--- parameter each: cheaper to send than a dozen arrays); ids also come as an
+-- parameter each: cheaper to send than a dozen arrays; shapes.py declares their
+-- fields); ids also come as an
 -- array so the runs are found by primary key whatever the statistics say.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
@@ -44,7 +45,8 @@ events AS (
     INSERT INTO {schema}.runlane_run_events (
         environment, run_id, sequence, type, occurred_at, data
     )
-    SELECT %(environment)s, e.x->>0, (e.x->>1)::int, e.x->>2, %(now)s, e.x->3
+    SELECT %(environment)s, e.x->>0 AS run_id, (e.x->>1)::int AS sequence, e.x->>2 AS type,
+           %(now)s, e.x->3 AS data
     FROM jsonb_array_elements(%(events)s::jsonb) AS e(x)
     JOIN updated ON updated.id = e.x->>0
 )
