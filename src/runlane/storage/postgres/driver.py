@@ -54,6 +54,7 @@ from runlane.storage.protocol import (
     StorageCapabilities,
     Transition,
 )
+from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.rows import (
     event_from_row,
@@ -301,6 +302,7 @@ class PostgresStorage:
         """
         if not runs:
             return []
+        check_distinct_ids(runs)
         batch = creation_batch(
             environment, runs, to_micros(now), lease, micros_or_none(outbox_claimed_until)
         )

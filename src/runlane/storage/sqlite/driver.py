@@ -33,6 +33,7 @@ from runlane.storage.protocol import (
     StorageCapabilities,
     Transition,
 )
+from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.rows import (
     event_from_row,
     outbox_from_row,
@@ -117,6 +118,7 @@ class SqliteStorage:
                 ErrorCode.CONFIGURATION_INVALID,
                 "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
             )
+        check_distinct_ids(runs)
         create = partial(
             creation.create_runs,
             self._db,
