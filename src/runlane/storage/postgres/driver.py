@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.models import Page, QueueStats, Run, RunEvent, RunStatus
+from runlane.core.models import Page, Run, RunEvent, RunStatus
 from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
@@ -50,21 +50,18 @@ from runlane.storage.protocol import (
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
-    ScheduleState,
     StorageCapabilities,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.encoding import micros_or_none
+from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     event_from_row,
     implied_created_event,
     outbox_from_row,
-    run_from_row,
     run_page,
-    schedule_states,
 )
-from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -96,7 +93,7 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
 )
 
 
-class PostgresStorage:
+class PostgresStorage(SqlStorageBase):
     """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
 
     Options: ``schema`` (where the tables live, a plain identifier), ``min_size`` /
@@ -441,11 +438,6 @@ class PostgresStorage:
 
     # -- reads ---------------------------------------------------------------------
 
-    async def get_run(self, environment: str, run_id: str) -> Run | None:
-        """Read one run."""
-        rows = await self._fetch("get_run", {"environment": environment, "id": run_id})
-        return run_from_row(rows[0]) if rows else None
-
     async def list_runs(
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
@@ -461,40 +453,7 @@ class PostgresStorage:
             for row in rows
         ]
 
-    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
-        """Leased runs whose lease ran out, soonest expired first."""
-        rows = await self._fetch(
-            "list_expired_leases",
-            {"environment": environment, "now": to_micros(now), "limit": limit},
-        )
-        return [run_from_row(row) for row in rows]
-
-    async def queue_stats(
-        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
-    ) -> list[QueueStats]:
-        """Counts per queue and status, and the capacity held at ``now``."""
-        rows = await self._fetch("queue_stats", {"environment": environment, "now": to_micros(now)})
-        return build_queue_stats(queues, queue_stats_rows(rows))
-
-    async def count_finished_runs(
-        self, environment: str, since: datetime
-    ) -> dict[str, dict[RunStatus, int]]:
-        """Finished runs per queue and status updated at or after ``since``."""
-        params = {"environment": environment, "since": to_micros(since)}
-        return finished_counts(await self._fetch("count_finished_runs", params))
-
     # -- maintenance ---------------------------------------------------------------
-
-    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
-        """Drop ownership whose owner failed, finished in active-only mode, or expired."""
-        return await self._count(
-            "release_expired_idempotency_keys", {"environment": environment, "now": to_micros(now)}
-        )
-
-    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
-        """Drop one key's ownership."""
-        params = {"environment": environment, "task_id": task_id, "key": key}
-        return bool(await self._count("reset_idempotency_key", params))
 
     async def prune_runs(
         self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
@@ -548,16 +507,6 @@ class PostgresStorage:
                 "settle_outbox", dispatch.settle_params(environment, results, to_micros(now))
             )
 
-    async def outbox_counts(self, environment: str) -> dict[str, int]:
-        """Outbox messages per status (for operators and tests)."""
-        rows = await self._fetch("outbox_counts", {"environment": environment})
-        return {row["status"]: int(row["n"]) for row in rows}
-
-    async def outbox_backlog(self, environment: str) -> dict[str, int]:
-        """Delivery requests not yet published, per queue."""
-        rows = await self._fetch("outbox_backlog", {"environment": environment})
-        return {row["queue"]: int(row["n"]) for row in rows}
-
     # -- maintenance leadership ----------------------------------------------------
 
     async def hold_maintenance_lead(
@@ -575,11 +524,6 @@ class PostgresStorage:
         await self._leadership.release(environment, holder)
 
     # -- schedules -----------------------------------------------------------------
-
-    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
-        """Stored schedule state by id."""
-        rows = await self._fetch("get_schedule_states", {"environment": environment})
-        return schedule_states(rows)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime
