@@ -18,7 +18,7 @@ round trip with one commit.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,23 +26,11 @@ import psycopg
 from psycopg import Column, pq
 from psycopg.rows import tuple_row
 
+from runlane.core.capacity import has_capacity
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
-from runlane.storage.records import run_from_row, runs_from_rows
+from runlane.storage.sql.rows import run_from_row, runs_from_rows
 from runlane.types.runs import Run
-
-
-def compose_claims(q: Mapping[str, str]) -> dict[str, str]:
-    """The claim statements: each candidate query followed by the shared leasing tail."""
-    tail = q["lease_candidates"]
-    return {
-        name: f"WITH candidates AS ({q[candidates]}), {tail}"
-        for name, candidates in (
-            ("claim_due_runs", "due_candidates"),
-            ("claim_bounded_runs", "bounded_candidates"),
-            ("claim_run", "run_candidate"),
-        )
-    }
 
 
 def capacity_lock_prefix(schema: str, environment: str) -> str:
@@ -110,7 +98,7 @@ async def claim_run(
         (occupied,) = await session.fetch(
             q["occupied_capacity"], {**params, "queue": run_queue, "concurrency_key": key}
         )
-        if occupied["n"] >= queue.concurrency_limit:
+        if not has_capacity(occupied["n"], queue.concurrency_limit):
             return None
         rows = await session.fetch(q["claim_run"], params)
     return run_from_row(rows[0]) if rows else None

@@ -20,11 +20,14 @@ import psycopg
 from psycopg import postgres, pq
 from psycopg.adapt import Dumper
 
+from runlane.core.capacity import owner_holds
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.storage.postgres.params import CreationBatch
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.postgres.statements import CreationBatch
+from runlane.storage.postgres.shapes import COPY_RUN
 from runlane.storage.protocol import CreateOutcome, NewRun
-from runlane.storage.records import micros_or_none, owner_holds, run_from_row
+from runlane.storage.sql.encoding import micros_or_none
+from runlane.storage.sql.rows import run_from_row
 from runlane.types.runs import Run
 
 
@@ -60,13 +63,6 @@ class JsonTextDumper(Dumper):
         return obj.encode()
 
 
-#: Column types of ``copy_runs``, in order (the payload is json: kept as written).
-COPY_TYPES = [
-    "text", "text", "text", "text", "text", "json", "int4", "int4", "int8", "int8",
-    "int8", "int8", "int4", "jsonb", "text", "jsonb",
-]  # fmt: skip
-
-
 async def copy_runs(
     conn: psycopg.AsyncConnection[Any], q: Queries, batch: CreationBatch
 ) -> list[CreateOutcome]:
@@ -76,7 +72,7 @@ async def copy_runs(
         cur.adapters.register_dumper(None, JsonbTextDumper)
         cur.adapters.register_dumper(None, JsonTextDumper)
         async with cur.copy(q["copy_runs"]) as copy:
-            copy.set_types(COPY_TYPES)
+            copy.set_types(COPY_RUN.types)
             for row in batch.copy_rows():
                 await copy.write_row(row)
             # The server is still storing the rows sent: build the outcomes meanwhile.

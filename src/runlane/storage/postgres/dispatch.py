@@ -17,9 +17,8 @@ import psycopg
 from runlane.core.clock import to_micros
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import OutboxResult, QueuePolicy
-from runlane.storage.records import DEFAULT_RESERVATION_WINDOW, dumps
-
-#: A bounded queue without its own window reserves capacity this long (seconds).
+from runlane.storage.sql.encoding import dumps
+from runlane.storage.sql.reservations import reserve
 
 
 async def request_due_deliveries(
@@ -51,15 +50,8 @@ async def request_due_deliveries(
                     q["occupied_by_partition"], {**scope, "queues": names}
                 )
             }
-            for row in await session.fetch(q["undelivered_runs"], {**scope, "queues": names}):
-                policy = bounded[row["queue"]]
-                part = (row["queue"], row["concurrency_key"] or "")
-                limit = policy.concurrency_limit or 0
-                if occupied.get(part, 0) >= limit:
-                    continue
-                occupied[part] = occupied.get(part, 0) + 1
-                window = policy.reservation_window or DEFAULT_RESERVATION_WINDOW
-                chosen.append((row["id"], now_us + int(window * 1_000_000)))
+            rows = await session.fetch(q["undelivered_runs"], {**scope, "queues": names})
+            chosen += reserve(rows, bounded, occupied, now_us)
         if not chosen:
             return 0
         (requested,) = await session.fetch(

@@ -34,14 +34,12 @@ from runlane.storage.postgres.connections import (
 from runlane.storage.postgres.errors import ConnectionTarget
 from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
+from runlane.storage.postgres.listing import list_params
+from runlane.storage.postgres.params import WORK_CHANNEL, creation_batch, lease_params
+from runlane.storage.postgres.pruning import prune_params
+from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.sessions import AsyncSession, caller_session
-from runlane.storage.postgres.statements import (
-    WORK_CHANNEL,
-    creation_batch,
-    lease_params,
-    transition_params,
-    transition_rounds,
-)
+from runlane.storage.postgres.transitions import transition_params, transition_rounds
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
@@ -51,23 +49,19 @@ from runlane.storage.protocol import (
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
-    ScheduleState,
     StorageCapabilities,
     Transition,
 )
-from runlane.storage.records import (
-    build_queue_stats,
+from runlane.storage.sql.batches import check_distinct_ids
+from runlane.storage.sql.encoding import micros_or_none
+from runlane.storage.sql.facade import SqlStorageBase
+from runlane.storage.sql.rows import (
     event_from_row,
-    finished_counts,
     implied_created_event,
-    load_queries,
-    micros_or_none,
     outbox_from_row,
-    queue_stats_rows,
-    run_from_row,
-    schedule_states,
+    run_page,
 )
-from runlane.types.runs import Page, QueueStats, Run, RunEvent, RunStatus
+from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -91,10 +85,8 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
     enforces_idempotency=True,
 )
 
-_QUERY_TEMPLATES = load_queries("runlane.storage.postgres")
 
-
-class PostgresStorage:
+class PostgresStorage(SqlStorageBase):
     """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
 
     Options: ``schema`` (where the tables live, a plain identifier), ``min_size`` /
@@ -128,8 +120,7 @@ class PostgresStorage:
         self._pool_timeout = float(pool_timeout)
         self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
         quoted = f'"{schema}"'
-        self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERY_TEMPLATES.items()}
-        self._q.update(claims.compose_claims(self._q))
+        self._q = {name: sql.replace("{schema}", quoted) for name, sql in QUERY_TEMPLATES.items()}
         self._migrations = [
             (version, name, sql.replace("{schema}", quoted))
             for version, name, sql in versioning.MIGRATIONS
@@ -301,6 +292,7 @@ class PostgresStorage:
         """
         if not runs:
             return []
+        check_distinct_ids(runs)
         batch = creation_batch(
             environment, runs, to_micros(now), lease, micros_or_none(outbox_claimed_until)
         )
@@ -439,29 +431,12 @@ class PostgresStorage:
 
     # -- reads ---------------------------------------------------------------------
 
-    async def get_run(self, environment: str, run_id: str) -> Run | None:
-        """Read one run."""
-        rows = await self._fetch("get_run", {"environment": environment, "id": run_id})
-        return run_from_row(rows[0]) if rows else None
-
     async def list_runs(
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
         """Runs newest first; the cursor is the last id of the previous page."""
-        rows = await self._fetch(
-            "list_runs",
-            {
-                "environment": environment,
-                "statuses": [s.value for s in run_filter.statuses],
-                "task_ids": list(run_filter.task_ids),
-                "queues": list(run_filter.queues),
-                "cursor": cursor,
-                "limit": limit + 1,
-            },
-        )
-        runs = [run_from_row(row) for row in rows[:limit]]
-        next_cursor = runs[-1].id if len(rows) > limit and runs else None
-        return Page(runs, next_cursor)
+        rows = await self._fetch("list_runs", list_params(environment, run_filter, limit, cursor))
+        return run_page(rows, limit)
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
@@ -471,55 +446,15 @@ class PostgresStorage:
             for row in rows
         ]
 
-    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
-        """Leased runs whose lease ran out, soonest expired first."""
-        rows = await self._fetch(
-            "list_expired_leases",
-            {"environment": environment, "now": to_micros(now), "limit": limit},
-        )
-        return [run_from_row(row) for row in rows]
-
-    async def queue_stats(
-        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
-    ) -> list[QueueStats]:
-        """Counts per queue and status, and the capacity held at ``now``."""
-        rows = await self._fetch("queue_stats", {"environment": environment, "now": to_micros(now)})
-        return build_queue_stats(queues, queue_stats_rows(rows))
-
-    async def count_finished_runs(
-        self, environment: str, since: datetime
-    ) -> dict[str, dict[RunStatus, int]]:
-        """Finished runs per queue and status updated at or after ``since``."""
-        params = {"environment": environment, "since": to_micros(since)}
-        return finished_counts(await self._fetch("count_finished_runs", params))
-
     # -- maintenance ---------------------------------------------------------------
-
-    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
-        """Drop ownership whose owner failed, finished in active-only mode, or expired."""
-        return await self._count(
-            "release_expired_idempotency_keys", {"environment": environment, "now": to_micros(now)}
-        )
-
-    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
-        """Drop one key's ownership."""
-        params = {"environment": environment, "task_id": task_id, "key": key}
-        return bool(await self._count("reset_idempotency_key", params))
 
     async def prune_runs(
         self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
     ) -> int:
         """Delete up to ``limit`` finished runs with their history, ownership, outbox and
         occurrence rows."""
-        rows = await self._fetch(
-            "prune_runs",
-            {
-                "environment": environment,
-                "older_than": to_micros(older_than),
-                "statuses": [s.value for s in statuses],
-                "limit": limit,
-            },
-        )
+        params = prune_params(environment, older_than, statuses, limit)
+        rows = await self._fetch("prune_runs", params)
         return int(rows[0]["pruned"]) if rows else 0
 
     # -- dispatch and outbox -------------------------------------------------------
@@ -565,16 +500,6 @@ class PostgresStorage:
                 "settle_outbox", dispatch.settle_params(environment, results, to_micros(now))
             )
 
-    async def outbox_counts(self, environment: str) -> dict[str, int]:
-        """Outbox messages per status (for operators and tests)."""
-        rows = await self._fetch("outbox_counts", {"environment": environment})
-        return {row["status"]: int(row["n"]) for row in rows}
-
-    async def outbox_backlog(self, environment: str) -> dict[str, int]:
-        """Delivery requests not yet published, per queue."""
-        rows = await self._fetch("outbox_backlog", {"environment": environment})
-        return {row["queue"]: int(row["n"]) for row in rows}
-
     # -- maintenance leadership ----------------------------------------------------
 
     async def hold_maintenance_lead(
@@ -592,11 +517,6 @@ class PostgresStorage:
         await self._leadership.release(environment, holder)
 
     # -- schedules -----------------------------------------------------------------
-
-    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
-        """Stored schedule state by id."""
-        rows = await self._fetch("get_schedule_states", {"environment": environment})
-        return schedule_states(rows)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

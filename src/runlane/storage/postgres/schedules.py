@@ -12,8 +12,8 @@ from typing import Any
 
 from runlane.core.clock import to_micros
 from runlane.storage.postgres.creation import create_keyed_run
+from runlane.storage.postgres.params import creation_batch
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.postgres.statements import creation_batch
 from runlane.storage.protocol import ScheduleOccurrence
 from runlane.types.runs import Run
 

@@ -12,7 +12,7 @@ from psycopg import errors as pg_errors
 from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.errors import missing_schema
-from runlane.storage.records import load_migrations
+from runlane.storage.sql.queryfiles import load_migrations
 
 Migration = tuple[int, str, str]
 

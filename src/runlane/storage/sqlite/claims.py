@@ -12,8 +12,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from runlane.core.capacity import has_capacity
 from runlane.storage.protocol import QueuePolicy
-from runlane.storage.records import run_from_row
+from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.params import started_event
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
@@ -90,7 +91,7 @@ def claim_run(
                 "now": params["now"],
             },
         ).fetchone()["n"]
-        if occupied >= queue.concurrency_limit:
+        if not has_capacity(occupied, queue.concurrency_limit):
             return None
     runs = _claim_rows(cur, "claim_run", params)
     _insert_started_events(cur, environment, runs, params["now"])

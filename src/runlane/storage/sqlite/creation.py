@@ -12,17 +12,14 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
+from runlane.core.capacity import owner_holds
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_token
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
-from runlane.storage.records import (
-    DELIVERY_REQUEST_SEQUENCE,
-    micros_or_none,
-    owner_holds,
-    run_from_row,
-)
-from runlane.storage.sqlite.connection import SqliteConnection
+from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
+from runlane.storage.sql.rows import run_from_row
+from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import (
     creation_events,

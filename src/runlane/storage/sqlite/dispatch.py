@@ -15,12 +15,12 @@ from typing import Any
 
 from runlane.core.clock import from_micros
 from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
-from runlane.storage.records import DEFAULT_RESERVATION_WINDOW, dumps, micros_or_none, run_from_row
+from runlane.storage.sql.encoding import dumps, micros_or_none
+from runlane.storage.sql.reservations import reserve
+from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
-
-#: A bounded queue without its own window reserves capacity this long (seconds).
 
 
 def request_due_deliveries(
@@ -40,15 +40,8 @@ def request_due_deliveries(
             (row["queue"], row["part"]): row["n"]
             for row in cur.execute(QUERIES["occupied_by_partition"], {**scope, "queues": names})
         }
-        for row in cur.execute(QUERIES["undelivered_runs"], {**scope, "queues": names}).fetchall():
-            policy = bounded[row["queue"]]
-            part = (row["queue"], row["concurrency_key"] or "")
-            assert policy.concurrency_limit is not None
-            if occupied.get(part, 0) >= policy.concurrency_limit:
-                continue
-            occupied[part] = occupied.get(part, 0) + 1
-            window = policy.reservation_window or DEFAULT_RESERVATION_WINDOW
-            chosen.append((row["id"], now_us + int(window * 1_000_000)))
+        rows = cur.execute(QUERIES["undelivered_runs"], {**scope, "queues": names}).fetchall()
+        chosen += reserve(rows, bounded, occupied, now_us)
     for run_id, reserved_until in chosen:
         marked = cur.execute(
             QUERIES["mark_delivery_requested"],

@@ -28,26 +28,23 @@ from runlane.storage.protocol import (
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
-    ScheduleState,
     StorageCapabilities,
     Transition,
 )
-from runlane.storage.records import (
-    build_queue_stats,
+from runlane.storage.sql.batches import check_distinct_ids
+from runlane.storage.sql.facade import SqlStorageBase
+from runlane.storage.sql.rows import (
     event_from_row,
-    finished_counts,
     outbox_from_row,
-    queue_stats_rows,
-    run_from_row,
-    schedule_states,
+    run_page,
 )
 from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
-from runlane.storage.sqlite.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
+from runlane.storage.sqlite.connections import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
 from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
 from runlane.storage.sqlite.versioning import apply_migrations
-from runlane.types.runs import Page, QueueStats, Run, RunEvent, RunStatus
+from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 SQLITE_CAPABILITIES = StorageCapabilities(
     reads_run_history=True,
@@ -56,7 +53,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
 )
 
 
-class SqliteStorage:
+class SqliteStorage(SqlStorageBase):
     """Storage in one SQLite file. Build it through :func:`runlane.sqlite_lane`."""
 
     capabilities = SQLITE_CAPABILITIES
@@ -93,6 +90,12 @@ class SqliteStorage:
         await self._db.connect()
         return await self._db.transact(apply_migrations)
 
+    async def _fetch(self, query: str, params: dict[str, Any]) -> list[Any]:
+        return await self._db.fetch(QUERIES[query], params)
+
+    async def _count(self, query: str, params: dict[str, Any]) -> int:
+        return await self._db.write_count(QUERIES[query], params)
+
     # -- runs ----------------------------------------------------------------------
 
     async def create_runs(
@@ -111,6 +114,7 @@ class SqliteStorage:
                 ErrorCode.CONFIGURATION_INVALID,
                 "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
             )
+        check_distinct_ids(runs)
         create = partial(
             creation.create_runs,
             self._db,
@@ -207,17 +211,12 @@ class SqliteStorage:
 
     # -- reads ---------------------------------------------------------------------
 
-    async def get_run(self, environment: str, run_id: str) -> Run | None:
-        """Read one run."""
-        rows = await self._db.fetch(QUERIES["get_run"], {"environment": environment, "id": run_id})
-        return run_from_row(rows[0]) if rows else None
-
     async def list_runs(
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
         """Runs newest first; the cursor is the last id of the previous page."""
         query, params = listing.run_page_query(environment, run_filter, limit, cursor)
-        return listing.run_page(await self._db.fetch(query, params), limit)
+        return run_page(await self._db.fetch(query, params), limit)
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
@@ -226,40 +225,7 @@ class SqliteStorage:
         )
         return [event_from_row(row) for row in rows]
 
-    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
-        """Leased runs whose lease ran out."""
-        params = {"environment": environment, "now": to_micros(now), "limit": limit}
-        rows = await self._db.fetch(QUERIES["list_expired_leases"], params)
-        return [run_from_row(row) for row in rows]
-
-    async def queue_stats(
-        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
-    ) -> list[QueueStats]:
-        """Counts per queue and status, and the capacity held at ``now``."""
-        rows = await self._db.fetch(
-            QUERIES["queue_stats"], {"environment": environment, "now": to_micros(now)}
-        )
-        return build_queue_stats(queues, queue_stats_rows(rows))
-
-    async def count_finished_runs(
-        self, environment: str, since: datetime
-    ) -> dict[str, dict[RunStatus, int]]:
-        """Finished runs per queue and status updated at or after ``since``."""
-        params = {"environment": environment, "since": to_micros(since)}
-        rows = await self._db.fetch(QUERIES["count_finished_runs"], params)
-        return finished_counts(rows)
-
     # -- maintenance ---------------------------------------------------------------
-
-    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
-        """Drop ownership whose owner failed, finished in active-only mode, or expired."""
-        params = {"environment": environment, "now": to_micros(now)}
-        return await self._db.write_count(QUERIES["release_expired_idempotency_keys"], params)
-
-    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
-        """Drop one key's ownership."""
-        params = {"environment": environment, "task_id": task_id, "key": key}
-        return bool(await self._db.write_count(QUERIES["reset_idempotency_key"], params))
 
     async def prune_runs(
         self, environment: str, older_than: datetime, statuses: Sequence[RunStatus], limit: int
@@ -306,16 +272,6 @@ class SqliteStorage:
         published, failed = dispatch.settle_params(environment, results, to_micros(now))
         await self._db.transact(lambda cur: dispatch.settle_outbox(cur, published, failed))
 
-    async def outbox_counts(self, environment: str) -> dict[str, int]:
-        """Outbox messages per status (for operators and tests)."""
-        rows = await self._db.fetch(QUERIES["outbox_counts"], {"environment": environment})
-        return {row["status"]: row["n"] for row in rows}
-
-    async def outbox_backlog(self, environment: str) -> dict[str, int]:
-        """Delivery requests not yet published, per queue."""
-        rows = await self._db.fetch(QUERIES["outbox_backlog"], {"environment": environment})
-        return {row["queue"]: int(row["n"]) for row in rows}
-
     # -- maintenance leadership ----------------------------------------------------
 
     async def hold_maintenance_lead(
@@ -339,11 +295,6 @@ class SqliteStorage:
         await self._db.write_count(QUERIES["release_maintenance_lead"], params)
 
     # -- schedules -----------------------------------------------------------------
-
-    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
-        """Stored schedule state by id."""
-        rows = await self._db.fetch(QUERIES["get_schedule_states"], {"environment": environment})
-        return schedule_states(rows)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 from runlane.storage.protocol import RunFilter
-from runlane.storage.records import run_from_row
-from runlane.types.runs import Page, Run
 
 
 def run_page_query(
@@ -33,10 +29,3 @@ def run_page_query(
         f"SELECT * FROM runlane_runs WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT :limit"
     )
     return query, params
-
-
-def run_page(rows: Sequence[sqlite3.Row], limit: int) -> Page[Run]:
-    """The page of :func:`run_page_query`'s rows; the cursor is the last id of this page."""
-    runs = [run_from_row(row) for row in rows[:limit]]
-    next_cursor = runs[-1].id if len(rows) > limit and runs else None
-    return Page(runs, next_cursor)

@@ -11,11 +11,9 @@ from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
-from runlane.storage.protocol import LeaseRequest, NewRun, Transition
-from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
+from runlane.storage.protocol import LeaseRequest, NewRun
+from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.runs import Run, RunEventType, RunStatus
-
-#: A run created with a delivery request has it as its second event.
 
 
 def is_plain(new: NewRun) -> bool:
@@ -79,27 +77,6 @@ def lease_params(lease: LeaseRequest, now: datetime) -> dict[str, Any]:
         "lease_token": new_token(),
         "lease_expires_at": to_micros(lease.expires_at),
         "now": to_micros(now),
-    }
-
-
-def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
-    """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
-    changes = transition.changes
-    return {
-        "environment": environment,
-        "id": transition.run_id,
-        "status": changes.status.value,
-        "run_at": micros_or_none(changes.run_at),
-        "result": dumps(changes.result) if changes.result is not None else None,
-        "failure": dumps(changes.failure.to_json()) if changes.failure is not None else None,
-        "cancel_reason": changes.cancel_reason,
-        "add_failure": int(changes.add_failure),
-        "event_count": len(transition.events),
-        "now": now_us,
-        "keep_lease": int(changes.keep_lease),
-        "expected_sequence": transition.expected_sequence,
-        "lease_token": transition.lease_token,
-        "lease_expired_by": micros_or_none(transition.lease_expired_by),
     }
 
 
@@ -178,20 +155,3 @@ def started_event(environment: str, run: Run, now_us: int) -> dict[str, Any]:
             "lease_expires_at": run.lease.expires_at.isoformat(),
         },
     )
-
-
-def transition_events(
-    environment: str, transition: Transition, now_us: int
-) -> list[dict[str, Any]]:
-    """The events a transition appends, numbered on from its expected sequence."""
-    return [
-        event_row(
-            environment,
-            transition.run_id,
-            transition.expected_sequence + offset,
-            event.type,
-            now_us,
-            event.data,
-        )
-        for offset, event in enumerate(transition.events, start=1)
-    ]

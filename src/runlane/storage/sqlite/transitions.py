@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.storage.protocol import Transition
-from runlane.storage.sqlite.params import transition_events, transition_params
+from runlane.storage.sql.encoding import dumps, micros_or_none
+from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import QUERIES
 
 
@@ -25,3 +26,41 @@ def apply_transitions(
             events += transition_events(environment, transition, now_us)
     cur.executemany(QUERIES["insert_event"], events)
     return applied
+
+
+def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
+    """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
+    changes = transition.changes
+    return {
+        "environment": environment,
+        "id": transition.run_id,
+        "status": changes.status.value,
+        "run_at": micros_or_none(changes.run_at),
+        "result": dumps(changes.result) if changes.result is not None else None,
+        "failure": dumps(changes.failure.to_json()) if changes.failure is not None else None,
+        "cancel_reason": changes.cancel_reason,
+        "add_failure": int(changes.add_failure),
+        "event_count": len(transition.events),
+        "now": now_us,
+        "keep_lease": int(changes.keep_lease),
+        "expected_sequence": transition.expected_sequence,
+        "lease_token": transition.lease_token,
+        "lease_expired_by": micros_or_none(transition.lease_expired_by),
+    }
+
+
+def transition_events(
+    environment: str, transition: Transition, now_us: int
+) -> list[dict[str, Any]]:
+    """The events a transition appends, numbered on from its expected sequence."""
+    return [
+        event_row(
+            environment,
+            transition.run_id,
+            transition.expected_sequence + offset,
+            event.type,
+            now_us,
+            event.data,
+        )
+        for offset, event in enumerate(transition.events, start=1)
+    ]

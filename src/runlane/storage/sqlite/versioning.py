@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from runlane.storage.records import load_migrations
+from runlane.storage.sql.queryfiles import load_migrations
 from runlane.storage.sqlite.queries import QUERIES
 
 _MIGRATIONS = load_migrations("runlane.storage.sqlite.migrations")

@@ -32,7 +32,7 @@ from runlane import (
 from runlane.core.delivery import DeliveryOutcome
 from runlane.operator import tick_report_view
 from runlane.storage.protocol import LeaseRequest, QueuePolicy
-from runlane.testing.conformance.storage import (
+from runlane.testing.conformance.storage.support import (
     MAIN,
     OTHER,
     Factory,

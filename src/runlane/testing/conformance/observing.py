@@ -31,7 +31,7 @@ from runlane import (
 )
 from runlane.core.execution import MAX_TRACEBACK_CHARS
 from runlane.storage.protocol import LeaseRequest, QueuePolicy
-from runlane.testing.conformance.storage import Factory, make_runtime
+from runlane.testing.conformance.storage.support import Factory, make_runtime
 from runlane.transport.protocol import DeliveryMessage
 
 #: Set by the recording observer around each attempt; tasks read it.

@@ -25,7 +25,7 @@ from runlane import Context, ErrorCode, Runlane, RunlaneError, RunStatus, TaskDe
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
 from runlane.core.payloads import MAX_PAYLOAD_DEPTH
 from runlane.testing import drain
-from runlane.testing.conformance.storage import MAIN, OTHER, make_runtime
+from runlane.testing.conformance.storage.support import MAIN, OTHER, make_runtime
 from runlane.transport.protocol import DeliveryMessage
 
 Factory = Callable[..., Awaitable[Runlane]]

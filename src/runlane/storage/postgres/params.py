@@ -13,13 +13,12 @@ from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
-from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage, Transition
-from runlane.storage.records import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
+from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.runs import Lease, Run, RunStatus
 
 #: The NOTIFY channel; its payload is the environment that got due work.
 WORK_CHANNEL = "runlane_work"
-#: A run created with a delivery request has it as its second event.
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,7 @@ class CreationBatch:
 
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
-        runs as one JSON array of positional fields (see the query for the order), with
+        runs as one JSON array of positional fields (:data:`~.shapes.INSERT_RUN`), with
         source and trace carrier spliced in as the JSON texts they already are, and the
         payload as a JSON string of its text (jsonb would renumber its floats)."""
         c = self.columns
@@ -94,7 +93,8 @@ class CreationBatch:
         }
 
     def copy_rows(self) -> Iterator[tuple[Any, ...]]:
-        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease)."""
+        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease), fields
+        as :data:`~.shapes.COPY_RUN` declares them."""
         environment, now, c = self.environment, self.now_us, self.columns
         for row in zip(
             c["ids"], c["task_ids"], c["queues"], c["statuses"], c["payloads"], c["run_ats"],
@@ -259,62 +259,4 @@ def lease_params(lease: LeaseRequest, now_us: int) -> dict[str, Any]:
         "lease_expires_at": expires_at,
         "lease_expires_iso": from_micros(expires_at).isoformat(),
         "now": now_us,
-    }
-
-
-def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
-    """Split ``transitions`` into rounds in which no run appears twice, keeping their order.
-
-    A batch statement updates each run at most once, so the second transition of
-    one run goes into the next round and sees the first one's result.
-    """
-    rounds: list[list[int]] = []
-    seen: dict[str, int] = {}
-    for index, transition in enumerate(transitions):
-        depth = seen.get(transition.run_id, -1) + 1
-        seen[transition.run_id] = depth
-        if depth == len(rounds):
-            rounds.append([])
-        rounds[depth].append(index)
-    return rounds
-
-
-def transition_params(
-    environment: str, transitions: Sequence[Transition], now_us: int
-) -> dict[str, Any]:
-    """Parameters of ``apply_transitions`` for one round: the transitions and their
-    events as JSON arrays of positional fields (see the query for the order)."""
-    ids: list[str] = []
-    rows: list[list[Any]] = []
-    events: list[list[Any]] = []
-    for transition in transitions:
-        changes = transition.changes
-        run_id = transition.run_id
-        sequence = transition.expected_sequence
-        failure = changes.failure
-        ids.append(run_id)
-        rows.append(
-            [
-                run_id,
-                changes.status.value,
-                micros_or_none(changes.run_at),
-                changes.result,
-                failure.to_json() if failure is not None else None,
-                changes.cancel_reason,
-                int(changes.add_failure),
-                len(transition.events),
-                changes.keep_lease,
-                sequence,
-                transition.lease_token,
-                micros_or_none(transition.lease_expired_by),
-            ]
-        )
-        for offset, event in enumerate(transition.events, start=1):
-            events.append([run_id, sequence + offset, event.type.value, event.data])
-    return {
-        "environment": environment,
-        "now": now_us,
-        "ids": ids,
-        "transitions": dumps(rows),
-        "events": dumps(events),
     }

@@ -1,0 +1,40 @@
+-- Pruning finished runs with everything that belongs to them.
+-- Parameters are %(named)s; {schema} is the quoted schema name.
+
+-- name: prune_runs
+-- One bounded batch: the runs, their history, ownership, outbox and schedule
+-- occurrence rows together.
+WITH doomed AS (
+    SELECT id FROM {schema}.runlane_runs
+    WHERE environment = %(environment)s
+      AND status IN ('succeeded', 'failed', 'cancelled')
+      AND status = ANY(%(statuses)b::text[])
+      AND updated_at < %(older_than)s
+    ORDER BY updated_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+pruned AS (
+    DELETE FROM {schema}.runlane_runs r
+    WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM doomed))
+    RETURNING r.id
+),
+history AS (
+    DELETE FROM {schema}.runlane_run_events e
+    WHERE e.environment = %(environment)s AND e.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+ownership AS (
+    DELETE FROM {schema}.runlane_idempotency_keys k
+    WHERE k.environment = %(environment)s AND k.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+outbox AS (
+    DELETE FROM {schema}.runlane_outbox o
+    WHERE o.environment = %(environment)s AND o.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+-- A pruned run's slot lies long before its schedule's last_slot, so no tick
+-- proposes it again: its occurrence row has done its job.
+occurrences AS (
+    DELETE FROM {schema}.runlane_schedule_occurrences s
+    WHERE s.environment = %(environment)s AND s.run_id = ANY(ARRAY(SELECT id FROM pruned))
+)
+SELECT count(*) AS pruned FROM pruned;

@@ -1,0 +1,163 @@
+-- Runs and their events: creating, reading, listing, counting. Parameters are
+-- %(named)s (psycopg); {schema} is replaced by the quoted schema name when the
+-- driver is built. (The same holds in every .sql file of this driver.)
+-- Batches travel as arrays (sent in binary, %(named)b, which skips quoting every
+-- element) and are expanded with unnest(), so one statement text serves every
+-- batch size and is prepared once per connection.
+
+-- name: insert_runs
+-- Runs (their run.created event is implied by the row: see migration 004), plus
+-- run.delivery_requested and an outbox row when a transport is to wake a worker,
+-- or run.started when run_now leases them, and one wakeup for listening workers
+-- when a created run is due now. A run whose singleton key already has an active
+-- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
+-- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
+-- than a dozen arrays), fields in the order below, as shapes.INSERT_RUN declares
+-- them. The payload travels as a JSON string holding its text, so the json column
+-- keeps it exactly as written.
+WITH input AS (
+    SELECT r.x->>0 AS id, r.x->>1 AS task_id, r.x->>2 AS queue, r.x->>3 AS status,
+           (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
+           r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
+           r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
+           (r.x->>12)::bool AS request_delivery
+    FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
+),
+inserted AS (
+    INSERT INTO {schema}.runlane_runs (
+        environment, id, task_id, queue, status, payload, attempt, failure_count,
+        run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
+        singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
+        lease_expires_at, delivery_requested_at
+    )
+    SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
+           run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
+           singleton_key, concurrency_key, trace_carrier, %(lease_owner)s::text,
+           %(lease_token)s::text, %(lease_expires_at)s::bigint,
+           CASE WHEN request_delivery THEN %(now)s::bigint END
+    FROM input
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
+),
+events AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
+    )
+    SELECT %(environment)s, id, 2, 'run.delivery_requested', %(now)s,
+           jsonb_build_object('queue', queue, 'outbox_id', id || '.2')
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+    UNION ALL
+    SELECT %(environment)s, id, event_sequence, 'run.started', %(now)s,
+           jsonb_build_object(
+               'attempt', 1, 'worker_id', %(lease_owner)s::text,
+               'lease_expires_at', %(lease_expires_iso)s::text
+           )
+    FROM inserted
+    WHERE status = 'running'
+),
+outbox AS (
+    INSERT INTO {schema}.runlane_outbox (
+        environment, id, run_id, queue, status, available_at, claimed_until, requested_at,
+        trace_carrier
+    )
+    SELECT %(environment)s, id || '.2', id, queue,
+           CASE WHEN %(outbox_claimed_until)s::bigint IS NULL THEN 'pending' ELSE 'claimed' END,
+           %(now)s, %(outbox_claimed_until)s::bigint, %(now)s, trace_carrier
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+),
+wakeup AS (
+    SELECT pg_notify(%(channel)s, %(environment)s)
+    WHERE EXISTS (SELECT 1 FROM inserted WHERE status = 'queued' AND run_at <= %(now)s)
+)
+SELECT id, (SELECT count(*) FROM wakeup) AS woken FROM inserted;
+
+-- name: insert_run
+-- One run without keys, delivery request or lease (a lone trigger): scalar
+-- parameters, no arrays to encode.
+WITH inserted AS (
+    INSERT INTO {schema}.runlane_runs (
+        environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+        first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+        trace_carrier
+    )
+    VALUES (
+        %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::json, 0, 0,
+        %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
+        %(trace_carrier)s::jsonb
+    )
+    RETURNING status, run_at
+)
+SELECT pg_notify(%(channel)s, %(environment)s)
+FROM inserted
+WHERE status = 'queued' AND run_at <= %(now)s;
+
+-- name: copy_runs
+-- The bulk path for runs without keys, delivery requests or leases: COPY is the
+-- cheapest way into the table. The caller sends announce_work in the same transaction.
+COPY {schema}.runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier
+) FROM STDIN (FORMAT BINARY);
+
+-- name: announce_work
+SELECT pg_notify(%(channel)s, %(environment)s);
+
+-- name: get_run
+SELECT * FROM {schema}.runlane_runs WHERE environment = %(environment)s AND id = %(id)s;
+
+-- name: get_active_singleton_owner
+SELECT * FROM {schema}.runlane_runs
+WHERE environment = %(environment)s AND task_id = %(task_id)s
+  AND singleton_key = %(singleton_key)s
+  AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
+
+-- name: list_runs
+SELECT * FROM {schema}.runlane_runs
+WHERE environment = %(environment)s
+  AND (cardinality(%(statuses)b::text[]) = 0 OR status = ANY(%(statuses)b::text[]))
+  AND (cardinality(%(task_ids)b::text[]) = 0 OR task_id = ANY(%(task_ids)b::text[]))
+  AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
+  AND (%(cursor)s::text IS NULL OR id < %(cursor)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: list_run_events
+-- Stored events, and the run.created event a row created since migration 004 implies.
+SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
+       NULL::jsonb AS data, task_id, queue, first_run_at, source
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s AND id = %(run_id)s AND first_run_at IS NOT NULL
+UNION ALL
+SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL
+FROM {schema}.runlane_run_events
+WHERE environment = %(environment)s AND run_id = %(run_id)s
+ORDER BY sequence;
+
+-- name: queue_stats
+-- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
+SELECT queue, concurrency_key, status, count(*) AS count,
+       count(*) FILTER (
+           WHERE (status IN ('running', 'cancellation_requested') AND lease_expires_at > %(now)s)
+              OR (status IN ('queued', 'scheduled', 'retrying', 'released')
+                  AND reserved_until > %(now)s)
+       ) AS occupying,
+       count(*) FILTER (
+           WHERE status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= %(now)s
+       ) AS due,
+       min(run_at) FILTER (
+           WHERE status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= %(now)s
+       ) AS oldest_due
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s
+GROUP BY queue, concurrency_key, status;
+
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after %(since)s.
+SELECT queue, status, count(*) AS n
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= %(since)s
+GROUP BY queue, status;

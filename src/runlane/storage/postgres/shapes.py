@@ -1,0 +1,103 @@
+"""Batch row shapes: the positional rows the hot statements take, each declared once.
+
+A batch travels as one JSON array of arrays (``insert_runs``, ``apply_transitions``)
+or as binary COPY rows (``copy_runs``): by position, which is what makes them cheap.
+Each shape below is the one place that order is written down. The statements in
+the ``.sql`` files stay whole (they can be copied into ``EXPLAIN``) and name the
+fields by position; a unit test reads them and proves they agree with these
+declarations, and the encoders in :mod:`params` and :mod:`transitions` are tested
+against them the same way. The COPY column types come from here directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RowShape:
+    """The fields of one positional row, in order, each with the SQL type it is read as."""
+
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The field names, in row order."""
+        return tuple(name for name, _ in self.fields)
+
+    @property
+    def types(self) -> list[str]:
+        """The SQL types, in row order."""
+        return [sql_type for _, sql_type in self.fields]
+
+
+#: A run of ``insert_runs``' ``runs`` parameter. The payload is a JSON string holding the
+#: payload's text (read as json, so it is kept exactly as written); the source and trace
+#: carrier are spliced in as the JSON they already are.
+INSERT_RUN = RowShape(
+    (
+        ("id", "text"),
+        ("task_id", "text"),
+        ("queue", "text"),
+        ("status", "text"),
+        ("payload", "json"),
+        ("run_at", "bigint"),
+        ("event_sequence", "int"),
+        ("source", "jsonb"),
+        ("idempotency_key", "text"),
+        ("singleton_key", "text"),
+        ("concurrency_key", "text"),
+        ("trace_carrier", "jsonb"),
+        ("request_delivery", "bool"),
+    )
+)
+
+#: A transition of ``apply_transitions``' ``transitions`` parameter.
+TRANSITION = RowShape(
+    (
+        ("id", "text"),
+        ("status", "text"),
+        ("run_at", "bigint"),
+        ("result", "jsonb"),
+        ("failure", "jsonb"),
+        ("cancel_reason", "text"),
+        ("add_failure", "int"),
+        ("event_count", "int"),
+        ("keep_lease", "bool"),
+        ("expected_sequence", "int"),
+        ("lease_token", "text"),
+        ("lease_expired_by", "bigint"),
+    )
+)
+
+#: An event of ``apply_transitions``' ``events`` parameter.
+TRANSITION_EVENT = RowShape(
+    (
+        ("run_id", "text"),
+        ("sequence", "int"),
+        ("type", "text"),
+        ("data", "jsonb"),
+    )
+)
+
+#: A row of ``copy_runs`` (binary COPY: the types are the columns' own).
+COPY_RUN = RowShape(
+    (
+        ("environment", "text"),
+        ("id", "text"),
+        ("task_id", "text"),
+        ("queue", "text"),
+        ("status", "text"),
+        ("payload", "json"),
+        ("attempt", "int4"),
+        ("failure_count", "int4"),
+        ("run_at", "int8"),
+        ("first_run_at", "int8"),
+        ("created_at", "int8"),
+        ("updated_at", "int8"),
+        ("event_sequence", "int4"),
+        ("source", "jsonb"),
+        ("concurrency_key", "text"),
+        ("trace_carrier", "jsonb"),
+    )
+)

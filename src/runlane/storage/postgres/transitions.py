@@ -1,0 +1,68 @@
+"""Applying state transitions: each round of distinct runs as one compare-and-set statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runlane.storage.protocol import Transition
+from runlane.storage.sql.encoding import dumps, micros_or_none
+
+
+def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
+    """Split ``transitions`` into rounds in which no run appears twice, keeping their order.
+
+    A batch statement updates each run at most once, so the second transition of
+    one run goes into the next round and sees the first one's result.
+    """
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for index, transition in enumerate(transitions):
+        depth = seen.get(transition.run_id, -1) + 1
+        seen[transition.run_id] = depth
+        if depth == len(rounds):
+            rounds.append([])
+        rounds[depth].append(index)
+    return rounds
+
+
+def transition_params(
+    environment: str, transitions: Sequence[Transition], now_us: int
+) -> dict[str, Any]:
+    """Parameters of ``apply_transitions`` for one round: the transitions and their
+    events as JSON arrays of positional fields (:data:`~.shapes.TRANSITION` and
+    :data:`~.shapes.TRANSITION_EVENT`)."""
+    ids: list[str] = []
+    rows: list[list[Any]] = []
+    events: list[list[Any]] = []
+    for transition in transitions:
+        changes = transition.changes
+        run_id = transition.run_id
+        sequence = transition.expected_sequence
+        failure = changes.failure
+        ids.append(run_id)
+        rows.append(
+            [
+                run_id,
+                changes.status.value,
+                micros_or_none(changes.run_at),
+                changes.result,
+                failure.to_json() if failure is not None else None,
+                changes.cancel_reason,
+                int(changes.add_failure),
+                len(transition.events),
+                changes.keep_lease,
+                sequence,
+                transition.lease_token,
+                micros_or_none(transition.lease_expired_by),
+            ]
+        )
+        for offset, event in enumerate(transition.events, start=1):
+            events.append([run_id, sequence + offset, event.type.value, event.data])
+    return {
+        "environment": environment,
+        "now": now_us,
+        "ids": ids,
+        "transitions": dumps(rows),
+        "events": dumps(events),
+    }

@@ -1,0 +1,53 @@
+-- State transitions: compare-and-set on the expected event sequence.
+-- Parameters are %(named)s; {schema} is the quoted schema name.
+
+-- name: apply_transitions
+-- Compare-and-set many runs at once: each row applies only while the run's
+-- event_sequence is the expected one (and, when given, it still holds the lease,
+-- or the lease has expired by then). Events are appended for the rows applied.
+-- A batch never names one run twice; the driver splits such calls into rounds.
+-- The transitions and their events travel as two JSON arrays of arrays (one
+-- parameter each: cheaper to send than a dozen arrays; shapes.py declares their
+-- fields); ids also come as an
+-- array so the runs are found by primary key whatever the statistics say.
+WITH input AS (
+    SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
+           nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
+           t.x->>5 AS cancel_reason, (t.x->>6)::int AS add_failure,
+           (t.x->>7)::int AS event_count, (t.x->>8)::bool AS keep_lease,
+           (t.x->>9)::int AS expected_sequence, t.x->>10 AS lease_token,
+           (t.x->>11)::bigint AS lease_expired_by
+    FROM jsonb_array_elements(%(transitions)s::jsonb) AS t(x)
+),
+updated AS (
+    UPDATE {schema}.runlane_runs r
+    SET status = input.status,
+        run_at = COALESCE(input.run_at, r.run_at),
+        result = input.result,
+        failure = input.failure,
+        cancel_reason = input.cancel_reason,
+        failure_count = r.failure_count + input.add_failure,
+        event_sequence = r.event_sequence + input.event_count,
+        updated_at = %(now)s,
+        delivery_requested_at = NULL,
+        lease_owner = CASE WHEN input.keep_lease THEN r.lease_owner END,
+        lease_token = CASE WHEN input.keep_lease THEN r.lease_token END,
+        lease_expires_at = CASE WHEN input.keep_lease THEN r.lease_expires_at END
+    FROM input
+    WHERE r.environment = %(environment)s AND r.id = input.id
+      AND r.id = ANY(%(ids)b::text[])
+      AND r.event_sequence = input.expected_sequence
+      AND (input.lease_token IS NULL OR r.lease_token = input.lease_token)
+      AND (input.lease_expired_by IS NULL OR r.lease_expires_at <= input.lease_expired_by)
+    RETURNING r.id
+),
+events AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
+    )
+    SELECT %(environment)s, e.x->>0 AS run_id, (e.x->>1)::int AS sequence, e.x->>2 AS type,
+           %(now)s, e.x->3 AS data
+    FROM jsonb_array_elements(%(events)s::jsonb) AS e(x)
+    JOIN updated ON updated.id = e.x->>0
+)
+SELECT id FROM updated;

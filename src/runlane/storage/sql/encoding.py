@@ -1,0 +1,65 @@
+"""Values as SQL drivers store them: compact JSON text, and times as integer
+microseconds since the Unix epoch. Payloads and trace carriers that cannot be
+decoded never fail the read that found them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from runlane.core.clock import to_micros
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload
+
+#: Sequence number of the ``run.delivery_requested`` event of a run created with one.
+DELIVERY_REQUEST_SEQUENCE = 2
+
+#: One encoder for every call (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+#: Bound once: decoding calls it for every row.
+_loads = json.loads
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text."""
+    return _ENCODE(value)
+
+
+def load_json(value: str | bytes) -> Any:
+    """Decode a stored JSON column.
+
+    Drivers hand JSON columns over as text (the PostgreSQL driver loads jsonb as
+    text too): a decoded JSON string would be indistinguishable from JSON text.
+    """
+    return _loads(value)
+
+
+def load_payload(text: str | bytes) -> Any:
+    """Decode a stored payload; one that cannot be decoded becomes an
+    :class:`UnreadablePayload`, so it fails its own run and never the claim or
+    listing that read it (rows written before payloads had a nesting cap may be
+    too deep for the stack that reads them)."""
+    try:
+        return _loads(text)
+    except (ValueError, RecursionError) as error:
+        reason = (
+            f"nested deeper than this process can decode (the cap is {MAX_PAYLOAD_DEPTH})"
+            if isinstance(error, RecursionError)
+            else "not valid JSON"
+        )
+        return UnreadablePayload(reason)
+
+
+def load_carrier(text: str | bytes) -> Any:
+    """Decode a stored trace carrier; one that cannot be read is dropped (``None``):
+    a carrier is advisory, never fatal."""
+    try:
+        return _loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def micros_or_none(moment: datetime | None) -> int | None:
+    """``moment`` in storage microseconds, or ``None``."""
+    return to_micros(moment) if moment is not None else None

@@ -1,0 +1,237 @@
+"""The row codec: database rows in, core records out.
+
+Both SQL drivers store times as integer microseconds and JSON as text (SQLite) or
+jsonb loaded as text (PostgreSQL); rows become core records here, the same way for
+both, so both drivers hand core identical values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from operator import itemgetter
+from typing import Any
+
+from runlane.core.clock import from_micros
+from runlane.storage.protocol import OutboxMessage, ScheduleState
+from runlane.storage.sql.encoding import load_carrier, load_json, load_payload
+from runlane.types.runs import (
+    Lease,
+    Page,
+    Run,
+    RunEvent,
+    RunEventType,
+    RunFailure,
+    RunSource,
+    RunStatus,
+)
+
+#: Bound once: the decoder calls it for every row.
+_loads = json.loads
+
+#: A database row read by column name (sqlite3.Row, psycopg dict rows), JSON as text.
+Row = Mapping[str, Any] | Any
+
+_STATUSES = {status.value: status for status in RunStatus}
+
+
+#: The ``runs`` columns a run is built from, in the order :class:`RunDecoder` reads them.
+RUN_COLUMNS = (
+    "id",
+    "environment",
+    "task_id",
+    "queue",
+    "status",
+    "payload",
+    "attempt",
+    "failure_count",
+    "run_at",
+    "created_at",
+    "updated_at",
+    "event_sequence",
+    "source",
+    "result",
+    "failure",
+    "idempotency_key",
+    "singleton_key",
+    "concurrency_key",
+    "trace_carrier",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "cancel_reason",
+)
+_BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
+
+
+class RunDecoder:
+    """Builds runs from ``runs`` rows, sharing the equal immutable values rows repeat.
+
+    Rows decoded together (one claim, one listing page) mostly share their times,
+    source and lease: a claim leases every run under one token, and runs created by
+    one bulk trigger share their times and source. Each distinct value is decoded
+    once per decoder; mutable values (payload, result, trace carrier) never are shared.
+
+    Rows are read by column name (``sqlite3.Row``, dict rows) unless ``columns`` names
+    the columns of plain tuple rows (a cursor's description): each row's values then
+    come out by position, in one call, with no dict built per row.
+    """
+
+    __slots__ = ("_fields", "_leases", "_sources", "_times")
+
+    _fields: Callable[[Row], tuple[Any, ...]]
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        self._times: dict[int, datetime] = {}
+        self._sources: dict[str, RunSource] = {}
+        self._leases: dict[tuple[str, str, int], Lease] = {}
+        if columns is None:
+            self._fields = _BY_NAME
+        else:
+            index = {name: i for i, name in enumerate(columns)}
+            positions = [index[name] for name in RUN_COLUMNS]
+            self._fields = itemgetter(*positions)
+
+    def time(self, micros: int) -> datetime:
+        """``from_micros(micros)``, once per distinct value."""
+        moment = self._times.get(micros)
+        if moment is None:
+            moment = self._times[micros] = from_micros(micros)
+        return moment
+
+    def run(self, row: Row) -> Run:
+        """Build a :class:`Run` from a ``runs`` row."""
+        (
+            run_id,
+            environment,
+            task_id,
+            queue,
+            status,
+            payload,
+            attempt,
+            failure_count,
+            run_at,
+            created_at,
+            updated_at,
+            event_sequence,
+            source_text,
+            result,
+            failure,
+            idempotency_key,
+            singleton_key,
+            concurrency_key,
+            carrier,
+            lease_owner,
+            token,
+            lease_expires_at,
+            cancel_reason,
+        ) = self._fields(row)
+        time = self.time
+        source = self._sources.get(source_text)
+        if source is None:
+            source = self._sources[source_text] = RunSource.from_json(_loads(source_text))
+        lease = None
+        if token is not None:
+            key = (lease_owner, token, lease_expires_at)
+            lease = self._leases.get(key)
+            if lease is None:
+                lease = self._leases[key] = Lease(lease_owner, token, time(lease_expires_at))
+        return Run(
+            id=run_id,
+            environment=environment,
+            task_id=task_id,
+            queue=queue,
+            status=_STATUSES[status],
+            payload=load_payload(payload),
+            attempt=attempt,
+            failure_count=failure_count,
+            run_at=time(run_at),
+            created_at=time(created_at),
+            updated_at=time(updated_at),
+            event_sequence=event_sequence,
+            source=source,
+            result=_loads(result) if result is not None else None,
+            failure=RunFailure.from_json(_loads(failure)) if failure is not None else None,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=load_carrier(carrier) if carrier is not None else None,
+            lease=lease,
+            cancel_reason=cancel_reason,
+        )
+
+
+def run_from_row(row: Row) -> Run:
+    """Build a :class:`Run` from a ``runs`` row."""
+    return RunDecoder().run(row)
+
+
+def run_page(rows: Sequence[Row], limit: int) -> Page[Run]:
+    """One page of a listing that read one row more than ``limit``: the cursor is the
+    last id of this page, and there is a next page only when the extra row came back."""
+    runs = [run_from_row(row) for row in rows[:limit]]
+    next_cursor = runs[-1].id if len(rows) > limit and runs else None
+    return Page(runs, next_cursor)
+
+
+def runs_from_rows(rows: Iterable[Row], columns: Sequence[str] | None = None) -> list[Run]:
+    """Build :class:`Run` records from ``runs`` rows, decoding shared values once
+    (``columns``: the column names of tuple rows, as :class:`RunDecoder` takes them)."""
+    decode = RunDecoder(columns).run
+    return [decode(row) for row in rows]
+
+
+def outbox_from_row(row: Row) -> OutboxMessage:
+    """Build an :class:`OutboxMessage` from an outbox row."""
+    carrier = row["trace_carrier"]
+    return OutboxMessage(
+        id=row["id"],
+        run_id=row["run_id"],
+        queue=row["queue"],
+        requested_at=from_micros(row["requested_at"]),
+        trace_carrier=load_json(carrier) if carrier is not None else None,
+        attempts=row["attempts"],
+    )
+
+
+def event_from_row(row: Row) -> RunEvent:
+    """Build a :class:`RunEvent` from a ``run_events`` row."""
+    return RunEvent(
+        run_id=row["run_id"],
+        sequence=row["sequence"],
+        type=RunEventType(row["type"]),
+        occurred_at=from_micros(row["occurred_at"]),
+        data=load_json(row["data"]) or {},
+    )
+
+
+def implied_created_event(row: Row) -> RunEvent:
+    """The ``run.created`` event a run's row implies, for drivers that do not store it:
+    ``run_id``, ``occurred_at`` (creation), ``task_id``, ``queue``, ``first_run_at``
+    and ``source`` columns."""
+    return RunEvent(
+        run_id=row["run_id"],
+        sequence=1,
+        type=RunEventType.CREATED,
+        occurred_at=from_micros(row["occurred_at"]),
+        data={
+            "task_id": row["task_id"],
+            "queue": row["queue"],
+            "run_at": from_micros(row["first_run_at"]).isoformat(),
+            "source": load_json(row["source"]),
+        },
+    )
+
+
+def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
+    """``runlane_schedules`` rows by schedule id."""
+    return {
+        row["schedule_id"]: ScheduleState(
+            row["schedule_id"],
+            from_micros(row["last_slot"]) if row["last_slot"] is not None else None,
+            bool(row["paused"]),
+            from_micros(row["first_seen"]) if row["first_seen"] is not None else None,
+        )
+        for row in rows
+    }

@@ -1,0 +1,75 @@
+-- Delivery requests, bounded-queue reservations and the outbox.
+-- Parameters are :named.
+
+-- name: insert_outbox
+INSERT INTO runlane_outbox (
+    environment, id, run_id, queue, status, available_at, claimed_until, requested_at, trace_carrier
+) VALUES (
+    :environment, :id, :run_id, :queue, :status, :now, :claimed_until, :now, :trace_carrier
+);
+
+-- name: mark_delivery_requested
+UPDATE runlane_runs
+SET delivery_requested_at = :now, reserved_until = :reserved_until,
+    event_sequence = event_sequence + 1
+WHERE environment = :environment AND id = :id
+RETURNING *;
+
+-- name: undelivered_runs
+SELECT id, queue, concurrency_key FROM runlane_runs
+WHERE environment = :environment
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND delivery_requested_at IS NULL
+  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at <= :now
+ORDER BY run_at, id
+LIMIT :limit;
+
+-- name: occupied_by_partition
+SELECT queue, coalesce(concurrency_key, '') AS part, count(*) AS n FROM runlane_runs
+WHERE environment = :environment
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND ((status IN ('running', 'cancellation_requested') AND lease_expires_at > :now)
+       OR (status IN ('queued', 'scheduled', 'retrying', 'released') AND reserved_until > :now))
+GROUP BY queue, part;
+
+-- name: expire_dispatch_reservations
+UPDATE runlane_runs
+SET reserved_until = NULL, delivery_requested_at = NULL
+WHERE environment = :environment
+  AND reserved_until IS NOT NULL AND reserved_until <= :now
+  AND status IN ('queued', 'scheduled', 'retrying', 'released');
+
+-- name: claim_outbox
+UPDATE runlane_outbox
+SET status = 'claimed', claimed_until = :claimed_until
+WHERE environment = :environment AND id IN (
+    SELECT id FROM runlane_outbox
+    WHERE environment = :environment
+      AND ((status IN ('pending', 'failed') AND available_at <= :now)
+           OR (status = 'claimed' AND claimed_until <= :now))
+    ORDER BY available_at, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: mark_outbox_published
+UPDATE runlane_outbox
+SET status = 'published', published_at = :now, provider_message_id = :provider_message_id,
+    attempts = attempts + 1, claimed_until = NULL
+WHERE environment = :environment AND id = :id AND status = 'claimed';
+
+-- name: mark_outbox_failed
+UPDATE runlane_outbox
+SET status = 'failed', available_at = :retry_at, last_error = :last_error,
+    attempts = attempts + 1, claimed_until = NULL
+WHERE environment = :environment AND id = :id AND status = 'claimed';
+
+-- name: outbox_counts
+SELECT status, count(*) AS n FROM runlane_outbox WHERE environment = :environment GROUP BY status;
+
+-- name: outbox_backlog
+-- Delivery requests not yet published (pending, claimed by a publisher, or failed and waiting).
+SELECT queue, count(*) AS n FROM runlane_outbox
+WHERE environment = :environment AND status IN ('pending', 'claimed', 'failed')
+GROUP BY queue;

@@ -1,0 +1,31 @@
+-- Pruning finished runs with everything that belongs to them.
+-- Parameters are :named.
+
+-- name: prune_runs
+DELETE FROM runlane_runs
+WHERE environment = :environment AND id IN (
+    SELECT id FROM runlane_runs
+    WHERE environment = :environment
+      AND status IN (SELECT value FROM json_each(:statuses))
+      AND updated_at < :older_than
+    LIMIT :limit
+)
+RETURNING id;
+
+-- name: delete_run_events
+DELETE FROM runlane_run_events
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_idempotency_keys_of_runs
+DELETE FROM runlane_idempotency_keys
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_outbox_of_runs
+DELETE FROM runlane_outbox
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_schedule_occurrences_of_runs
+-- A pruned run's slot lies long before its schedule's last_slot, so no tick
+-- proposes it again: its occurrence row has done its job.
+DELETE FROM runlane_schedule_occurrences
+WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));

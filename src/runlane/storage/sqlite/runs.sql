@@ -1,0 +1,78 @@
+-- Runs and their events: creating, reading, listing, counting.
+-- Parameters are :named.
+
+-- name: insert_run
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, idempotency_key,
+    singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
+    delivery_requested_at
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
+    :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
+    :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at,
+    :delivery_requested_at
+)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: insert_plain_run
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
+    delivery_requested_at
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
+    :run_at, :now, :now, :event_sequence, :source, :concurrency_key, :trace_carrier,
+    :delivery_requested_at
+);
+
+-- name: insert_event
+INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
+VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);
+
+-- name: get_run
+SELECT * FROM runlane_runs WHERE environment = :environment AND id = :id;
+
+-- name: get_active_singleton_owner
+SELECT * FROM runlane_runs
+WHERE environment = :environment AND task_id = :task_id AND singleton_key = :singleton_key
+  AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
+
+-- name: list_run_events
+SELECT * FROM runlane_run_events
+WHERE environment = :environment AND run_id = :run_id
+ORDER BY sequence;
+
+-- name: queue_stats
+-- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
+SELECT queue, concurrency_key, status, count(*) AS count,
+       sum(CASE
+               WHEN status IN ('running', 'cancellation_requested') AND lease_expires_at > :now
+                   THEN 1
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released')
+                    AND reserved_until > :now
+                   THEN 1
+               ELSE 0
+           END) AS occupying,
+       sum(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN 1
+               ELSE 0
+           END) AS due,
+       min(CASE
+               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+                   THEN run_at
+           END) AS oldest_due
+FROM runlane_runs
+WHERE environment = :environment
+GROUP BY queue, concurrency_key, status;
+
+-- name: count_finished_runs
+-- Finished runs per queue and status whose last update is at or after :since.
+SELECT queue, status, count(*) AS n
+FROM runlane_runs
+WHERE environment = :environment
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= :since
+GROUP BY queue, status;

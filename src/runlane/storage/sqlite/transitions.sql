@@ -1,0 +1,21 @@
+-- State transitions: compare-and-set on the expected event sequence.
+-- Parameters are :named.
+
+-- name: apply_transition
+UPDATE runlane_runs
+SET status = :status,
+    run_at = COALESCE(:run_at, run_at),
+    result = :result,
+    failure = :failure,
+    cancel_reason = :cancel_reason,
+    failure_count = failure_count + :add_failure,
+    event_sequence = event_sequence + :event_count,
+    updated_at = :now,
+    delivery_requested_at = NULL,
+    lease_owner = CASE WHEN :keep_lease THEN lease_owner END,
+    lease_token = CASE WHEN :keep_lease THEN lease_token END,
+    lease_expires_at = CASE WHEN :keep_lease THEN lease_expires_at END
+WHERE environment = :environment AND id = :id
+  AND event_sequence = :expected_sequence
+  AND (:lease_token IS NULL OR lease_token = :lease_token)
+  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by);

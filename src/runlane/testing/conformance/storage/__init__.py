@@ -1,0 +1,73 @@
+"""The storage conformance suite: every storage driver must pass all of it.
+
+Use it from a test module of your own::
+
+    from runlane.testing.conformance.storage import *  # noqa: F403
+
+and provide two fixtures: ``lane_factory`` (a callable returning a new
+:class:`runlane.Lane` on the same store each time it is called) and
+``environment`` (a fresh environment name per test). The tests are async and
+expect pytest-asyncio in ``auto`` mode.
+
+One module per concern (producing, claiming and executing, leases, cancellation,
+idempotency, operating, schedules, leadership, capacity, outbox, ...) tests through
+the runtime; :mod:`.methods` calls each storage method directly for its edges, so a
+broken driver names the method that broke.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runlane.testing.conformance.storage import (
+    bad_input,
+    cancellation,
+    capacity,
+    executing,
+    idempotency,
+    leadership,
+    leases,
+    methods,
+    operating,
+    outbox,
+    producing,
+    schedules,
+    settle_and_claim,
+)
+from runlane.testing.conformance.storage.bad_input import *  # noqa: F403
+from runlane.testing.conformance.storage.cancellation import *  # noqa: F403
+from runlane.testing.conformance.storage.capacity import *  # noqa: F403
+from runlane.testing.conformance.storage.executing import *  # noqa: F403
+from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
+from runlane.testing.conformance.storage.leadership import *  # noqa: F403
+from runlane.testing.conformance.storage.leases import *  # noqa: F403
+from runlane.testing.conformance.storage.methods import *  # noqa: F403
+from runlane.testing.conformance.storage.operating import *  # noqa: F403
+from runlane.testing.conformance.storage.outbox import *  # noqa: F403
+from runlane.testing.conformance.storage.producing import *  # noqa: F403
+from runlane.testing.conformance.storage.schedules import *  # noqa: F403
+from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
+from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
+
+_MODULES = (
+    producing,
+    bad_input,
+    executing,
+    leases,
+    cancellation,
+    idempotency,
+    operating,
+    schedules,
+    leadership,
+    capacity,
+    settle_and_claim,
+    outbox,
+    methods,
+)
+
+__all__ = [name for module in _MODULES for name in module.__all__] + [
+    "make_runtime",
+    "make_transport_runtime",
+    "pytestmark",
+]
+pytestmark = pytest.mark.asyncio

@@ -1,0 +1,178 @@
+"""Each PostgreSQL batch row shape is declared once (storage/postgres/shapes.py): the
+statements read the fields where the declaration puts them, with its types, and the
+encoders write them there."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runlane.core.clock import to_micros
+from runlane.storage.postgres.params import creation_batch
+from runlane.storage.postgres.queries import QUERY_TEMPLATES
+from runlane.storage.postgres.shapes import (
+    COPY_RUN,
+    INSERT_RUN,
+    TRANSITION,
+    TRANSITION_EVENT,
+    RowShape,
+)
+from runlane.storage.postgres.transitions import transition_params
+from runlane.storage.protocol import NewEvent, NewRun, RunChanges, Transition
+from runlane.types.runs import RunEventType, RunFailure, RunSource, RunStatus
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+NOW_US = to_micros(NOW)
+
+# ``x->>N AS name`` (text), ``(x->>N)::type AS name``, ``x->N AS name`` and
+# ``nullif(x->N, 'null') AS name`` (jsonb): how the statements read a positional row.
+_FIELD = re.compile(
+    r"(?:\((?P<alias1>\w)\.x->>(?P<cast_pos>\d+)\)::(?P<cast>\w+)"
+    r"|nullif\((?P<alias2>\w)\.x->(?P<null_pos>\d+), 'null'\)"
+    r"|(?P<alias3>\w)\.x->(?P<text>>?)(?P<pos>\d+))"
+    r"\s+AS\s+(?P<name>\w+)"
+)
+
+
+def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
+    """``(position, name, sql type)`` of each field ``statement`` reads from ``alias.x``."""
+    found = []
+    for m in _FIELD.finditer(statement):
+        if alias not in (m["alias1"], m["alias2"], m["alias3"]):
+            continue
+        if m["cast"]:
+            found.append((int(m["cast_pos"]), m["name"], m["cast"]))
+        elif m["null_pos"]:
+            found.append((int(m["null_pos"]), m["name"], "jsonb"))
+        else:
+            found.append((int(m["pos"]), m["name"], "text" if m["text"] else "jsonb"))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("statement", "alias", "shape"),
+    [
+        ("insert_runs", "r", INSERT_RUN),
+        ("apply_transitions", "t", TRANSITION),
+        ("apply_transitions", "e", TRANSITION_EVENT),
+    ],
+)
+def test_each_json_row_statement_reads_the_declared_fields_in_order(
+    statement: str, alias: str, shape: RowShape
+) -> None:
+    read = _read_fields(QUERY_TEMPLATES[statement], alias)
+    assert read == [(i, name, sql_type) for i, (name, sql_type) in enumerate(shape.fields)]
+
+
+def test_copy_runs_lists_the_declared_columns_in_order() -> None:
+    match = re.search(r"COPY \S+ \((?P<columns>[^)]*)\)", QUERY_TEMPLATES["copy_runs"])
+    assert match is not None
+    columns = [c.strip() for c in match["columns"].split(",")]
+    assert columns == list(COPY_RUN.names)
+
+
+def _new_run(**overrides: Any) -> NewRun:
+    values: dict[str, Any] = {
+        "id": "run-1",
+        "task_id": "mail.send",
+        "queue": "mail",
+        "status": RunStatus.QUEUED,
+        "payload": {"to": "a@example.com"},
+        "payload_json": '{"to":"a@example.com"}',
+        "run_at": NOW + timedelta(seconds=5),
+        "source": RunSource(),
+        "concurrency_key": "tenant-1",
+        "trace_carrier": {"traceparent": "00-abc-def-01"},
+    }
+    return NewRun(**{**values, **overrides})
+
+
+def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
+    new = _new_run(idempotency_key="k1", singleton_key="s1", request_delivery=True)
+    batch = creation_batch("env", [new], NOW_US, None)
+    (row,) = json.loads(batch.insert_params()["runs"])
+    assert dict(zip(INSERT_RUN.names, row, strict=True)) == {
+        "id": "run-1",
+        "task_id": "mail.send",
+        "queue": "mail",
+        "status": "queued",
+        "payload": '{"to":"a@example.com"}',
+        "run_at": NOW_US + 5_000_000,
+        "event_sequence": 2,
+        "source": RunSource().to_json(),
+        "idempotency_key": "k1",
+        "singleton_key": "s1",
+        "concurrency_key": "tenant-1",
+        "trace_carrier": {"traceparent": "00-abc-def-01"},
+        "request_delivery": True,
+    }
+
+
+def test_the_copy_encoder_writes_the_declared_columns() -> None:
+    batch = creation_batch("env", [_new_run()], NOW_US, None)
+    (row,) = list(batch.copy_rows())
+    assert dict(zip(COPY_RUN.names, row, strict=True)) == {
+        "environment": "env",
+        "id": "run-1",
+        "task_id": "mail.send",
+        "queue": "mail",
+        "status": "queued",
+        "payload": '{"to":"a@example.com"}',
+        "attempt": 0,
+        "failure_count": 0,
+        "run_at": NOW_US + 5_000_000,
+        "first_run_at": NOW_US + 5_000_000,
+        "created_at": NOW_US,
+        "updated_at": NOW_US,
+        "event_sequence": 1,
+        "source": json.dumps(RunSource().to_json(), separators=(",", ":")),
+        "concurrency_key": "tenant-1",
+        "trace_carrier": '{"traceparent":"00-abc-def-01"}',
+    }
+
+
+def test_the_transition_encoder_writes_the_declared_fields() -> None:
+    failure = RunFailure("boom", "it broke", retryable=True)
+    transition = Transition(
+        run_id="run-1",
+        expected_sequence=3,
+        changes=RunChanges(
+            RunStatus.RETRYING,
+            run_at=NOW,
+            result={"partial": 1},
+            failure=failure,
+            cancel_reason="why",
+            add_failure=True,
+            keep_lease=True,
+        ),
+        events=(NewEvent(RunEventType.FAILED, {"attempt": 1}),),
+        lease_token="token-1",
+        lease_expired_by=NOW,
+    )
+    params = transition_params("env", [transition], NOW_US)
+    (row,) = json.loads(params["transitions"])
+    assert dict(zip(TRANSITION.names, row, strict=True)) == {
+        "id": "run-1",
+        "status": "retrying",
+        "run_at": NOW_US,
+        "result": {"partial": 1},
+        "failure": failure.to_json(),
+        "cancel_reason": "why",
+        "add_failure": 1,
+        "event_count": 1,
+        "keep_lease": True,
+        "expected_sequence": 3,
+        "lease_token": "token-1",
+        "lease_expired_by": NOW_US,
+    }
+    (event,) = json.loads(params["events"])
+    assert dict(zip(TRANSITION_EVENT.names, event, strict=True)) == {
+        "run_id": "run-1",
+        "sequence": 4,
+        "type": "run.failed",
+        "data": {"attempt": 1},
+    }
