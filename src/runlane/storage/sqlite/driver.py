@@ -44,6 +44,7 @@ from runlane.storage.records import (
 )
 from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
 from runlane.storage.sqlite.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
+from runlane.storage.sqlite.listener import WorkListener
 from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
@@ -80,6 +81,7 @@ class SqliteStorage:
             self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
         )
         self._rotation = claims.QueueRotation()
+        self._listener: WorkListener | None = None
 
     def __repr__(self) -> str:
         return f"SqliteStorage({self.path!r})"
@@ -92,13 +94,27 @@ class SqliteStorage:
             await self._db.transact(apply_migrations)
 
     async def close(self) -> None:
-        """Close the connection and its thread."""
+        """Stop watching for commits; close the connection and its thread."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
         await self._db.close()
 
     async def migrate(self) -> list[str]:
         """Create or upgrade the schema (also done on open); return what was applied."""
         await self._db.connect()
         return await self._db.transact(apply_migrations)
+
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for a commit to the file by any process.
+
+        True when one was seen (possibly while the caller was busy, or just as watching
+        began); False on timeout or when commits may have been missed: the caller
+        should then poll. SQLite cannot say what a commit wrote, so any commit counts.
+        """
+        if self._listener is None:
+            self._listener = WorkListener(self.path)
+        return await self._listener.wait(environment, timeout)
 
     # -- runs ----------------------------------------------------------------------
 
