@@ -4,10 +4,10 @@ SQLite has no LISTEN/NOTIFY, but in WAL mode every commit, from any connection o
 process, appends to the database's ``-wal`` file. The watcher learns of that at once:
 
 * on Linux through inotify on the ``-wal`` file: the kernel tells us, so an idle
-  worker spends no CPU at all;
+  worker spends no CPU on waiting;
 * elsewhere (or when inotify is unavailable) by reading ``PRAGMA data_version`` on a
   dedicated connection: it changes whenever another connection commits and is read
-  from shared memory, not the disk. It is read every 2 ms for a second after a
+  from shared memory, not the disk. It is read every 2 ms for 250 ms after a
   change, then ever less often, down to every 100 ms while nothing happens.
 
 The hint is coarse: any commit wakes, including other environments' triggers and
@@ -40,7 +40,7 @@ _EVENT_HEADER = struct.Struct("iIII")
 
 #: ``PRAGMA data_version`` checks: this often right after a change, for this long,
 _FAST_CHECK = 0.002
-_FAST_FOR = 1.0
+_FAST_FOR = 0.25
 #: then backing off (doubling) to this interval while nothing changes.
 _SLOW_CHECK = 0.1
 
