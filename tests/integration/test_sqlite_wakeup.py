@@ -139,3 +139,30 @@ async def test_an_in_memory_database_makes_waiting_a_plain_sleep() -> None:
         assert await storage.wait_for_work("default", 0.05) is False
     finally:
         await storage.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
+async def test_a_listener_goes_on_watching_after_the_log_file_is_removed(tmp_path: Path) -> None:
+    """The last connection to close deletes the ``-wal`` file the watch was on."""
+    path = str(tmp_path / "runlane.db")
+    first = sqlite_worker.build_runtime(path)
+    await first.migrate()
+    listener = WorkListener(path)
+    try:
+        async with first:
+            assert await listener.wait("default", 0) is True
+            assert listener.method == "inotify"
+        for _ in range(100):  # the removal is reported soon after the close
+            if not listener.listening:
+                break
+            await asyncio.sleep(0.05)
+        assert not listener.listening
+        assert await listener.wait("default", 0) is True  # watching again: look once more
+        second = sqlite_worker.build_runtime(path)
+        async with second:
+            waiting = asyncio.ensure_future(listener.wait("default", WITHIN))
+            await asyncio.sleep(0.05)
+            await second.trigger(sqlite_worker.ping, None)
+            assert await waiting is True
+    finally:
+        await listener.close()
