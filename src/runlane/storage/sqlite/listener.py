@@ -165,6 +165,8 @@ class WorkListener:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             while True:
                 data = os.read(fd, 4096)
+                if not data:
+                    break
                 offset = 0
                 while offset + _EVENT_HEADER.size <= len(data):
                     _, event_mask, _, length = _EVENT_HEADER.unpack_from(data, offset)
