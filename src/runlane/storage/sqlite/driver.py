@@ -40,6 +40,7 @@ from runlane.storage.sql.rows import (
 )
 from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
 from runlane.storage.sqlite.connections import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
+from runlane.storage.sqlite.listener import WorkListener
 from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
@@ -70,6 +71,7 @@ class SqliteStorage(SqlStorageBase):
             self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
         )
         self._rotation = claims.QueueRotation()
+        self._listener: WorkListener | None = None
 
     def __repr__(self) -> str:
         return f"SqliteStorage({self.path!r})"
@@ -82,7 +84,10 @@ class SqliteStorage(SqlStorageBase):
             await self._db.transact(apply_migrations)
 
     async def close(self) -> None:
-        """Close the connection and its thread."""
+        """Stop watching for commits; close the connection and its thread."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
         await self._db.close()
 
     async def migrate(self) -> list[str]:
@@ -95,6 +100,17 @@ class SqliteStorage(SqlStorageBase):
 
     async def _count(self, query: str, params: dict[str, Any]) -> int:
         return await self._db.write_count(QUERIES[query], params)
+
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for a commit to the file by any process.
+
+        True when one was seen (possibly while the caller was busy, or just as watching
+        began); False on timeout or when commits may have been missed: the caller
+        should then poll. SQLite cannot say what a commit wrote, so any commit counts.
+        """
+        if self._listener is None:
+            self._listener = WorkListener(self.path)
+        return await self._listener.wait(environment, timeout)
 
     # -- runs ----------------------------------------------------------------------
 
