@@ -89,3 +89,17 @@ def test_each_sqlite_statement_compiles_as_it_stands() -> None:
             conn.execute(f"EXPLAIN {sql}", params)  # type: ignore[arg-type]
         except sqlite3.Error as error:  # pragma: no cover - the failure names the statement
             pytest.fail(f"{name}: {error}")
+
+
+@pytest.mark.parametrize("cursor", [None, "r5"])
+def test_sqlite_list_runs_bounds_its_page_on_the_primary_key_with_or_without_a_cursor(
+    cursor: str | None,
+) -> None:
+    # One statement for every filter and cursor; the cursor stays an index range, so a
+    # deep page does not read every newer run of the environment first.
+    conn = sqlite3.connect(":memory:")
+    apply_migrations(conn.cursor())
+    params = {"environment": "e", "cursor": cursor, "limit": 3}
+    params |= {name: '["x"]' for name in ("statuses", "task_ids", "queues")}
+    plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES['list_runs']}", params).fetchall()
+    assert "(environment=? AND id<?)" in plan[0][3]

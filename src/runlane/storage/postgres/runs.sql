@@ -114,6 +114,7 @@ WHERE environment = %(environment)s AND task_id = %(task_id)s
   AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
 
 -- name: list_runs
+-- One page, newest first; an empty filter array filters nothing.
 SELECT * FROM {schema}.runlane_runs
 WHERE environment = %(environment)s
   AND (cardinality(%(statuses)b::text[]) = 0 OR status = ANY(%(statuses)b::text[]))

@@ -231,8 +231,8 @@ class SqliteStorage(SqlStorageBase):
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
         """Runs newest first; the cursor is the last id of the previous page."""
-        query, params = listing.run_page_query(environment, run_filter, limit, cursor)
-        return run_page(await self._db.fetch(query, params), limit)
+        params = listing.list_params(environment, run_filter, limit, cursor)
+        return run_page(await self._db.fetch(QUERIES["list_runs"], params), limit)
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""

@@ -39,6 +39,19 @@ SELECT * FROM runlane_runs
 WHERE environment = :environment AND task_id = :task_id AND singleton_key = :singleton_key
   AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
 
+-- name: list_runs
+-- One page, newest first; an empty filter list filters nothing. A missing cursor
+-- compares against a BLOB, which sorts after every TEXT id, so the bound stays a range
+-- on the (environment, id) primary key instead of an OR the planner cannot use.
+SELECT * FROM runlane_runs
+WHERE environment = :environment
+  AND (json_array_length(:statuses) = 0 OR status IN (SELECT value FROM json_each(:statuses)))
+  AND (json_array_length(:task_ids) = 0 OR task_id IN (SELECT value FROM json_each(:task_ids)))
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+  AND id < coalesce(:cursor, X'FF')
+ORDER BY id DESC
+LIMIT :limit;
+
 -- name: list_run_events
 SELECT * FROM runlane_run_events
 WHERE environment = :environment AND run_id = :run_id

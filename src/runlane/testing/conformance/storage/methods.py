@@ -156,6 +156,21 @@ async def test_list_runs_filters_by_status_task_and_queue(
     assert await ids(RunFilter(statuses=[RunStatus.QUEUED], queues=["main"])) == ["c"]
 
 
+async def test_list_runs_pages_a_filtered_listing_behind_its_cursor(
+    storage: Storage, environment: str
+) -> None:
+    await storage.create_runs(
+        environment,
+        [new_run("r1"), new_run("r2", queue="other"), new_run("r3"), new_run("r4")],
+        NOW,
+    )
+    main = RunFilter(queues=["main"], statuses=[RunStatus.QUEUED])
+    first = await storage.list_runs(environment, main, 2, None)
+    assert ([r.id for r in first.data], first.next_cursor) == (["r4", "r3"], "r3")
+    second = await storage.list_runs(environment, main, 2, first.next_cursor)
+    assert ([r.id for r in second.data], second.next_cursor) == (["r1"], None)
+
+
 # -- claim_due_runs and claim_run ----------------------------------------------------
 
 
