@@ -61,6 +61,7 @@ from runlane.storage.sql.rows import (
     outbox_from_row,
     run_page,
 )
+from runlane.storage.sql.schedules import seen_params
 from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
@@ -538,7 +539,7 @@ class PostgresStorage(SqlStorageBase):
         """Record the first-seen point of schedules that have none."""
         if not schedule_ids:
             return
-        params = schedules.seen_params(environment, schedule_ids, to_micros(now))
+        params = seen_params(environment, schedule_ids, to_micros(now))
 
         async def op(conn: Connection) -> None:
             async with conn.transaction(), conn.cursor() as cur:

@@ -8,13 +8,12 @@ for the other insert to commit) and only the first creates the run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from runlane.core.clock import to_micros
 from runlane.storage.postgres.creation import create_keyed_run
 from runlane.storage.postgres.params import creation_batch
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import ScheduleOccurrence
+from runlane.storage.sql.schedules import occurrence_scope
 from runlane.types.runs import Run
 
 
@@ -29,12 +28,7 @@ async def materialize_occurrences(
     batch = creation_batch(environment, [o.run for o in occurrences], now_us, None)
     created: list[Run] = []
     for index, occurrence in enumerate(occurrences):
-        scope = {
-            "environment": environment,
-            "schedule_id": occurrence.schedule_id,
-            "slot": to_micros(occurrence.slot),
-            "now": now_us,
-        }
+        scope = occurrence_scope(environment, occurrence, now_us)
         claimed = await session.fetch(
             q["claim_schedule_occurrence"], {**scope, "run_id": occurrence.run.id}
         )
@@ -45,8 +39,3 @@ async def materialize_occurrences(
         if outcome.created:
             created.append(outcome.run)
     return created
-
-
-def seen_params(environment: str, schedule_ids: Sequence[str], now_us: int) -> list[dict[str, Any]]:
-    """Parameters of ``mark_schedule_seen``, one set per schedule."""
-    return [{"environment": environment, "schedule_id": sid, "now": now_us} for sid in schedule_ids]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from runlane.core.clock import to_micros
 from runlane.storage.protocol import ScheduleOccurrence
+from runlane.storage.sql.schedules import occurrence_scope, seen_params
 from runlane.storage.sqlite.creation import create_run
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
@@ -18,13 +18,7 @@ def materialize_occurrences(
     """Claim each occurrence's slot, advance its schedule, and create the run of a new claim."""
     created: list[Run] = []
     for occurrence in occurrences:
-        slot = to_micros(occurrence.slot)
-        scope = {
-            "environment": environment,
-            "schedule_id": occurrence.schedule_id,
-            "slot": slot,
-            "now": now_us,
-        }
+        scope = occurrence_scope(environment, occurrence, now_us)
         claimed = cur.execute(
             QUERIES["claim_schedule_occurrence"],
             {**scope, "run_id": occurrence.run.id},
@@ -42,7 +36,4 @@ def mark_seen(
     cur: sqlite3.Cursor, environment: str, schedule_ids: Sequence[str], now_us: int
 ) -> None:
     """Record ``now_us`` as the first-seen point of schedules that have none."""
-    cur.executemany(
-        QUERIES["mark_schedule_seen"],
-        [{"environment": environment, "schedule_id": sid, "now": now_us} for sid in schedule_ids],
-    )
+    cur.executemany(QUERIES["mark_schedule_seen"], seen_params(environment, schedule_ids, now_us))
