@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -29,6 +28,7 @@ from psycopg.rows import tuple_row
 from runlane.core.capacity import has_capacity
 from runlane.storage.postgres.sessions import AsyncSession, Queries
 from runlane.storage.protocol import QueuePolicy
+from runlane.storage.sql.claiming import claim_order, split_by_capacity
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
 from runlane.types.runs import Run
 
@@ -48,8 +48,7 @@ async def claim_due_runs(
 ) -> list[Run]:
     """Claim up to ``limit`` due runs: bounded queues within capacity, then the others."""
     session = AsyncSession(conn)
-    unbounded = list(dict.fromkeys(p.name for p in queues if p.concurrency_limit is None))
-    limits = {p.name: p.concurrency_limit for p in queues if p.concurrency_limit is not None}
+    limits, unbounded = split_by_capacity(queues)
     if not limits:
         async with conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded})
@@ -168,8 +167,4 @@ _IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 def _runs(rows: Sequence[Any], description: Sequence[Column] | None = None) -> list[Run]:
     """Runs from dict rows, or from tuple rows with their cursor's ``description``."""
     columns = None if description is None else [column.name for column in description]
-    return sorted(runs_from_rows(rows, columns), key=_claim_order)
-
-
-def _claim_order(run: Run) -> tuple[datetime, str]:
-    return run.run_at, run.id
+    return sorted(runs_from_rows(rows, columns), key=claim_order)

@@ -14,6 +14,7 @@ from typing import Any
 
 from runlane.core.capacity import has_capacity
 from runlane.storage.protocol import QueuePolicy
+from runlane.storage.sql.claiming import split_by_capacity
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.params import started_event
 from runlane.storage.sqlite.queries import QUERIES
@@ -41,16 +42,15 @@ def claim_due_runs(
     rotation: QueueRotation,
 ) -> list[Run]:
     """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity."""
-    bounded = [[q.name, q.concurrency_limit] for q in queues if q.concurrency_limit is not None]
-    unbounded = [q.name for q in queues if q.concurrency_limit is None]
+    limits, unbounded = split_by_capacity(queues)
     runs: list[Run] = []
-    if bounded:
+    if limits:
         runs += _claim_rows(
             cur,
             "claim_bounded_runs",
             {
                 "environment": environment,
-                "bounded": json.dumps(bounded),
+                "bounded": json.dumps(list(limits.items())),
                 "limit": limit,
                 **lease_params,
             },
