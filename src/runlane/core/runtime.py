@@ -147,7 +147,9 @@ class Runlane:
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
         # The attempt runner's settle batcher writes through this lane's store scope.
-        self._attempts = AttemptRunner(self)
+        self._attempts = AttemptRunner(
+            store, self.registry.tasks, self.observers, lambda: self.thread_pool
+        )
         self.dispatcher: Dispatcher | None = dispatcher
         self._writer = RunWriter(
             store,
