@@ -39,7 +39,7 @@ from runlane.core.run_operations import IdempotencyKeys, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
-from runlane.core.worker import Worker, WorkerMode
+from runlane.core.worker import WorkBell, Worker, WorkerMode
 from runlane.transport.protocol import DeliveryMessage
 from runlane.types.records import CreateOutcome, NewRun
 from runlane.types.runs import (
@@ -121,8 +121,9 @@ class Runlane:
         self.eager_dispatch = dispatch == "eager"
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
         self.observers = Observers(self)
+        #: Wakes this process's idle workers when it creates runnable work.
+        self.work_bell = WorkBell()
         self.bind_lane(lane, clock or SystemClock())
-        self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
         self.runs: Runs = Runs(self)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
@@ -156,7 +157,7 @@ class Runlane:
             dispatcher=dispatcher,
             eager_dispatch=self.eager_dispatch,
             opened=self.open,
-            on_created=self._notify_work,
+            on_created=self.work_bell.ring,
         )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
@@ -545,7 +546,12 @@ class Runlane:
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
         """
         return Worker(
-            self,
+            self.store,
+            self._attempts,
+            self.observers,
+            connect=self.open,
+            tick=self.tick,
+            work=self.work_bell,
             queues=self.registry.policies_for(queues),
             concurrency=concurrency,
             mode=WorkerMode(mode or WorkerMode.POLL),
@@ -565,21 +571,6 @@ class Runlane:
     def attempts(self) -> AttemptRunner:
         """The attempt runner (used by workers)."""
         return self._attempts
-
-    def subscribe_work(self) -> asyncio.Event:
-        """An event set whenever this process creates runnable work (wakes idle workers)."""
-        event = asyncio.Event()
-        self._work_available.append(event)
-        return event
-
-    def unsubscribe_work(self, event: asyncio.Event) -> None:
-        """Stop notifying ``event``."""
-        if event in self._work_available:
-            self._work_available.remove(event)
-
-    def _notify_work(self) -> None:
-        for event in self._work_available:
-            event.set()
 
     # -- maintenance and operating ---------------------------------------------------
 
