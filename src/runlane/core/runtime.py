@@ -125,8 +125,6 @@ class Runlane:
         self.work_bell = WorkBell()
         self.bind_lane(lane, clock or SystemClock())
         self._sync: SyncRunlane | None = None
-        self.runs: Runs = Runs(self)
-        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
         self.schedules: Schedules = Schedules(self)
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
@@ -170,6 +168,10 @@ class Runlane:
             dispatcher=self.dispatcher,
             retention=self.retention,
         )
+
+        #: Operator calls on this lane's runs and idempotency keys.
+        self.runs: Runs = Runs(store, self.registry, self.open, self.create_child_run)
+        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, self.open)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -520,7 +522,14 @@ class Runlane:
         owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
         await self.open()
         return await execute_delivery(
-            self, message, settings, worker_id=owner, signal=signal, max_attempt_duration=limit
+            self.store,
+            self._attempts,
+            self.registry.queue_policies,
+            message,
+            settings,
+            worker_id=owner,
+            signal=signal,
+            max_attempt_duration=limit,
         )
 
     def worker(
@@ -623,9 +632,4 @@ class Runlane:
 
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
-        if not getattr(self.storage.capabilities, capability):
-            raise RunlaneError(
-                ErrorCode.CAPABILITY_UNSUPPORTED,
-                f"this lane's storage does not support {capability.replace('_', ' ')}.",
-                meta={"capability": capability},
-            )
+        self.store.require(capability)
