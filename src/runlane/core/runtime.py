@@ -125,7 +125,6 @@ class Runlane:
         self.work_bell = WorkBell()
         self.bind_lane(lane, clock or SystemClock())
         self._sync: SyncRunlane | None = None
-        self.schedules: Schedules = Schedules(self)
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
             self.observers.add(observer)
@@ -172,6 +171,8 @@ class Runlane:
         #: Operator calls on this lane's runs and idempotency keys.
         self.runs: Runs = Runs(store, self.registry, self.open, self.create_child_run)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, self.open)
+        #: Listing, pausing and resuming this lane's schedules.
+        self.schedules: Schedules = Schedules(store, self.registry.schedules, self.open)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
