@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.types.records import LeaseRequest, RunChanges
+from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy, RunChanges
 from runlane.types.runs import Run, RunFailure, RunStatus
 
 if TYPE_CHECKING:
@@ -89,6 +89,32 @@ class AttemptRunner:
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
         return LeaseRequest(worker_id, self._store.now() + timedelta(seconds=settings.duration))
+
+    async def execute_next(
+        self, queues: Sequence[QueuePolicy], settings: LeaseSettings, owner: str
+    ) -> Run | None:
+        """Claim one due run of ``queues`` for ``owner``, execute one attempt and return
+        the run as settled (``None`` when nothing is due)."""
+        store = self._store
+        lease = self.lease_request(owner, settings)
+        claimed = await store.storage.claim_due_runs(
+            store.environment, queues, 1, lease, store.now()
+        )
+        if not claimed:
+            return None
+        return await self.execute(claimed[0], settings)
+
+    async def create_leased(
+        self, new: NewRun, settings: LeaseSettings, owner: str
+    ) -> CreateOutcome:
+        """Create ``new`` already leased to ``owner`` (``run_now``), so no worker can
+        claim it first; an existing run its keys point at comes back as it is."""
+        store = self._store
+        lease = self.lease_request(owner, settings)
+        (outcome,) = await store.storage.create_runs(
+            store.environment, [new], store.now(), lease=lease
+        )
+        return outcome
 
     async def execute(
         self,

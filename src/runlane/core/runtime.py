@@ -41,7 +41,7 @@ from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
 from runlane.core.worker import WorkBell, Worker, WorkerMode
 from runlane.transport.protocol import DeliveryMessage
-from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.records import NewRun
 from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
@@ -430,16 +430,7 @@ class Runlane:
         settings = self.lease_settings(lease_duration, None)
         owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
         await self.open()
-        claimed = await self.storage.claim_due_runs(
-            self.environment,
-            policies,
-            1,
-            self._attempts.lease_request(owner, settings),
-            self.clock.now(),
-        )
-        if not claimed:
-            return None
-        return await self._attempts.execute(claimed[0], settings)
+        return await self._attempts.execute_next(policies, settings, owner)
 
     async def run_now(
         self,
@@ -473,26 +464,17 @@ class Runlane:
         settings = self.lease_settings(lease_duration, None)
         await self.open()
         if not self.observers:
-            outcome = await self._create_leased(new, settings)
+            outcome = await self._attempts.create_leased(new, settings, self.worker_id)
         else:
             with self.observers.producing(new.task_id, new.queue, 1) as carrier:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._create_leased(new, settings)
+                outcome = await self._attempts.create_leased(new, settings, self.worker_id)
                 if outcome.created:
                     self.observers.call("triggered", [outcome.run])
         if not outcome.created:
             return outcome.run
         return await self._attempts.execute(outcome.run, settings)
-
-    async def _create_leased(self, new: NewRun, settings: LeaseSettings) -> CreateOutcome:
-        (outcome,) = await self.storage.create_runs(
-            self.environment,
-            [new],
-            self.clock.now(),
-            lease=self._attempts.lease_request(self.worker_id, settings),
-        )
-        return outcome
 
     async def execute_delivery(
         self,
