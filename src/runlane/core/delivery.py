@@ -12,8 +12,11 @@ from runlane.transport.protocol import DeliveryMessage
 from runlane.types.runs import LEASED_STATUSES, Run
 
 if TYPE_CHECKING:
-    from runlane.core.execution import LeaseSettings
-    from runlane.core.runtime import Runlane
+    from collections.abc import Sequence
+
+    from runlane.core.execution import AttemptRunner, LeaseSettings
+    from runlane.core.store import StoreScope
+    from runlane.types.records import QueuePolicy
 
 
 class DeliveryOutcome(StrEnum):
@@ -53,18 +56,20 @@ def _ignored(reason: IgnoredReason, run: Run | None) -> DeliveryResult:
     return DeliveryResult(DeliveryOutcome.IGNORED, run, reason)
 
 
-def _why_not_runnable(rt: Runlane, run: Run) -> IgnoredReason | None:
+def _why_not_runnable(store: StoreScope, run: Run) -> IgnoredReason | None:
     if run.is_terminal:
         return IgnoredReason.TERMINAL
     if run.status in LEASED_STATUSES:
         return IgnoredReason.ALREADY_LEASED
-    if run.run_at > rt.clock.now():
+    if run.run_at > store.now():
         return IgnoredReason.NOT_DUE
     return None
 
 
 async def execute_delivery(
-    rt: Runlane,
+    store: StoreScope,
+    attempts: AttemptRunner,
+    queues: Sequence[QueuePolicy],
     message: DeliveryMessage,
     settings: LeaseSettings,
     *,
@@ -72,33 +77,35 @@ async def execute_delivery(
     signal: Signal | None,
     max_attempt_duration: float | None,
 ) -> DeliveryResult:
-    """Re-read storage, claim the run's lease, execute one attempt."""
-    if message.environment != rt.environment:
+    """Re-read storage, claim the run's lease (within its queue's policy among
+    ``queues``), execute one attempt through ``attempts``."""
+    if message.environment != store.environment:
         return _ignored(IgnoredReason.ENVIRONMENT_MISMATCH, None)
     if not could_be_run_id(message.run_id):
         return _ignored(IgnoredReason.NOT_FOUND, None)
-    run = await rt.storage.get_run(rt.environment, message.run_id)
+    run = await store.storage.get_run(store.environment, message.run_id)
     if run is None:
         return _ignored(IgnoredReason.NOT_FOUND, None)
     if run.queue != message.queue:
         return _ignored(IgnoredReason.WRONG_QUEUE, run)
-    reason = _why_not_runnable(rt, run)
+    reason = _why_not_runnable(store, run)
     if reason is not None:
         return _ignored(reason, run)
-    policy = next((p for p in rt.registry.queue_policies if p.name == run.queue), None)
-    claimed = await rt.storage.claim_run(
-        rt.environment,
+    policy = next((p for p in queues if p.name == run.queue), None)
+    claimed = await store.storage.claim_run(
+        store.environment,
         run.id,
-        rt.attempts.lease_request(worker_id, settings),
-        rt.clock.now(),
+        attempts.lease_request(worker_id, settings),
+        store.now(),
         queue=policy,
     )
     if claimed is None:
-        fresh = await rt.storage.get_run(rt.environment, run.id)
+        fresh = await store.storage.get_run(store.environment, run.id)
         if fresh is None:
             return _ignored(IgnoredReason.NOT_FOUND, None)
-        return _ignored(_why_not_runnable(rt, fresh) or IgnoredReason.CAPACITY_UNAVAILABLE, fresh)
-    settled = await rt.attempts.execute(
+        why = _why_not_runnable(store, fresh) or IgnoredReason.CAPACITY_UNAVAILABLE
+        return _ignored(why, fresh)
+    settled = await attempts.execute(
         claimed, settings, stop=signal, max_attempt_duration=max_attempt_duration
     )
     return DeliveryResult(DeliveryOutcome.EXECUTED, settled)

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -30,11 +30,15 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.types.records import LeaseRequest, RunChanges
+from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy, RunChanges
 from runlane.types.runs import Run, RunFailure, RunStatus
 
 if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+    from concurrent.futures import Executor
+
+    from runlane.core.definitions import TaskDef
+    from runlane.core.observing import Observers
+    from runlane.core.store import StoreScope
 
 logger = logging.getLogger("runlane.execution")
 
@@ -65,14 +69,52 @@ class LeaseSettings:
 class AttemptRunner:
     """Runs attempts for one runtime; shared by workers, ``execute_next`` and ``run_now``."""
 
-    def __init__(self, runtime: Runlane) -> None:
-        self._rt = runtime
-        self._settles = TransitionBatcher(runtime.store)
+    def __init__(
+        self,
+        store: StoreScope,
+        tasks: Mapping[str, TaskDef[Any]],
+        observers: Observers,
+        threads: Callable[[], Executor],
+    ) -> None:
+        """Run attempts of ``tasks`` against ``store``, seen by ``observers``; sync
+        task functions run on ``threads()`` (called when one first runs, so a runtime
+        that only runs async tasks never starts a pool)."""
+        self._store = store
+        self._tasks = tasks
+        self._observers = observers
+        self._threads = threads
+        self._settles = TransitionBatcher(store)
         self._keeper = _LeaseKeeper()
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
-        return LeaseRequest(worker_id, self._rt.clock.now() + timedelta(seconds=settings.duration))
+        return LeaseRequest(worker_id, self._store.now() + timedelta(seconds=settings.duration))
+
+    async def execute_next(
+        self, queues: Sequence[QueuePolicy], settings: LeaseSettings, owner: str
+    ) -> Run | None:
+        """Claim one due run of ``queues`` for ``owner``, execute one attempt and return
+        the run as settled (``None`` when nothing is due)."""
+        store = self._store
+        lease = self.lease_request(owner, settings)
+        claimed = await store.storage.claim_due_runs(
+            store.environment, queues, 1, lease, store.now()
+        )
+        if not claimed:
+            return None
+        return await self.execute(claimed[0], settings)
+
+    async def create_leased(
+        self, new: NewRun, settings: LeaseSettings, owner: str
+    ) -> CreateOutcome:
+        """Create ``new`` already leased to ``owner`` (``run_now``), so no worker can
+        claim it first; an existing run its keys point at comes back as it is."""
+        store = self._store
+        lease = self.lease_request(owner, settings)
+        (outcome,) = await store.storage.create_runs(
+            store.environment, [new], store.now(), lease=lease
+        )
+        return outcome
 
     async def execute(
         self,
@@ -93,7 +135,7 @@ class AttemptRunner:
         """
         assert run.lease is not None
         report = Attempt(run, run.lease.owner)
-        observers = self._rt.observers
+        observers = self._observers
         if not observers:
             return await self._execute(
                 report, settings, stop, max_attempt_duration, batcher, project, handler_done
@@ -150,7 +192,6 @@ class AttemptRunner:
         """Call the handler of the attempt ``run`` is leased for, keeping the lease alive;
         the outcome to settle and the retry policy that applies to it."""
         assert run.lease is not None
-        rt = self._rt
         signal = Signal()
         if stop is not None:
             stop.add_callback(signal.set)
@@ -159,7 +200,7 @@ class AttemptRunner:
         exiting: BaseException | None = None
         policy = DEFAULT_RETRY_POLICY
         try:
-            task = rt.registry.tasks.get(run.task_id)
+            task = self._tasks.get(run.task_id)
             if task is None:
                 outcome = Failed(
                     RunFailure(
@@ -171,7 +212,7 @@ class AttemptRunner:
             else:
                 policy = task.retry
                 time_limit = _min_or_none(task.timeout, max_attempt_duration)
-                heartbeat = _Heartbeat(rt, run, settings, signal, self._keeper)
+                heartbeat = _Heartbeat(self._store, run, settings, signal, self._keeper)
                 try:
                     prepared = _prepare(task, run, signal, heartbeat)
                     if isinstance(prepared, Failed):
@@ -227,7 +268,7 @@ class AttemptRunner:
             # In a copy of the caller's context: a span or log context set around the
             # attempt (an observer's, or the app's) is visible inside the sync task too.
             job = loop.run_in_executor(
-                self._rt.thread_pool, contextvars.copy_context().run, task.fn, *prepared
+                self._threads(), contextvars.copy_context().run, task.fn, *prepared
             )
         try:
             done, _ = await asyncio.wait({job}, timeout=time_limit)
@@ -274,18 +315,18 @@ class AttemptRunner:
         it) a written outcome returns the run as it was leased, without building a new one.
         ``report`` gets the outcome written, the delay and the settled run.
         """
-        rt = self._rt
+        store = self._store
         settles = batcher or self._settles
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
-            now = rt.clock.now()
+            now = store.now()
             transition = settle_attempt(current, outcome, policy, now)
             settled = await settles.apply(current, transition, project=project)
             if settled is not None:
                 if report is not None:
                     _report_settled(report, outcome, transition.changes, settled, project, now)
                 return settled
-            fresh = await rt.storage.get_run(rt.environment, run.id)
+            fresh = await store.storage.get_run(store.environment, run.id)
             if (
                 fresh is None
                 or fresh.lease is None
@@ -355,20 +396,25 @@ class _Heartbeat:
     __slots__ = (
         "_interval",
         "_keeper",
-        "_rt",
         "_run",
         "_settings",
         "_signal",
         "_stopped",
+        "_store",
         "_task",
         "_waiting",
     )
 
     def __init__(
-        self, rt: Runlane, run: Run, settings: LeaseSettings, signal: Signal, keeper: _LeaseKeeper
+        self,
+        store: StoreScope,
+        run: Run,
+        settings: LeaseSettings,
+        signal: Signal,
+        keeper: _LeaseKeeper,
     ) -> None:
         """Start waiting for the first renewal."""
-        self._rt = rt
+        self._store = store
         self._run = run
         self._settings = settings
         self._signal = signal
@@ -404,11 +450,11 @@ class _Heartbeat:
         return task
 
     async def beat(self) -> None:
-        rt, run = self._rt, self._run
+        store, run = self._store, self._run
         assert run.lease is not None
-        expires = rt.clock.now() + timedelta(seconds=self._settings.duration)
-        status = await rt.storage.heartbeat(
-            rt.environment, run.id, run.lease.token, expires, rt.clock.now()
+        expires = store.now() + timedelta(seconds=self._settings.duration)
+        status = await store.storage.heartbeat(
+            store.environment, run.id, run.lease.token, expires, store.now()
         )
         if status is None:
             self._signal.set(SignalReason.LEASE_LOST)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import builtins
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,13 @@ from runlane.types.records import RunFilter
 from runlane.types.runs import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
 
 if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+    from runlane.core.registry import Registry
+    from runlane.core.store import StoreScope
+
+#: Connects the lane (``Runlane.open``): safe to call more than once.
+Connect = Callable[[], Awaitable[None]]
+#: Creates a run of ``source``'s task and payload linked to it (rerun, manual retry).
+CreateChildRun = Callable[[Run, RunSourceType, QueueDef | str | None], Awaitable[Run]]
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -31,17 +37,28 @@ MAX_CANCEL_ATTEMPTS = 5
 class Runs:
     """Read and act on runs of this runtime's environment."""
 
-    def __init__(self, runtime: Runlane) -> None:
-        self._rt = runtime
+    def __init__(
+        self,
+        store: StoreScope,
+        registry: Registry,
+        connect: Connect,
+        create_child_run: CreateChildRun,
+    ) -> None:
+        """Act on runs in ``store``; ``registry`` resolves queue names, ``connect``
+        opens the lane before storage is touched, ``create_child_run`` writes reruns."""
+        self._store = store
+        self._registry = registry
+        self._connect = connect
+        self._create_child_run = create_child_run
 
     async def get(self, run_id: str) -> Run:
         """One run; RUN_NOT_FOUND if it is not in this environment."""
-        rt = self._rt
-        rt.require("reads_run_history")
+        store = self._store
+        store.require("reads_run_history")
         if not could_be_run_id(run_id):
             raise _not_found(run_id)
-        await rt.open()
-        run = await rt.storage.get_run(rt.environment, run_id)
+        await self._connect()
+        run = await store.storage.get_run(store.environment, run_id)
         if run is None:
             raise _not_found(run_id)
         return run
@@ -56,8 +73,7 @@ class Runs:
         cursor: str | None = None,
     ) -> Page[Run]:
         """Runs newest first; pass ``page.next_cursor`` back for the next page."""
-        rt = self._rt
-        rt.require("reads_run_history")
+        self._store.require("reads_run_history")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
             raise configuration_error(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
         try:
@@ -71,19 +87,20 @@ class Runs:
             for t in tasks or ()
         ]
         queue_names = [
-            rt.registry.resolve_queue(q, purpose="run listing").name for q in queues or ()
+            self._registry.resolve_queue(q, purpose="run listing").name for q in queues or ()
         ]
-        await rt.open()
-        return await _listed(rt, RunFilter(status_values, task_ids, queue_names), limit, cursor)
+        await self._connect()
+        run_filter = RunFilter(status_values, task_ids, queue_names)
+        return await _listed(self._store, run_filter, limit, cursor)
 
     async def events(self, run_id: str) -> builtins.list[RunEvent]:
         """The run's history, oldest first."""
         await self.get(run_id)
-        return await self._rt.storage.list_run_events(self._rt.environment, run_id)
+        return await self._store.storage.list_run_events(self._store.environment, run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """Cancel a waiting run at once; ask a running one to stop (CANCELLATION_REQUESTED)."""
-        rt = self._rt
+        store = self._store
         if reason is not None:
             if not isinstance(reason, str):
                 raise configuration_error("reason must be a string.")
@@ -95,8 +112,8 @@ class Runs:
             transition = request_cancellation(run, reason)
             if transition is None:
                 return run
-            now = rt.clock.now()
-            (applied,) = await rt.storage.apply_transitions(rt.environment, [transition], now)
+            now = store.now()
+            (applied,) = await store.storage.apply_transitions(store.environment, [transition], now)
             if applied:
                 return project(run, transition, now)
         raise RunlaneError(
@@ -113,7 +130,7 @@ class Runs:
                 "(use rerun for other finished runs).",
                 meta={"run_id": run_id, "status": source.status.value},
             )
-        return await self._rt.create_child_run(source, RunSourceType.MANUAL_RETRY, queue)
+        return await self._create_child_run(source, RunSourceType.MANUAL_RETRY, queue)
 
     async def rerun(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
         """Any finished run → a new linked child run (``source.type == "rerun"``)."""
@@ -124,7 +141,7 @@ class Runs:
                 f"run {run_id} is still {source.status.value}; only finished runs can be rerun.",
                 meta={"run_id": run_id, "status": source.status.value},
             )
-        return await self._rt.create_child_run(source, RunSourceType.RERUN, queue)
+        return await self._create_child_run(source, RunSourceType.RERUN, queue)
 
     async def prune(
         self,
@@ -133,8 +150,8 @@ class Runs:
         statuses: Sequence[RunStatus | str] | None = None,
     ) -> int:
         """Delete finished runs (and their history) last updated before ``older_than``."""
-        rt = self._rt
-        rt.require("prunes_runs")
+        store = self._store
+        store.require("prunes_runs")
         try:
             chosen = frozenset(RunStatus(s) for s in statuses) if statuses else TERMINAL_STATUSES
         except ValueError:
@@ -144,31 +161,38 @@ class Runs:
             raise configuration_error(f"only finished runs can be pruned, not {active}.")
         if isinstance(older_than, datetime):
             cutoff = aware_utc(older_than, name="older_than")
-            seconds = max(0.0, (rt.clock.now() - cutoff).total_seconds())
+            seconds = max(0.0, (store.now() - cutoff).total_seconds())
         else:
             seconds = parse_duration(older_than, name="older_than")
-        await rt.open()
-        return await prune_finished_runs(rt.store, seconds, chosen)
+        await self._connect()
+        return await prune_finished_runs(store, seconds, chosen)
 
 
 class IdempotencyKeys:
     """The escape hatch for idempotency ownership."""
 
-    def __init__(self, runtime: Runlane) -> None:
-        self._rt = runtime
+    def __init__(self, store: StoreScope, registry: Registry, connect: Connect) -> None:
+        """Reset keys in ``store`` of tasks in ``registry``, after ``connect``."""
+        self._store = store
+        self._registry = registry
+        self._connect = connect
 
     async def reset(self, task: TaskDef[Any] | str, key: str) -> bool:
         """Forget the owner of ``key`` for ``task``; the next trigger creates a new run."""
-        rt = self._rt
-        rt.require("enforces_idempotency")
-        definition = rt.registry.resolve_task(task)
+        store = self._store
+        store.require("enforces_idempotency")
+        definition = self._registry.resolve_task(task)
         validate_identifier(key, name="idempotency key")
-        await rt.open()
-        return await rt.storage.reset_idempotency_key(rt.environment, definition.id, key)
+        await self._connect()
+        return await store.storage.reset_idempotency_key(store.environment, definition.id, key)
 
 
-async def _listed(rt: Runlane, run_filter: RunFilter, limit: int, cursor: str | None) -> Page[Run]:
-    page = await rt.storage.list_runs(rt.environment, run_filter, limit, _decode_cursor(cursor))
+async def _listed(
+    store: StoreScope, run_filter: RunFilter, limit: int, cursor: str | None
+) -> Page[Run]:
+    page = await store.storage.list_runs(
+        store.environment, run_filter, limit, _decode_cursor(cursor)
+    )
     return Page(page.data, _encode_cursor(page.next_cursor))
 
 

@@ -39,9 +39,9 @@ from runlane.core.run_operations import IdempotencyKeys, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
-from runlane.core.worker import Worker, WorkerMode
+from runlane.core.worker import WorkBell, Worker, WorkerMode
 from runlane.transport.protocol import DeliveryMessage
-from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.records import NewRun
 from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
@@ -121,12 +121,10 @@ class Runlane:
         self.eager_dispatch = dispatch == "eager"
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
         self.observers = Observers(self)
+        #: Wakes this process's idle workers when it creates runnable work.
+        self.work_bell = WorkBell()
         self.bind_lane(lane, clock or SystemClock())
-        self._work_available: list[asyncio.Event] = []
         self._sync: SyncRunlane | None = None
-        self.runs: Runs = Runs(self)
-        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(self)
-        self.schedules: Schedules = Schedules(self)
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
             self.observers.add(observer)
@@ -147,14 +145,16 @@ class Runlane:
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
         # The attempt runner's settle batcher writes through this lane's store scope.
-        self._attempts = AttemptRunner(self)
+        self._attempts = AttemptRunner(
+            store, self.registry.tasks, self.observers, lambda: self.thread_pool
+        )
         self.dispatcher: Dispatcher | None = dispatcher
         self._writer = RunWriter(
             store,
             dispatcher=dispatcher,
             eager_dispatch=self.eager_dispatch,
             opened=self.open,
-            on_created=self._notify_work,
+            on_created=self.work_bell.ring,
         )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
@@ -167,6 +167,12 @@ class Runlane:
             dispatcher=self.dispatcher,
             retention=self.retention,
         )
+
+        #: Operator calls on this lane's runs and idempotency keys.
+        self.runs: Runs = Runs(store, self.registry, self.open, self.create_child_run)
+        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, self.open)
+        #: Listing, pausing and resuming this lane's schedules.
+        self.schedules: Schedules = Schedules(store, self.registry.schedules, self.open)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -424,16 +430,7 @@ class Runlane:
         settings = self.lease_settings(lease_duration, None)
         owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
         await self.open()
-        claimed = await self.storage.claim_due_runs(
-            self.environment,
-            policies,
-            1,
-            self._attempts.lease_request(owner, settings),
-            self.clock.now(),
-        )
-        if not claimed:
-            return None
-        return await self._attempts.execute(claimed[0], settings)
+        return await self._attempts.execute_next(policies, settings, owner)
 
     async def run_now(
         self,
@@ -467,26 +464,17 @@ class Runlane:
         settings = self.lease_settings(lease_duration, None)
         await self.open()
         if not self.observers:
-            outcome = await self._create_leased(new, settings)
+            outcome = await self._attempts.create_leased(new, settings, self.worker_id)
         else:
             with self.observers.producing(new.task_id, new.queue, 1) as carrier:
                 if carrier is not None and new.trace_carrier is None:
                     new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._create_leased(new, settings)
+                outcome = await self._attempts.create_leased(new, settings, self.worker_id)
                 if outcome.created:
                     self.observers.call("triggered", [outcome.run])
         if not outcome.created:
             return outcome.run
         return await self._attempts.execute(outcome.run, settings)
-
-    async def _create_leased(self, new: NewRun, settings: LeaseSettings) -> CreateOutcome:
-        (outcome,) = await self.storage.create_runs(
-            self.environment,
-            [new],
-            self.clock.now(),
-            lease=self._attempts.lease_request(self.worker_id, settings),
-        )
-        return outcome
 
     async def execute_delivery(
         self,
@@ -517,7 +505,14 @@ class Runlane:
         owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
         await self.open()
         return await execute_delivery(
-            self, message, settings, worker_id=owner, signal=signal, max_attempt_duration=limit
+            self.store,
+            self._attempts,
+            self.registry.queue_policies,
+            message,
+            settings,
+            worker_id=owner,
+            signal=signal,
+            max_attempt_duration=limit,
         )
 
     def worker(
@@ -543,7 +538,12 @@ class Runlane:
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
         """
         return Worker(
-            self,
+            self.store,
+            self._attempts,
+            self.observers,
+            connect=self.open,
+            tick=self.tick,
+            work=self.work_bell,
             queues=self.registry.policies_for(queues),
             concurrency=concurrency,
             mode=WorkerMode(mode or WorkerMode.POLL),
@@ -563,21 +563,6 @@ class Runlane:
     def attempts(self) -> AttemptRunner:
         """The attempt runner (used by workers)."""
         return self._attempts
-
-    def subscribe_work(self) -> asyncio.Event:
-        """An event set whenever this process creates runnable work (wakes idle workers)."""
-        event = asyncio.Event()
-        self._work_available.append(event)
-        return event
-
-    def unsubscribe_work(self, event: asyncio.Event) -> None:
-        """Stop notifying ``event``."""
-        if event in self._work_available:
-            self._work_available.remove(event)
-
-    def _notify_work(self) -> None:
-        for event in self._work_available:
-            event.set()
 
     # -- maintenance and operating ---------------------------------------------------
 
@@ -630,9 +615,4 @@ class Runlane:
 
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
-        if not getattr(self.storage.capabilities, capability):
-            raise RunlaneError(
-                ErrorCode.CAPABILITY_UNSUPPORTED,
-                f"this lane's storage does not support {capability.replace('_', ' ')}.",
-                meta={"capability": capability},
-            )
+        self.store.require(capability)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,7 +17,6 @@ from runlane.types.runs import RunSource, RunSourceType
 if TYPE_CHECKING:
     from runlane.core.definitions import QueueDef, TaskDef
     from runlane.core.observing import Observers
-    from runlane.core.runtime import Runlane
 
 logger = logging.getLogger("runlane.schedules")
 
@@ -146,17 +145,26 @@ def _starting_point(state: ScheduleState | None) -> datetime | None:
 class Schedules:
     """``rl.schedules``: list schedules with their next fire time; pause and resume them."""
 
-    def __init__(self, runtime: Runlane) -> None:
-        self._rt = runtime
+    def __init__(
+        self,
+        store: StoreScope,
+        schedules: Mapping[str, tuple[ScheduleDef, TaskDef[Any]]],
+        connect: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Report and pause the registered ``schedules`` (with their tasks, by id) in
+        ``store``; ``connect`` opens the lane before storage is touched."""
+        self._store = store
+        self._schedules = schedules
+        self._connect = connect
 
     async def list(self) -> list[ScheduleInfo]:
         """Every registered schedule with its state and next fire time."""
-        rt = self._rt
-        await rt.open()
-        states = await rt.storage.get_schedule_states(rt.environment)
-        now = rt.clock.now()
+        store = self._store
+        await self._connect()
+        states = await store.storage.get_schedule_states(store.environment)
+        now = store.now()
         items = []
-        for schedule_id, (entry, task) in sorted(rt.registry.schedules.items()):
+        for schedule_id, (entry, task) in sorted(self._schedules.items()):
             state = states.get(schedule_id)
             paused = state.paused if state else False
             last = state.last_slot if state else None
@@ -187,15 +195,15 @@ class Schedules:
         return await self._set_paused(schedule_id, False)
 
     async def _set_paused(self, schedule_id: str, paused: bool) -> ScheduleInfo:
-        rt = self._rt
-        if schedule_id not in rt.registry.schedules:
+        store = self._store
+        if schedule_id not in self._schedules:
             raise RunlaneError(
                 ErrorCode.SCHEDULE_NOT_FOUND,
                 f"schedule {schedule_id!r} is not registered with this runtime.",
                 meta={"schedule_id": schedule_id},
             )
-        await rt.open()
-        await rt.storage.set_schedule_paused(rt.environment, schedule_id, paused, rt.clock.now())
+        await self._connect()
+        await store.storage.set_schedule_paused(store.environment, schedule_id, paused, store.now())
         return next(item for item in await self.list() if item.id == schedule_id)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runlane.core.clock import Clock
+from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.protocol import Storage
 
 
@@ -24,3 +25,12 @@ class StoreScope:
     def now(self) -> datetime:
         """The scope's current time (aware UTC)."""
         return self.clock.now()
+
+    def require(self, capability: str) -> None:
+        """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
+        if not getattr(self.storage.capabilities, capability):
+            raise RunlaneError(
+                ErrorCode.CAPABILITY_UNSUPPORTED,
+                f"this lane's storage does not support {capability.replace('_', ' ')}.",
+                meta={"capability": capability},
+            )

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal as os_signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,10 @@ from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
 if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+    from runlane.core.execution import AttemptRunner
+    from runlane.core.observing import Observers
+    from runlane.core.store import StoreScope
+    from runlane.types.runs import TickReport
 
 logger = logging.getLogger("runlane.worker")
 
@@ -46,13 +49,48 @@ class WorkerMode(StrEnum):
     DRAIN = "drain"
 
 
+class WorkBell:
+    """Wakes this process's idle workers whenever it creates runnable work."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: list[asyncio.Event] = []
+
+    def subscribe(self) -> asyncio.Event:
+        """An event set at every :meth:`ring` until unsubscribed."""
+        event = asyncio.Event()
+        self._events.append(event)
+        return event
+
+    def unsubscribe(self, event: asyncio.Event) -> None:
+        """Stop setting ``event``."""
+        if event in self._events:
+            self._events.remove(event)
+
+    def ring(self) -> None:
+        """Runnable work was just created here."""
+        for event in self._events:
+            event.set()
+
+
 class Worker:
-    """Claims due runs within ``concurrency`` local slots. Build it with ``rl.worker(...)``."""
+    """Claims due runs within ``concurrency`` local slots. Build it with ``rl.worker(...)``.
+
+    It claims and heartbeats through ``store``, executes through ``attempts``, wakes
+    on ``work``, connects with ``connect`` before its first claim and runs ``tick`` as
+    the maintenance pass while it leads maintenance.
+    """
 
     def __init__(
         self,
-        runtime: Runlane,
+        store: StoreScope,
+        attempts: AttemptRunner,
+        observers: Observers,
         *,
+        connect: Callable[[], Awaitable[None]],
+        tick: Callable[[], Awaitable[TickReport]],
+        work: WorkBell,
         queues: Sequence[QueuePolicy],
         concurrency: int,
         mode: WorkerMode,
@@ -67,7 +105,12 @@ class Worker:
             raise configuration_error("worker concurrency must be a whole number of at least 1.")
         if not queues:
             raise configuration_error("the worker has no queues to claim from.")
-        self._rt = runtime
+        self._store = store
+        self._attempts = attempts
+        self._observers = observers
+        self._connect = connect
+        self._tick = tick
+        self._work = work
         self.queues = list(queues)
         self.concurrency = concurrency
         self.mode = mode
@@ -91,7 +134,7 @@ class Worker:
         #: Whether the last claim got all it asked for (so more runs are probably due).
         self._more_due = False
         self._settles = TransitionBatcher(
-            runtime.store,
+            store,
             max_batch=max(1, concurrency // SETTLE_BATCH_DIVISOR),
             max_flushes=MAX_SETTLE_FLUSHES,
             claims=self,
@@ -113,11 +156,11 @@ class Worker:
         A polling worker with a ``maintenance_interval`` also contends for the
         environment's maintenance lead and runs the maintenance passes while it has it.
         """
-        rt = self._rt
-        await rt.open()
+        store, attempts, observers = self._store, self._attempts, self._observers
+        await self._connect()
         loop = asyncio.get_running_loop()
         self._slot_freed = asyncio.Event()
-        work = rt.subscribe_work()
+        work = self._work.subscribe()
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         backoff = ERROR_BACKOFF_INITIAL
@@ -129,8 +172,8 @@ class Worker:
             self.mode.value,
             extra={"event": "worker.started", "worker_id": self.worker_id},
         )
-        if rt.observers:
-            rt.observers.call("slots", 0, self.concurrency)
+        if observers:
+            observers.call("slots", 0, self.concurrency)
         try:
             while not self._stop.is_set():
                 free = self.concurrency - len(self._holding) - self._reserved
@@ -147,12 +190,12 @@ class Worker:
                 busy_before_claim = bool(self._active)
                 self._reserved += free
                 try:
-                    claimed = await rt.storage.claim_due_runs(
-                        rt.environment,
+                    claimed = await store.storage.claim_due_runs(
+                        store.environment,
                         self.queues,
                         free,
-                        rt.attempts.lease_request(self.worker_id, self.lease),
-                        rt.clock.now(),
+                        attempts.lease_request(self.worker_id, self.lease),
+                        store.now(),
                     )
                 except Exception as error:
                     # Storage errors arrive as RunlaneError; anything else is a bug, but a
@@ -186,7 +229,7 @@ class Worker:
                     continue
                 await self._wait_for(work, self.poll_interval, notify=True)
         finally:
-            rt.unsubscribe_work(work)
+            self._work.unsubscribe(work)
             if maintaining is not None:
                 # Stopped: the pass under way finishes; otherwise (an error) it is cancelled.
                 if not self._stop.is_set():
@@ -207,7 +250,7 @@ class Worker:
             return None
         return loop.create_task(
             maintain_while_leading(
-                self._rt.store, self._rt.tick, self.worker_id, self.maintenance_interval, self._stop
+                self._store, self._tick, self.worker_id, self.maintenance_interval, self._stop
             )
         )
 
@@ -219,11 +262,11 @@ class Worker:
             key = (run.id, run.attempt)
             holding.add(key)
             active[key] = create_task(self._execute(run, key))
-        if runs and self._rt.observers:
-            self._rt.observers.call("slots", len(holding), self.concurrency)
+        if runs and self._observers:
+            self._observers.call("slots", len(holding), self.concurrency)
 
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
-        attempts = self._rt.attempts
+        attempts = self._attempts
 
         def handler_done() -> None:
             self._holding.discard(key)
@@ -232,7 +275,7 @@ class Worker:
             if observers:
                 observers.call("slots", len(self._holding), self.concurrency)
 
-        observers = self._rt.observers
+        observers = self._observers
         on_progress = self._on_progress
         try:
             try:
@@ -273,7 +316,7 @@ class Worker:
         # About as many as are settled: the next flush claims for the next batch.
         limit = min(free, max(settling, self._claim_batch))
         self._reserved += limit
-        lease = self._rt.attempts.lease_request(self.worker_id, self.lease)
+        lease = self._attempts.lease_request(self.worker_id, self.lease)
         return ClaimRequest(self.queues, limit, lease)
 
     def claimed(self, runs: list[Run], request: ClaimRequest) -> None:
@@ -292,10 +335,10 @@ class Worker:
     ) -> None:
         """Wait for ``event``, a stop, ``limit`` seconds, or (idle) a storage notification."""
         waiters = {asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(event.wait())}
-        storage = self._rt.storage
+        storage = self._store.storage
         notified: asyncio.Future[bool] | None = None
         if notify and limit is not None and isinstance(storage, WorkNotifier):
-            notified = asyncio.ensure_future(storage.wait_for_work(self._rt.environment, limit))
+            notified = asyncio.ensure_future(storage.wait_for_work(self._store.environment, limit))
             waiters.add(notified)
         loop = asyncio.get_running_loop()
         deadline = None if limit is None else loop.time() + limit
