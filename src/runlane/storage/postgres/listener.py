@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from runlane.storage.sql.wakeups import wait_for_announcement
+
 logger = logging.getLogger("runlane.postgres")
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
@@ -49,18 +51,7 @@ class WorkListener:
             await asyncio.sleep(max(deadline - loop.time(), 0.0))
             return False
         event = self._pending.setdefault(environment, asyncio.Event())
-        if event.is_set():
-            event.clear()
-            return True
-        generation = self._generation
-        try:
-            await asyncio.wait_for(event.wait(), max(deadline - loop.time(), 0.0))
-        except TimeoutError:
-            return False
-        if generation != self._generation:
-            return False
-        event.clear()
-        return True
+        return await wait_for_announcement(event, deadline, lambda: self._generation)
 
     async def close(self) -> None:
         """Stop listening."""

@@ -28,6 +28,8 @@ import struct
 import sys
 from typing import Any
 
+from runlane.storage.sql.wakeups import wait_for_announcement
+
 logger = logging.getLogger("runlane.sqlite")
 
 _IN_MODIFY = 0x00000002
@@ -98,18 +100,7 @@ class WorkListener:
                 await asyncio.sleep(max(deadline - loop.time(), 0.0))
                 return False
             return True
-        if event.is_set():
-            event.clear()
-            return True
-        generation = self._generation
-        try:
-            await asyncio.wait_for(event.wait(), max(deadline - loop.time(), 0.0))
-        except TimeoutError:
-            return False
-        if generation != self._generation:
-            return False
-        event.clear()
-        return True
+        return await wait_for_announcement(event, deadline, lambda: self._generation)
 
     async def close(self) -> None:
         """Stop watching."""
