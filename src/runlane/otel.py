@@ -31,7 +31,7 @@ from runlane import Attempt, Observer, Outcome, Run, __version__
 from runlane.core.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
-    from runlane import Runlane
+    from runlane.core.observing import ObservedRuntime
 
 __all__ = ["OtelTracing", "otel_tracing"]
 
@@ -64,7 +64,7 @@ class OtelTracing(Observer):
         self._environment = ""
         self._last_creation: tuple[dict[str, str], Any, list[Any]] | None = None
 
-    def attached(self, runtime: Runlane) -> None:
+    def attached(self, runtime: ObservedRuntime) -> None:
         self._environment = runtime.environment
 
     @property

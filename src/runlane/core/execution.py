@@ -10,14 +10,14 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
-from runlane.core.durations import parse_duration
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.durations import Duration, parse_duration, parse_optional_duration
+from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
 from runlane.core.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -64,6 +64,23 @@ class LeaseSettings:
     def interval(self) -> float:
         """Heartbeat every third of the lease unless told otherwise."""
         return self.heartbeat_interval or self.duration / 3
+
+    @classmethod
+    def resolve(
+        cls,
+        default_duration: float,
+        lease_duration: Duration | None,
+        heartbeat_interval: Duration | None,
+    ) -> LeaseSettings:
+        """A call's lease options, the duration defaulting to ``default_duration``."""
+        duration = parse_optional_duration(lease_duration, name="lease_duration", allow_zero=False)
+        interval = parse_optional_duration(
+            heartbeat_interval, name="heartbeat_interval", allow_zero=False
+        )
+        settings = cls(duration or default_duration, interval)
+        if settings.interval >= settings.duration:
+            raise configuration_error("heartbeat_interval must be shorter than lease_duration.")
+        return settings
 
 
 class AttemptRunner:
@@ -115,6 +132,23 @@ class AttemptRunner:
             store.environment, [new], store.now(), lease=lease
         )
         return outcome
+
+    async def run_now(self, new: NewRun, settings: LeaseSettings, owner: str) -> Run:
+        """Create ``new`` leased to ``owner`` and execute one attempt inline; a run its
+        keys point at instead comes back untouched."""
+        observers = self._observers
+        if not observers:
+            outcome = await self.create_leased(new, settings, owner)
+        else:
+            with observers.producing(new.task_id, new.queue, 1) as carrier:
+                if carrier is not None and new.trace_carrier is None:
+                    new = replace(new, trace_carrier=carrier)
+                outcome = await self.create_leased(new, settings, owner)
+                if outcome.created:
+                    observers.call("triggered", [outcome.run])
+        if not outcome.created:
+            return outcome.run
+        return await self.execute(outcome.run, settings)
 
     async def execute(
         self,

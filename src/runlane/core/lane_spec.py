@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,3 +44,29 @@ class Lane:
                 await self.transport.close()
         finally:
             await self.storage.close()
+
+
+class LaneConnection:
+    """Whether a runtime's lane is open: opened once however many callers ask at the
+    same time, closed on request. ``lane`` may be swapped while closed."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.is_open = False
+        self._lock: asyncio.Lock | None = None
+
+    async def open(self) -> None:
+        """Open the lane unless it is open. Safe to call more than once."""
+        if self.is_open:
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self.is_open:
+                await self.lane.open()
+                self.is_open = True
+
+    async def close(self) -> None:
+        """Close the lane (also when only a migration connected it)."""
+        self.is_open = False
+        await self.lane.close()

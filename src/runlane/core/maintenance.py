@@ -241,6 +241,23 @@ def standard_duties(
     return tuple(duties)
 
 
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    """``tick``: one pass of ``duties`` after ``connect``, reported to ``observers``."""
+
+    duties: tuple[Duty, ...]
+    observers: Observers
+    connect: Callable[[], Awaitable[None]]
+
+    async def tick(self) -> TickReport:
+        """Connect, run every duty once, and tell the observers what the pass did."""
+        await self.connect()
+        report = await run_maintenance(self.duties)
+        if self.observers:
+            self.observers.call("ticked", report)
+        return report
+
+
 async def run_maintenance(duties: Sequence[Duty]) -> TickReport:
     """Run every duty once and report what each did.
 

@@ -17,12 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from runlane.core.errors import configuration_error
 from runlane.types.runs import Run, RunFailure, RunStatus, TickReport
 
 if TYPE_CHECKING:
-    from runlane.core.runtime import Runlane
+    from runlane.core.definitions import QueueDef, TaskDef
 
 logger = logging.getLogger("runlane.observers")
 
@@ -71,6 +72,25 @@ class Attempt:
     release_reason: str | None = None
 
 
+class ObservedRuntime(Protocol):
+    """What an observer learns of the runtime it is attached to (``Runlane`` is one)."""
+
+    @property
+    def environment(self) -> str:
+        """The environment the runtime's runs belong to."""
+        ...
+
+    @property
+    def tasks(self) -> Mapping[str, TaskDef[Any]]:
+        """Registered tasks by id."""
+        ...
+
+    @property
+    def queues(self) -> Mapping[str, QueueDef]:
+        """Registered queues by name."""
+        ...
+
+
 class Observer:
     """Base class of runtime observers: every hook does nothing until overridden.
 
@@ -79,7 +99,7 @@ class Observer:
     them quick, and never block.
     """
 
-    def attached(self, runtime: Runlane) -> None:
+    def attached(self, runtime: ObservedRuntime) -> None:
         """Called once when the observer is added to ``runtime`` (its environment and
         registry are known from here)."""
 
@@ -132,7 +152,7 @@ class Observers:
 
     __slots__ = ("_hooks", "_logged", "_runtime", "items")
 
-    def __init__(self, runtime: Runlane, observers: Sequence[Observer] = ()) -> None:
+    def __init__(self, runtime: ObservedRuntime, observers: Sequence[Observer] = ()) -> None:
         self.items: list[Observer] = []
         self._runtime = runtime
         self._logged: set[tuple[int, str]] = set()
@@ -143,8 +163,6 @@ class Observers:
 
     def add(self, observer: Observer) -> None:
         """Append ``observer``; it must be an :class:`Observer`."""
-        from runlane.core.errors import configuration_error
-
         if not isinstance(observer, Observer):
             raise configuration_error(
                 f"observers must subclass runlane.Observer; got {type(observer).__name__}."

@@ -1,5 +1,9 @@
 """Producing runs: validation done once per call, and group commit for lone triggers.
 
+:class:`Producer` is the producing side of ``Runlane``: ``trigger``,
+``trigger_many``, the child runs of reruns and manual retries, and the
+validated runs schedules and ``run_now`` create.
+
 A :class:`TriggerPlan` holds everything about the runs of one ``trigger`` or
 ``trigger_many`` call that does not depend on the payload (task, queue, due
 time, keys' rules, trace carrier), validated once; :meth:`TriggerPlan.new_runs`
@@ -14,6 +18,7 @@ for company, so batching adds no latency.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,13 +26,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane.core.carriers import validate_trace_carrier
-from runlane.core.clock import aware_utc
+from runlane.core.clock import Clock, aware_utc
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
+from runlane.core.observing import Observers
 from runlane.core.payloads import prepare_payload
+from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
 from runlane.types.records import CreateOutcome, NewRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
@@ -38,6 +45,7 @@ MAX_GROUP_SIZE = 1000
 TRIGGER_BATCH_SIZE = 1000
 #: Batches of one ``trigger_many`` call written at once.
 TRIGGER_CONCURRENCY = 2
+_TRIGGERED = RunSource(RunSourceType.TRIGGER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,3 +340,180 @@ class RunWriter:
         if publish_now and self._dispatcher is not None:
             await self._dispatcher.publish([m for o in outcomes for m in o.outbox])
         return outcomes
+
+
+class Producer:
+    """Creates runs of registered tasks: validates a call's options and payloads
+    against ``registry`` (timed by ``clock``), wraps the write in the observers'
+    ``producing`` hook and hands the runs to ``writer``."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        writer: RunWriter,
+        observers: Observers,
+        clock: Clock,
+        *,
+        max_payload_bytes: int,
+        transport: bool,
+    ) -> None:
+        """``transport``: the lane wakes workers through a transport (runs on queues
+        without a concurrency limit then request a delivery)."""
+        self._registry = registry
+        self._writer = writer
+        self._observers = observers
+        self._clock = clock
+        self._max_payload_bytes = max_payload_bytes
+        self._transport = transport
+
+    async def trigger(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any,
+        *,
+        queue: QueueDef | str | None,
+        delay: Duration | None,
+        run_at: datetime | None,
+        idempotency_key: str | None,
+        singleton_key: str | None,
+        concurrency_key: str | None,
+        trace_carrier: Mapping[str, str] | None,
+        connection: Any,
+    ) -> Run:
+        """``Runlane.trigger``: one run, or the existing run its keys point at."""
+        new = self.build_new_run(
+            task,
+            payload,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=_TRIGGERED,
+        )
+        observers = self._observers
+        if observers:
+            with observers.producing(new.task_id, new.queue, 1) as carrier:
+                if carrier is not None and new.trace_carrier is None:
+                    new = dataclasses.replace(new, trace_carrier=carrier)
+                outcome = await self._writer.create_one(new, connection)
+                if outcome.created:
+                    observers.call("triggered", [outcome.run])
+                return outcome.run
+        return (await self._writer.create_one(new, connection)).run
+
+    async def trigger_many(
+        self,
+        task: TaskDef[Any] | str,
+        payloads: Sequence[Any],
+        *,
+        queue: QueueDef | str | None,
+        delay: Duration | None,
+        run_at: datetime | None,
+        concurrency_key: str | None,
+        trace_carrier: Mapping[str, str] | None,
+        connection: Any,
+    ) -> list[Run]:
+        """``Runlane.trigger_many``: every payload validated, then written in batches."""
+        plan = self.plan_trigger(
+            task,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=_TRIGGERED,
+        )
+        prepared = plan.prepare(payloads)
+        observers = self._observers
+        if observers:
+            with observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
+                if carrier is not None and plan.trace_carrier is None:
+                    plan = dataclasses.replace(plan, trace_carrier=carrier)
+                runs = await self._writer.create_planned(plan, prepared, connection)
+                observers.call("triggered", runs)
+                return runs
+        return await self._writer.create_planned(plan, prepared, connection)
+
+    def plan_trigger(
+        self,
+        task: TaskDef[Any] | str,
+        *,
+        source: RunSource,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+    ) -> TriggerPlan:
+        """Validate the payload-independent options of a call; nothing is written here."""
+        definition = self._registry.resolve_task(task)
+        return plan_trigger(
+            definition,
+            self._registry.queue_for(definition, queue),
+            now=self._clock.now(),
+            source=source,
+            max_payload_bytes=self._max_payload_bytes,
+            transport=self._transport,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+        )
+
+    def build_new_run(
+        self,
+        task: TaskDef[Any] | str,
+        payload: Any,
+        *,
+        source: RunSource,
+        queue: QueueDef | str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        concurrency_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+    ) -> NewRun:
+        """Validate everything about one run to create; nothing is written here."""
+        (new,) = self.plan_trigger(
+            task,
+            source=source,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+        ).new_runs([payload])
+        return new
+
+    async def create_child_run(
+        self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
+    ) -> Run:
+        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
+        new = self.build_new_run(
+            source.task_id,
+            source.payload,
+            queue=queue or source.queue,
+            delay=None,
+            run_at=None,
+            idempotency_key=None,
+            singleton_key=None,
+            concurrency_key=source.concurrency_key,
+            trace_carrier=source.trace_carrier,
+            source=RunSource(source_type, run_id=source.id),
+        )
+        with self._observers.producing(new.task_id, new.queue, 1):
+            # The parent's carrier is kept: the new run continues the parent's trace.
+            (outcome,) = await self._writer.create([new])
+            if self._observers:
+                self._observers.call("triggered", [outcome.run])
+        return outcome.run

@@ -1,11 +1,12 @@
-"""Operator calls on runs: ``rl.runs`` and ``rl.idempotency_keys``."""
+"""Operator calls on runs: ``rl.runs``, ``rl.idempotency_keys`` and the queue counts
+(``rl.queue_stats``, ``rl.throughput``, ``rl.outbox_backlog``)."""
 
 from __future__ import annotations
 
 import base64
 import builtins
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.clock import aware_utc
@@ -17,7 +18,16 @@ from runlane.core.maintenance import prune_finished_runs
 from runlane.core.storable_text import unstorable
 from runlane.core.transitions import project, request_cancellation
 from runlane.types.records import RunFilter
-from runlane.types.runs import TERMINAL_STATUSES, Page, Run, RunEvent, RunSourceType, RunStatus
+from runlane.types.runs import (
+    TERMINAL_STATUSES,
+    Page,
+    QueueStats,
+    QueueThroughput,
+    Run,
+    RunEvent,
+    RunSourceType,
+    RunStatus,
+)
 
 if TYPE_CHECKING:
     from runlane.core.registry import Registry
@@ -185,6 +195,50 @@ class IdempotencyKeys:
         validate_identifier(key, name="idempotency key")
         await self._connect()
         return await store.storage.reset_idempotency_key(store.environment, definition.id, key)
+
+
+class QueueCounts:
+    """Counts per registered queue: waiting and running runs, finished runs, and
+    delivery requests not yet published."""
+
+    def __init__(self, store: StoreScope, registry: Registry, connect: Connect) -> None:
+        """Count runs in ``store`` of the queues in ``registry``, after ``connect``."""
+        self._store = store
+        self._registry = registry
+        self._connect = connect
+
+    async def queue_stats(self) -> list[QueueStats]:
+        """``Runlane.queue_stats``."""
+        await self._connect()
+        store = self._store
+        return await store.storage.queue_stats(
+            store.environment, self._registry.queue_policies, store.now()
+        )
+
+    async def throughput(self, since: Duration | datetime) -> list[QueueThroughput]:
+        """``Runlane.throughput``."""
+        store = self._store
+        if isinstance(since, datetime):
+            start = aware_utc(since, name="since")
+        else:
+            start = store.now() - timedelta(seconds=parse_duration(since, name="since"))
+        await self._connect()
+        counts = await store.storage.count_finished_runs(store.environment, start)
+        return [
+            QueueThroughput(
+                name,
+                succeeded=counts.get(name, {}).get(RunStatus.SUCCEEDED, 0),
+                failed=counts.get(name, {}).get(RunStatus.FAILED, 0),
+                cancelled=counts.get(name, {}).get(RunStatus.CANCELLED, 0),
+            )
+            for name in self._registry.queues
+        ]
+
+    async def outbox_backlog(self) -> dict[str, int]:
+        """``Runlane.outbox_backlog``."""
+        await self._connect()
+        backlog = await self._store.storage.outbox_backlog(self._store.environment)
+        return {name: backlog.get(name, 0) for name in self._registry.queues}
 
 
 async def _listed(

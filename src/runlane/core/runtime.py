@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from runlane.core.clock import Clock, SystemClock, aware_utc
+from runlane.core.clock import Clock, SystemClock
 from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
 from runlane.core.delivery import DeliveryResult, execute_delivery
@@ -20,22 +18,19 @@ from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
-from runlane.core.ids import (
-    new_token,
-    validate_identifier,
-)
-from runlane.core.lane_spec import Lane
+from runlane.core.ids import new_token, validate_identifier
+from runlane.core.lane_spec import Lane, LaneConnection
 from runlane.core.maintenance import (
     DEFAULT_MAINTENANCE_INTERVAL,
     Duty,
-    run_maintenance,
+    Maintenance,
     standard_duties,
 )
 from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import RunWriter, TriggerPlan, plan_trigger
+from runlane.core.producing import Producer, RunWriter, TriggerPlan
 from runlane.core.registry import Registry
-from runlane.core.run_operations import IdempotencyKeys, Runs
+from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
@@ -48,14 +43,13 @@ from runlane.types.runs import (
     Run,
     RunSource,
     RunSourceType,
-    RunStatus,
     TickReport,
 )
 
 logger = logging.getLogger("runlane")
 
 DEFAULT_ENVIRONMENT = "default"
-_TRIGGERED = RunSource(RunSourceType.TRIGGER)
+_RUN_NOW = RunSource(RunSourceType.RUN_NOW)
 #: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
 P = TypeVar("P")
 
@@ -114,8 +108,7 @@ class Runlane:
             raise configuration_error("sync_threads must be a whole number of at least 1.")
         self._sync_threads = sync_threads
         self._thread_pool: ThreadPoolExecutor | None = None
-        self._open = False
-        self._open_lock: asyncio.Lock | None = None
+        self._connection = LaneConnection(lane)
         if dispatch not in ("eager", "deferred"):
             raise configuration_error("dispatch must be 'eager' or 'deferred'.")
         self.eager_dispatch = dispatch == "eager"
@@ -139,40 +132,52 @@ class Runlane:
             queues = list(self.registry.queues.values())
             check_transport_bindings(lane.transport, queues)
             dispatcher = Dispatcher(store, lane.transport, queues, self.lease_duration)
+        self._connection.lane = lane
+        connect = self._connection.open
         self.lane = lane
         self.storage = lane.storage
         self.clock: Clock = clock
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
-        # The attempt runner's settle batcher writes through this lane's store scope.
+        self.dispatcher: Dispatcher | None = dispatcher
         self._attempts = AttemptRunner(
             store, self.registry.tasks, self.observers, lambda: self.thread_pool
         )
-        self.dispatcher: Dispatcher | None = dispatcher
-        self._writer = RunWriter(
+        writer = RunWriter(
             store,
             dispatcher=dispatcher,
             eager_dispatch=self.eager_dispatch,
-            opened=self.open,
+            opened=connect,
             on_created=self.work_bell.ring,
+        )
+        # The producer services: runs (trigger, schedules, reruns). Another kind of
+        # produced thing (a topic's messages) gets its own service beside this one.
+        self._producer = Producer(
+            self.registry,
+            writer,
+            self.observers,
+            clock,
+            max_payload_bytes=self.max_payload_bytes,
+            transport=dispatcher is not None,
         )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
-            store=self.store,
+            store=store,
             tasks=self.registry.tasks,
             observers=self.observers,
             schedules=ScheduleMaterializer(
-                self.store, self.registry.schedules, self, self.observers
+                store, self.registry.schedules, self._producer, self.observers
             ),
-            dispatcher=self.dispatcher,
+            dispatcher=dispatcher,
             retention=self.retention,
         )
-
+        self._maintenance = Maintenance(self.duties, self.observers, connect)
+        self._counts = QueueCounts(store, self.registry, connect)
         #: Operator calls on this lane's runs and idempotency keys.
-        self.runs: Runs = Runs(store, self.registry, self.open, self.create_child_run)
-        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, self.open)
+        self.runs: Runs = Runs(store, self.registry, connect, self._producer.create_child_run)
+        self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, connect)
         #: Listing, pausing and resuming this lane's schedules.
-        self.schedules: Schedules = Schedules(store, self.registry.schedules, self.open)
+        self.schedules: Schedules = Schedules(store, self.registry.schedules, connect)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -205,23 +210,15 @@ class Runlane:
     @property
     def is_open(self) -> bool:
         """Whether the lane is connected (by :meth:`open` or the first call that needed it)."""
-        return self._open
+        return self._connection.is_open
 
     async def open(self) -> None:
         """Connect the lane. Safe to call more than once."""
-        if self._open:
-            return
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if not self._open:
-                await self.lane.open()
-                self._open = True
+        await self._connection.open()
 
     async def close(self) -> None:
         """Close the lane (also when only :meth:`migrate` connected it) and the thread pool."""
-        self._open = False
-        await self.lane.close()
+        await self._connection.close()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False)
             self._thread_pool = None
@@ -245,6 +242,7 @@ class Runlane:
         return self._sync
 
     # -- producing -----------------------------------------------------------------
+    # One producer service per kind of thing produced; each receives only what it uses.
 
     async def trigger(
         self,
@@ -265,7 +263,7 @@ class Runlane:
         With an owned ``idempotency_key`` or an active ``singleton_key`` the
         existing run is returned instead of a new one.
         """
-        new = self.build_new_run(
+        return await self._producer.trigger(
             task,
             payload,
             queue=queue,
@@ -275,17 +273,8 @@ class Runlane:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-            source=_TRIGGERED,
+            connection=connection,
         )
-        if self.observers:
-            with self.observers.producing(new.task_id, new.queue, 1) as carrier:
-                if carrier is not None and new.trace_carrier is None:
-                    new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._writer.create_one(new, connection)
-                if outcome.created:
-                    self.observers.call("triggered", [outcome.run])
-                return outcome.run
-        return (await self._writer.create_one(new, connection)).run
 
     async def trigger_many(
         self,
@@ -303,24 +292,16 @@ class Runlane:
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
         :data:`TRIGGER_CONCURRENCY` at a time (one after another inside the caller's
         ``connection``). If a batch fails, others may have been written."""
-        plan = self.plan_trigger(
+        return await self._producer.trigger_many(
             task,
+            payloads,
             queue=queue,
             delay=delay,
             run_at=run_at,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-            source=_TRIGGERED,
+            connection=connection,
         )
-        prepared = plan.prepare(payloads)
-        if self.observers:
-            with self.observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
-                if carrier is not None and plan.trace_carrier is None:
-                    plan = dataclasses.replace(plan, trace_carrier=carrier)
-                runs = await self._writer.create_planned(plan, prepared, connection)
-                self.observers.call("triggered", runs)
-                return runs
-        return await self._writer.create_planned(plan, prepared, connection)
 
     def plan_trigger(
         self,
@@ -336,14 +317,10 @@ class Runlane:
         trace_carrier: Mapping[str, str] | None = None,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
-        definition = self.registry.resolve_task(task)
-        return plan_trigger(
-            definition,
-            self.registry.queue_for(definition, queue),
-            now=self.clock.now(),
+        return self._producer.plan_trigger(
+            task,
             source=source,
-            max_payload_bytes=self.max_payload_bytes,
-            transport=self.dispatcher is not None,
+            queue=queue,
             delay=delay,
             run_at=run_at,
             idempotency_key=idempotency_key,
@@ -367,8 +344,9 @@ class Runlane:
         trace_carrier: Mapping[str, str] | None = None,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
-        (new,) = self.plan_trigger(
+        return self._producer.build_new_run(
             task,
+            payload,
             source=source,
             queue=queue,
             delay=delay,
@@ -377,31 +355,13 @@ class Runlane:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-        ).new_runs([payload])
-        return new
+        )
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
     ) -> Run:
         """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
-        new = self.build_new_run(
-            source.task_id,
-            source.payload,
-            queue=queue or source.queue,
-            delay=None,
-            run_at=None,
-            idempotency_key=None,
-            singleton_key=None,
-            concurrency_key=source.concurrency_key,
-            trace_carrier=source.trace_carrier,
-            source=RunSource(source_type, run_id=source.id),
-        )
-        with self.observers.producing(new.task_id, new.queue, 1):
-            # The parent's carrier is kept: the new run continues the parent's trace.
-            (outcome,) = await self._writer.create([new])
-            if self.observers:
-                self.observers.call("triggered", [outcome.run])
-        return outcome.run
+        return await self._producer.create_child_run(source, source_type, queue)
 
     # -- executing -----------------------------------------------------------------
 
@@ -409,14 +369,7 @@ class Runlane:
         self, lease_duration: Duration | None, heartbeat_interval: Duration | None
     ) -> LeaseSettings:
         """Resolve lease options against the runtime defaults."""
-        duration = parse_optional_duration(lease_duration, name="lease_duration", allow_zero=False)
-        interval = parse_optional_duration(
-            heartbeat_interval, name="heartbeat_interval", allow_zero=False
-        )
-        settings = LeaseSettings(duration or self.lease_duration, interval)
-        if settings.interval >= settings.duration:
-            raise configuration_error("heartbeat_interval must be shorter than lease_duration.")
-        return settings
+        return LeaseSettings.resolve(self.lease_duration, lease_duration, heartbeat_interval)
 
     async def execute_next(
         self,
@@ -449,32 +402,19 @@ class Runlane:
         It never picks up another run. If the keys return an existing run, that
         run is returned untouched.
         """
-        new = self.build_new_run(
+        new = self._producer.build_new_run(
             task,
             payload,
             queue=queue,
-            delay=None,
-            run_at=None,
             idempotency_key=idempotency_key,
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-            source=RunSource(RunSourceType.RUN_NOW),
+            source=_RUN_NOW,
         )
         settings = self.lease_settings(lease_duration, None)
         await self.open()
-        if not self.observers:
-            outcome = await self._attempts.create_leased(new, settings, self.worker_id)
-        else:
-            with self.observers.producing(new.task_id, new.queue, 1) as carrier:
-                if carrier is not None and new.trace_carrier is None:
-                    new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._attempts.create_leased(new, settings, self.worker_id)
-                if outcome.created:
-                    self.observers.call("triggered", [outcome.run])
-        if not outcome.created:
-            return outcome.run
-        return await self._attempts.execute(outcome.run, settings)
+        return await self._attempts.run_now(new, settings, self.worker_id)
 
     async def execute_delivery(
         self,
@@ -541,8 +481,8 @@ class Runlane:
             self.store,
             self._attempts,
             self.observers,
-            connect=self.open,
-            tick=self.tick,
+            connect=self._connection.open,
+            tick=self._maintenance.tick,
             work=self.work_bell,
             queues=self.registry.policies_for(queues),
             concurrency=concurrency,
@@ -568,18 +508,11 @@ class Runlane:
 
     async def tick(self) -> TickReport:
         """One maintenance pass; safe to run from many processes at once."""
-        await self.open()
-        report = await run_maintenance(self.duties)
-        if self.observers:
-            self.observers.call("ticked", report)
-        return report
+        return await self._maintenance.tick()
 
     async def queue_stats(self) -> list[QueueStats]:
         """Counts per registered queue (and per concurrency key on bounded queues)."""
-        await self.open()
-        return await self.storage.queue_stats(
-            self.environment, self.registry.queue_policies, self.clock.now()
-        )
+        return await self._counts.queue_stats()
 
     async def throughput(self, since: Duration | datetime = "1h") -> list[QueueThroughput]:
         """Runs per registered queue that finished (succeeded, failed, cancelled) within
@@ -588,30 +521,14 @@ class Runlane:
         >>> sum(t.failed for t in await rl.throughput("5m"))
         2
         """
-        if isinstance(since, datetime):
-            start = aware_utc(since, name="since")
-        else:
-            start = self.clock.now() - timedelta(seconds=parse_duration(since, name="since"))
-        await self.open()
-        counts = await self.storage.count_finished_runs(self.environment, start)
-        return [
-            QueueThroughput(
-                name,
-                succeeded=counts.get(name, {}).get(RunStatus.SUCCEEDED, 0),
-                failed=counts.get(name, {}).get(RunStatus.FAILED, 0),
-                cancelled=counts.get(name, {}).get(RunStatus.CANCELLED, 0),
-            )
-            for name in self.registry.queues
-        ]
+        return await self._counts.throughput(since)
 
     async def outbox_backlog(self) -> dict[str, int]:
         """Delivery requests not yet published, per registered queue (zeros included).
 
         Always zero on a lane without a transport: nothing is ever requested there.
         """
-        await self.open()
-        backlog = await self.storage.outbox_backlog(self.environment)
-        return {name: backlog.get(name, 0) for name in self.registry.queues}
+        return await self._counts.outbox_backlog()
 
     def require(self, capability: str) -> None:
         """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""

@@ -12,11 +12,10 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from runlane.core.definitions import TaskDef
-    from runlane.core.runtime import Runlane
     from runlane.types.runs import Run
 
 T = TypeVar("T")
@@ -70,11 +69,34 @@ class _BlockingProxy:
 _SUB_APIS = frozenset({"runs", "idempotency_keys", "schedules"})
 
 
+class Blockable(Protocol):
+    """What the blocking facade wraps (``Runlane`` is one): the calls it spells out.
+    Every other coroutine method of the target is made blocking on demand."""
+
+    @property
+    def trigger(self) -> Callable[..., Coroutine[Any, Any, Run]]:
+        """``Runlane.trigger``."""
+        ...
+
+    @property
+    def trigger_many(self) -> Callable[..., Coroutine[Any, Any, list[Run]]]:
+        """``Runlane.trigger_many``."""
+        ...
+
+    @property
+    def worker(self) -> Callable[..., Any]:
+        """``Runlane.worker``: builds a worker whose ``run()`` is awaited."""
+        ...
+
+    async def close(self) -> None:
+        """Close the runtime."""
+
+
 class SyncRunlane(_BlockingProxy):
     """Blocking twins of every producer and operator coroutine: ``rl.sync.trigger(...)``,
     ``rl.sync.runs.get(...)``. ``rl.sync.close()`` closes the runtime and its thread."""
 
-    def __init__(self, runtime: Runlane) -> None:
+    def __init__(self, runtime: Blockable) -> None:
         self._thread: _LoopThread | None = None
         self._lock = threading.Lock()
         super().__init__(runtime, self._loop_thread)

@@ -14,7 +14,7 @@ from runlane.core.errors import ErrorCode, RunlaneError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from runlane import Runlane
+    from runlane.core.observing import ObservedRuntime
 
 #: Background work is slower than HTTP: the client's default buckets stop at 10 s.
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -167,7 +167,7 @@ class PrometheusMetrics(Observer):
         self._children: dict[tuple[str, str], _Children] = {}
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
-    def attached(self, runtime: Runlane) -> None:
+    def attached(self, runtime: ObservedRuntime) -> None:
         self.c.info.labels(__version__, runtime.environment).set(1)
 
     def triggered(self, runs: Sequence[Run]) -> None:
