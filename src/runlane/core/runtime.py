@@ -1,4 +1,6 @@
-"""The runtime: the registry bound to a lane, and every producer and executor call."""
+"""The runtime, a composition root: it binds the registry to a lane, builds the
+collaborators that produce, execute, maintain and operate, and delegates its
+public calls to them."""
 
 from __future__ import annotations
 
@@ -241,8 +243,7 @@ class Runlane:
             self._sync = SyncRunlane(self)
         return self._sync
 
-    # -- producing -----------------------------------------------------------------
-    # One producer service per kind of thing produced; each receives only what it uses.
+    # -- producing (delegated to the producer services built in bind_lane) ----------
 
     async def trigger(
         self,
