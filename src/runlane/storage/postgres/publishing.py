@@ -92,26 +92,22 @@ async def _publish(
         if held:
             return await _duplicate(session, q, environment, message_from_row(held[0]))
     scope = {"environment": environment, "id": message.id}
-    sequence: int | None = None
-    existing = await session.fetch(q["get_message"], scope)
-    if not existing:
-        inserted = await session.fetch(
-            q["insert_message"], message_params(environment, message, now_us)
-        )
-        if inserted:
-            sequence = int(inserted[0]["sequence"])
-        else:  # a concurrent publish of this id committed meanwhile
-            existing = await session.fetch(q["get_message"], scope)
-    if existing:
-        check_reuse(message, existing[0]["envelope"])
-        return await _duplicate(session, q, environment, message_from_row(existing[0]))
+    # Insert first: a stored id (or one a concurrent publish is writing, waited for)
+    # makes the insert a no-op, and only then is the stored message read.
+    inserted = await session.fetch(
+        q["insert_message"], message_params(environment, message, now_us)
+    )
+    if not inserted:
+        (existing,) = await session.fetch(q["get_message"], scope)
+        check_reuse(message, existing["envelope"])
+        return await _duplicate(session, q, environment, message_from_row(existing))
+    sequence = int(inserted[0]["sequence"])
     if dedup is not None and not await session.fetch(q["claim_deduplication_key"], dedup):
         # A concurrent publish of the key committed after the check: take this
         # message back and answer with that one.
         await session.fetch(q["delete_message"], scope)
         held = await session.fetch(q["get_live_deduplication_entry"], dedup)
         return await _duplicate(session, q, environment, message_from_row(held[0]))
-    assert sequence is not None
     runs, outbox = await _create_deliveries(
         session, q, environment, message, sequence, now_us, claimed_until
     )
