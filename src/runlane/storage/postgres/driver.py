@@ -61,13 +61,11 @@ from runlane.storage.protocol import (
     RunFilter,
     ScheduleOccurrence,
     StorageCapabilities,
-    SubscriptionCounts,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
-from runlane.storage.sql.messages import subscription_counts
 from runlane.storage.sql.rows import (
     event_from_row,
     implied_created_event,
@@ -284,6 +282,9 @@ class PostgresStorage(SqlStorageBase):
             return max(cur.rowcount, 0)
 
         return await self._run(op)
+
+    def _texts(self, values: Sequence[str]) -> list[str]:
+        return list(values)
 
     def _lock_prefix(self, environment: str) -> str:
         return claims.capacity_lock_prefix(self.schema, environment)
@@ -527,13 +528,6 @@ class PostgresStorage(SqlStorageBase):
                 return await publish(AsyncSession(conn))
 
         return await self._run(op)
-
-    async def subscription_stats(
-        self, environment: str, subscriptions: Sequence[str]
-    ) -> list[SubscriptionCounts]:
-        """Deliveries per status of each subscription, and its halted keys."""
-        params = {"environment": environment, "subscriptions": list(subscriptions)}
-        return subscription_counts(await self._fetch("subscription_stats", params), subscriptions)
 
     # -- dispatch and outbox -------------------------------------------------------
 

@@ -26,6 +26,10 @@ WHERE d.environment = %(environment)s AND d.topic = %(topic)s AND d.key = %(key)
 -- name: get_message
 SELECT * FROM {schema}.runlane_messages WHERE environment = %(environment)s AND id = %(id)s;
 
+-- name: get_messages
+SELECT * FROM {schema}.runlane_messages
+WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[]);
+
 -- name: insert_message
 -- Waits for a concurrent publish of the same id to end; nothing comes back if that
 -- one committed (the caller then compares with it).

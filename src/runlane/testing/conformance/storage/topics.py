@@ -411,6 +411,22 @@ async def test_concurrent_publishes_of_one_deduplication_key_fan_out_once(
     assert [r.id for r in await _all_runs(storage, environment)] == [fresh[0].runs[0].id]
 
 
+# -- get_messages ----------------------------------------------------------------------------
+
+
+async def test_get_messages_reads_stored_messages_by_id(storage: Storage, environment: str) -> None:
+    topics = _topics(storage)
+    published = await topics.publish_messages(
+        environment,
+        [message("m1", attributes={"kind": "new"}), message("m2", payload=[1, 2.5, None])],
+        NOW,
+    )
+    found = await topics.get_messages(environment, ["m2", "m1", "missing"])
+    assert found == {o.message.id: o.message for o in published}
+    assert await topics.get_messages(environment, []) == {}
+    assert await topics.get_messages(f"{environment}-other", ["m1"]) == {}
+
+
 # -- dead letter, replay and discard through apply_transitions ------------------------------
 
 
@@ -536,6 +552,9 @@ async def test_list_dead_letters_filters_by_topic_subscription_and_key(
     assert await ids(partition_key="k1") == ["a2", "b3", "a1"]
     assert await ids(partition_key="k2") == []
     assert await ids(topic="unknown") == []
+    assert await ids(run_id="b3") == ["b3"]
+    assert await ids(run_id="b3", subscription="ship") == []
+    assert await ids(run_id="missing") == []
 
 
 async def test_list_dead_letters_pages_with_its_cursor_and_refuses_a_foreign_one(
