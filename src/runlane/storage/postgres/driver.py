@@ -501,13 +501,14 @@ class PostgresStorage(SqlStorageBase):
         if not messages:
             return []
         check_distinct_delivery_ids(messages)
+        now_us, claimed_until = to_micros(now), micros_or_none(outbox_claimed_until)
         publish = partial(
             publishing.publish_messages,
             q=self._q,
             environment=environment,
             messages=messages,
-            now_us=to_micros(now),
-            claimed_until=micros_or_none(outbox_claimed_until),
+            now_us=now_us,
+            claimed_until=claimed_until,
             locks=publishing.lock_names(self.schema, environment, messages),
         )
         if connection is not None:
@@ -523,7 +524,15 @@ class PostgresStorage(SqlStorageBase):
             except psycopg.Error as error:
                 raise self._error(error) from None
 
+        plain = publishing.is_plain(messages)
+
         async def op(conn: Connection) -> list[PublishOutcome]:
+            if plain:
+                outcome = await publishing.publish_plain_message(
+                    AsyncSession(conn), self._q, environment, messages[0], now_us, claimed_until
+                )
+                if outcome is not None:
+                    return [outcome]
             async with conn.transaction():
                 return await publish(AsyncSession(conn))
 

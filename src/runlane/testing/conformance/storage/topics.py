@@ -248,6 +248,8 @@ async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_w
         [message("m1", delivery("d1"), delivery("d1", "ship"))],
         [message("m1", delivery("d1")), message("m2", delivery("d1", "ship"))],
         [message("m1", delivery("d1")), message("m2", delivery("taken"))],
+        [message("m1", delivery("d1"), delivery("taken", "ship"))],
+        [message("m1", delivery("taken", mode=SubscriptionMode.ORDERED, key="k"))],
     ):
         with pytest.raises(RunlaneError) as refused:
             await topics.publish_messages(environment, batch, NOW)
