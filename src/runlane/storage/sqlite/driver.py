@@ -10,6 +10,7 @@ thread that waits for the write lock only when another process holds it),
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -22,9 +23,11 @@ from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
+    NewMessage,
     NewRun,
     OutboxMessage,
     OutboxResult,
+    PublishOutcome,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
@@ -38,7 +41,15 @@ from runlane.storage.sql.rows import (
     outbox_from_row,
     run_page,
 )
-from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
+from runlane.storage.sqlite import (
+    claims,
+    creation,
+    dispatch,
+    listing,
+    pruning,
+    publishing,
+    schedules,
+)
 from runlane.storage.sqlite.connections import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
 from runlane.storage.sqlite.listener import WorkListener
 from runlane.storage.sqlite.params import lease_params
@@ -51,6 +62,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
     reads_run_history=True,
     prunes_runs=True,
     enforces_idempotency=True,
+    stores_messages=True,
 )
 
 
@@ -100,6 +112,9 @@ class SqliteStorage(SqlStorageBase):
 
     async def _count(self, query: str, params: dict[str, Any]) -> int:
         return await self._db.write_count(QUERIES[query], params)
+
+    def _texts(self, values: Sequence[str]) -> str:
+        return json.dumps(list(values))
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for a commit to the file by any process.
@@ -249,6 +264,36 @@ class SqliteStorage(SqlStorageBase):
         """Delete finished runs with their history, ownership, outbox and occurrence rows."""
         params = pruning.prune_params(environment, older_than, statuses, limit)
         return await self._db.transact(lambda cur: pruning.prune_runs(cur, environment, params))
+
+    # -- topics --------------------------------------------------------------------
+
+    async def publish_messages(
+        self,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now: datetime,
+        *,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[PublishOutcome]:
+        """Publish messages with their deduplication entries and delivery runs atomically."""
+        if connection is not None and not isinstance(connection, sqlite3.Connection):
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID,
+                "a SQLite lane publishes inside a sqlite3.Connection transaction only.",
+            )
+        publish = partial(
+            publishing.publish_messages,
+            self._db,
+            environment,
+            messages,
+            now,
+            connection,
+            outbox_claimed_until,
+        )
+        if connection is not None:
+            return publish()
+        return await self._db.run(publish)
 
     # -- dispatch and outbox --------------------------------------------------------
 
