@@ -71,7 +71,7 @@ class OtelTracing(Observer):
         self._skip_unsampled = skip_unsampled
         self._tracer: Any = None
         self._environment = ""
-        self._last_creation: tuple[dict[str, str], Any, list[Any], bool] | None = None
+        self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
         self._root = self._context.Context()
         self._producer_kind = self._trace.SpanKind.PRODUCER
         self._consumer_kind = self._trace.SpanKind.CONSUMER
@@ -106,21 +106,21 @@ class OtelTracing(Observer):
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         return _Consumer(self, attempt)
 
-    def _creation(self, carrier: dict[str, str]) -> tuple[Any, list[Any], bool]:
-        """The parent context, links and sampled flag of a stored carrier (the last
-        one is kept: runs of one trigger_many, and a run's retries, share theirs)."""
+    def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
+        """The parent context, the creation's span context (``None`` if the carrier
+        cannot be parsed) and its sampled flag, for a stored carrier (the last one is
+        kept: runs of one trigger_many, and a run's retries, share theirs)."""
         cached = self._last_creation
         if cached is not None and cached[0] == carrier:
             return cached[1], cached[2], cached[3]
-        trace = self._trace
         extracted = self.propagator.extract(carrier)
-        created = trace.get_current_span(extracted).get_span_context()
+        created = self._trace.get_current_span(extracted).get_span_context()
         if created.is_valid:
-            parent, links, sampled = extracted, [trace.Link(created)], created.trace_flags.sampled
+            parent, sampled = extracted, created.trace_flags.sampled
         else:
-            parent, links, sampled = self._root, [], True  # unparsable: a new root trace
-        self._last_creation = (dict(carrier), parent, links, sampled)
-        return parent, links, sampled
+            parent, created, sampled = self._root, None, True  # unparsable: a new root trace
+        self._last_creation = (dict(carrier), parent, created, sampled)
+        return parent, created, sampled
 
     def start(self, attempt: Attempt) -> tuple[Any, Any]:
         """The started ``execute`` span of ``attempt`` (a child of, and linked to, the
@@ -135,9 +135,11 @@ class OtelTracing(Observer):
         parent: Any = None
         links: Sequence[Any] = ()
         if run.trace_carrier:
-            parent, links, sampled = self._creation(run.trace_carrier)
+            parent, created, sampled = self._creation(run.trace_carrier)
             if not sampled and self._skip_unsampled:
                 return None, parent
+            if created is not None:
+                links = (self._trace.Link(created),)
         span = self.tracer.start_span(
             f"execute {run.task_id}",
             context=parent,
