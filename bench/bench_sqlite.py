@@ -11,14 +11,15 @@ UPDATE statements. Every measurement gets a fresh file.
     .venv/bin/python bench/bench_sqlite.py --runs 2000 --json
     .venv/bin/python bench/bench_sqlite.py --observers --runs 5000   # observer overhead
 
-``--observers`` measures only the drain, in interleaved rounds of five
+``--observers`` measures only the drain, in interleaved rounds of six
 configurations: no observers; Prometheus; Prometheus and OpenTelemetry with the
 API alone (no SDK); and with the SDK (batch processor, discarding exporter) at
-the recommended ``ParentBased(TraceIdRatioBased(--sample-ratio))`` and at full
-sampling. Each run is triggered on its own, so each has its own sampling
-decision. It prints each configuration's median rate and the median over rounds
-of its time divided by the time without observers in the same round, for wall
-time and for the CPU time of the process (steadier on a shared machine).
+``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled`` (the
+recommended setup, ``-skip``) and without, and at full sampling. Each run is
+triggered on its own, so each has its own sampling decision. It prints each
+configuration's median rate and the median over rounds of its time divided by
+the time without observers in the same round, for wall time and for the CPU
+time of the process (steadier on a shared machine).
 """
 
 from __future__ import annotations
