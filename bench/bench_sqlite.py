@@ -11,9 +11,15 @@ UPDATE statements. Every measurement gets a fresh file.
     .venv/bin/python bench/bench_sqlite.py --runs 2000 --json
     .venv/bin/python bench/bench_sqlite.py --observers --runs 5000   # observer overhead
 
-``--observers`` measures only the drain, alternately without observers and with
-the Prometheus and OpenTelemetry (SDK, batch processor, discarding exporter)
-observers attached, and prints the median of each and their ratio.
+``--observers`` measures only the drain, in interleaved rounds of six
+configurations: no observers; Prometheus; Prometheus and OpenTelemetry with the
+API alone (no SDK); and with the SDK (batch processor, discarding exporter) at
+``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled`` (the
+recommended setup, ``-skip``) and without, and at full sampling. Each run is
+triggered on its own, so each has its own sampling decision. It prints each
+configuration's median rate and the median over rounds of its time divided by
+the time without observers in the same round, for wall time and for the CPU
+time of the process (steadier on a shared machine).
 """
 
 from __future__ import annotations
@@ -228,8 +234,26 @@ def measure(folder: Path, runs: int, concurrency: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _observers() -> list[Any]:
-    """The Prometheus and OpenTelemetry observers as an application would attach them."""
+#: The --observers configurations, in the order they are printed.
+OBSERVER_CONFIGS = (
+    "off",
+    "prometheus",
+    "prometheus+otel-api",
+    "prometheus+otel-sdk-sampled",
+    "prometheus+otel-sdk-sampled-skip",
+    "prometheus+otel-sdk-full",
+)
+#: The sampling ratio the observability guide recommends (head sampling at the trigger).
+RECOMMENDED_RATIO = 0.1
+
+
+def _observers(config: str, ratio: float) -> tuple[list[Any], Callable[[], None]]:
+    """The observers of ``config`` as an application would attach them, and a shutdown.
+
+    The SDK configurations export through a ``BatchSpanProcessor`` to an exporter that
+    discards (the processor's queue and thread are part of the cost; the network is
+    not); the sampled one uses ``ParentBased(TraceIdRatioBased(ratio))``.
+    """
     from collections.abc import Sequence as Spans
 
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -238,6 +262,7 @@ def _observers() -> list[Any]:
         SpanExporter,
         SpanExportResult,
     )
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
     from prometheus_client import CollectorRegistry
 
     from runlane.metrics import prometheus_metrics
@@ -247,34 +272,84 @@ def _observers() -> list[Any]:
         def export(self, spans: Spans[ReadableSpan]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    if config == "off":
+        return [], lambda: None
+    observers: list[Any] = [prometheus_metrics(CollectorRegistry())]
+    if config == "prometheus":
+        return observers, lambda: None
+    if config == "prometheus+otel-api":
+        # No SDK: the global provider is the API's no-op one (this script sets none).
+        return [*observers, otel_tracing()], lambda: None
+    sampler = ALWAYS_ON if config.endswith("full") else ParentBased(TraceIdRatioBased(ratio))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Discard()))
-    return [prometheus_metrics(CollectorRegistry()), otel_tracing(tracer_provider=provider)]
+    tracing = otel_tracing(tracer_provider=provider, skip_unsampled=config.endswith("skip"))
+    return [*observers, tracing], provider.shutdown
 
 
-def observer_overhead(folder: Path, runs: int, concurrency: int, rounds: int) -> dict[str, Any]:
-    """Median drain seconds without and with the observers, alternating, and the ratio."""
+async def traced_drain(
+    path: Path, runs: int, concurrency: int, observers: Sequence[Any] = ()
+) -> tuple[float, float]:
+    """Wall and CPU seconds (every thread of the process, the span processor's too)
+    for a DRAIN worker to execute ``runs`` runs, each triggered on its own (one
+    producer span, so one sampling decision, per run, as one per request)."""
+    async with _runtime(path, observers) as rl:
+        for payload in _payloads(runs):
+            await rl.trigger(noop, payload)
+        worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency, handle_signals=False)
+        started, cpu = time.perf_counter(), time.process_time()
+        await worker.run()
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if worker.executed != runs:
+            raise SystemExit(f"runlane executed {worker.executed} of {runs} runs")
+        return elapsed, cpu
+
+
+def observer_overhead(
+    folder: Path, runs: int, concurrency: int, rounds: int, ratio: float
+) -> dict[str, Any]:
+    """Drain seconds of every configuration, interleaved round by round (each round
+    starts with a different one), and each one's cost against ``off`` of its round."""
     counter = iter(range(1_000_000))
-    off: list[float] = []
-    on: list[float] = []
-    for _ in range(rounds):
-        off.append(
-            asyncio.run(runlane_processing(folder / f"off-{next(counter)}.db", runs, concurrency))
+    seconds: dict[str, list[float]] = {config: [] for config in OBSERVER_CONFIGS}
+    cpu: dict[str, list[float]] = {config: [] for config in OBSERVER_CONFIGS}
+    for number in range(rounds):
+        order = OBSERVER_CONFIGS[number % len(OBSERVER_CONFIGS) :]
+        order += OBSERVER_CONFIGS[: number % len(OBSERVER_CONFIGS)]
+        for config in order:
+            observers, shutdown = _observers(config, ratio)
+            path = folder / f"{next(counter)}.db"
+            try:
+                wall, used = asyncio.run(traced_drain(path, runs, concurrency, observers))
+            finally:
+                shutdown()
+            seconds[config].append(wall)
+            cpu[config].append(used)
+
+    def ratios(figures: dict[str, list[float]], config: str) -> list[float]:
+        return [on / off for on, off in zip(figures[config], figures["off"], strict=True)]
+
+    results = []
+    for config in OBSERVER_CONFIGS:
+        wall_ratios, cpu_ratios = ratios(seconds, config), ratios(cpu, config)
+        results.append(
+            {
+                "config": config,
+                "runs_per_second": round(runs / statistics.median(seconds[config])),
+                "cpu_us_per_run": round(statistics.median(cpu[config]) / runs * 1e6, 1),
+                # Medians of the per-round ratios: a slow spell of the machine hits
+                # both sides of a round, not one configuration.
+                "wall_ratio": round(statistics.median(wall_ratios), 3),
+                "cpu_ratio": round(statistics.median(cpu_ratios), 3),
+                "wall_ratios": [round(value, 3) for value in wall_ratios],
+            }
         )
-        on.append(
-            asyncio.run(
-                runlane_processing(
-                    folder / f"on-{next(counter)}.db", runs, concurrency, _observers()
-                )
-            )
-        )
-    median_off, median_on = statistics.median(off), statistics.median(on)
     return {
         "runs": runs,
+        "concurrency": concurrency,
         "rounds": rounds,
-        "off_runs_per_second": round(runs / median_off),
-        "on_runs_per_second": round(runs / median_on),
-        "cost": round(median_on / median_off - 1, 3),
+        "sample_ratio": ratio,
+        "results": results,
     }
 
 
@@ -290,20 +365,37 @@ def main() -> None:
         action="store_true",
         help="Only the drain, without and with the Prometheus and OTel observers.",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="Rounds of --observers.")
+    parser.add_argument("--rounds", type=int, default=5, help="Rounds of --observers.")
+    parser.add_argument(
+        "--sample-ratio",
+        type=float,
+        default=RECOMMENDED_RATIO,
+        help="TraceIdRatioBased ratio of the sampled OTel SDK configuration.",
+    )
     args = parser.parse_args()
     if args.observers:
         with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
-            result = observer_overhead(Path(folder), args.runs, args.concurrency, args.rounds)
+            result = observer_overhead(
+                Path(folder), args.runs, args.concurrency, args.rounds, args.sample_ratio
+            )
         if args.json:
             print(json.dumps(result, indent=2))
             return
         print(
-            f"drain of {runs_label(result)} no-op runs, median of {result['rounds']}: "
-            f"{result['off_runs_per_second']:,} runs/s without observers, "
-            f"{result['on_runs_per_second']:,} with Prometheus + OTel "
-            f"(cost {result['cost']:+.1%})"
+            f"drain of {result['runs']:,} no-op runs (concurrency {result['concurrency']}), "
+            f"{result['rounds']} interleaved rounds; sampled = "
+            f"ParentBased(TraceIdRatioBased({result['sample_ratio']}))"
         )
+        print(
+            f"{'observers':<30}{'runs/s':>8}{'wall/off':>10}{'CPU us/run':>12}{'CPU/off':>9}"
+            "   wall/off per round"
+        )
+        for row in result["results"]:
+            rounds = " ".join(f"{value:.3f}" for value in row["wall_ratios"])
+            print(
+                f"{row['config']:<30}{row['runs_per_second']:>8,}{row['wall_ratio']:>10.3f}"
+                f"{row['cpu_us_per_run']:>12.1f}{row['cpu_ratio']:>9.3f}   {rounds}"
+            )
         return
     with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
         rows = measure(Path(folder), args.runs, args.concurrency)
@@ -317,10 +409,6 @@ def main() -> None:
             f"{row['operation']:<56}{row['runlane_runs_per_second']:>10,}"
             f"{row['raw_runs_per_second']:>12,}{row['ratio']:>13.3f}"
         )
-
-
-def runs_label(result: dict[str, Any]) -> str:
-    return f"{result['runs']:,}"
 
 
 if __name__ == "__main__":

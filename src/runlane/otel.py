@@ -17,14 +17,20 @@ releases, on any host) are one trace. A carrier that cannot be parsed starts a
 new root trace. The tracer comes from ``tracer_provider`` or the global
 provider, the propagator from ``propagator`` or the global one; no global is
 ever set here.
+
+Sampling is the tracer provider's. The trigger's decision travels in the
+carrier (sampled or not, the carrier is always written), and a parent-based
+sampler applies it to every attempt of the run; ``skip_unsampled=True`` applies
+it here, without starting a span the SDK would drop. The observability guide
+recommends ``ParentBased(TraceIdRatioBased(ratio))`` for busy workers, with the
+measured cost of each choice.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from runlane import Attempt, Observer, Outcome, Run, __version__
@@ -56,13 +62,19 @@ class OtelTracing(Observer):
     """Producer and consumer spans with messaging semantic-convention attributes;
     build it with :func:`otel_tracing`."""
 
-    def __init__(self, tracer_provider: Any = None, propagator: Any = None) -> None:
+    def __init__(
+        self, tracer_provider: Any = None, propagator: Any = None, *, skip_unsampled: bool = False
+    ) -> None:
         self._context, self._propagate, self._trace = _api()
         self._provider = tracer_provider
         self._propagator = propagator
+        self._skip_unsampled = skip_unsampled
         self._tracer: Any = None
         self._environment = ""
-        self._last_creation: tuple[dict[str, str], Any, list[Any]] | None = None
+        self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
+        self._root = self._context.Context()
+        self._producer_kind = self._trace.SpanKind.PRODUCER
+        self._consumer_kind = self._trace.SpanKind.CONSUMER
 
     def attached(self, runtime: ObservedRuntime) -> None:
         self._environment = runtime.environment
@@ -81,64 +93,57 @@ class OtelTracing(Observer):
         """The text-map propagator: the one given, else the global one at call time."""
         return self._propagator or self._propagate.get_global_textmap()
 
-    @contextlib.contextmanager
-    def producing(self, task_id: str, queue: str, count: int) -> Iterator[Mapping[str, str] | None]:
-        attributes: dict[str, Any] = {
-            "messaging.system": "runlane",
-            "messaging.destination.name": queue,
-            "messaging.operation.name": "trigger",
-            "messaging.operation.type": "send",
-            "runlane.task_id": task_id,
-            "runlane.environment": self._environment,
-        }
-        if count != 1:
-            attributes["messaging.batch.message_count"] = count
-        with self.tracer.start_as_current_span(
-            f"trigger {task_id}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes
-        ) as span:
-            carrier: dict[str, str] = {}
-            self.propagator.inject(carrier)
-            token = _PRODUCER.set(span)
-            try:
-                yield carrier or None
-            finally:
-                _PRODUCER.reset(token)
+    def producing(
+        self, task_id: str, queue: str, count: int
+    ) -> AbstractContextManager[Mapping[str, str] | None]:
+        return _Producer(self, task_id, queue, count)
 
     def triggered(self, runs: Sequence[Run]) -> None:
         span = _PRODUCER.get()
-        if span is not None and len(runs) == 1:
+        if span is not None and len(runs) == 1 and span.is_recording():
             span.set_attribute("messaging.message.id", runs[0].id)
 
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         return _Consumer(self, attempt)
 
-    def _creation(self, carrier: dict[str, str]) -> tuple[Any, list[Any]]:
-        """The parent context and links for a stored carrier (the last one is kept:
-        runs of one trigger_many, and a run's retries, share theirs)."""
+    def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
+        """The parent context, the creation's span context (``None`` if the carrier
+        cannot be parsed) and its sampled flag, for a stored carrier (the last one is
+        kept: runs of one trigger_many, and a run's retries, share theirs)."""
         cached = self._last_creation
         if cached is not None and cached[0] == carrier:
-            return cached[1], cached[2]
-        trace = self._trace
+            return cached[1], cached[2], cached[3]
         extracted = self.propagator.extract(carrier)
-        created = trace.get_current_span(extracted).get_span_context()
+        created = self._trace.get_current_span(extracted).get_span_context()
         if created.is_valid:
-            parent, links = extracted, [trace.Link(created)]
+            parent, sampled = extracted, created.trace_flags.sampled
         else:
-            parent, links = self._context.Context(), []  # unparsable: a new root trace
-        self._last_creation = (dict(carrier), parent, links)
-        return parent, links
+            parent, created, sampled = self._root, None, True  # unparsable: a new root trace
+        self._last_creation = (dict(carrier), parent, created, sampled)
+        return parent, created, sampled
 
-    def start(self, attempt: Attempt) -> Any:
-        """The started ``execute`` span of ``attempt``."""
+    def start(self, attempt: Attempt) -> tuple[Any, Any]:
+        """The started ``execute`` span of ``attempt`` (a child of, and linked to, the
+        run's stored carrier) and the context to make current.
+
+        The span's attributes are given at creation, where a sampler sees them. With
+        ``skip_unsampled`` and a carrier whose trace was not sampled, there is no span
+        (``None``): the context is the carrier's own, so task code still runs in the
+        run's trace, not sampled, as a parent-based sampler would have decided.
+        """
         run = attempt.run
         parent: Any = None
-        links: list[Any] = []
+        links: Sequence[Any] = ()
         if run.trace_carrier:
-            parent, links = self._creation(run.trace_carrier)
-        return self.tracer.start_span(
+            parent, created, sampled = self._creation(run.trace_carrier)
+            if not sampled and self._skip_unsampled:
+                return None, parent
+            if created is not None:
+                links = (self._trace.Link(created),)
+        span = self.tracer.start_span(
             f"execute {run.task_id}",
             context=parent,
-            kind=self._trace.SpanKind.CONSUMER,
+            kind=self._consumer_kind,
             links=links,
             attributes={
                 "messaging.system": "runlane",
@@ -152,9 +157,13 @@ class OtelTracing(Observer):
                 "runlane.worker_id": attempt.worker_id,
             },
         )
+        return span, self._trace.set_span_in_context(span)
 
     def finish(self, span: Any, attempt: Attempt) -> None:
         """Set the outcome (and the error of a failed attempt) and end ``span``."""
+        if not span.is_recording():  # not sampled: nothing to add
+            span.end()
+            return
         outcome = attempt.outcome
         if outcome is not None:
             span.set_attribute("runlane.outcome", outcome.value)
@@ -172,6 +181,57 @@ class OtelTracing(Observer):
         span.end()
 
 
+class _Producer:
+    """The ``trigger`` span, current while runs are created; a plain class rather
+    than ``start_as_current_span`` (a generator-based manager), as it runs per trigger."""
+
+    __slots__ = ("_count", "_producer", "_queue", "_span", "_task_id", "_token", "_tracing")
+
+    def __init__(self, tracing: OtelTracing, task_id: str, queue: str, count: int) -> None:
+        self._tracing = tracing
+        self._task_id = task_id
+        self._queue = queue
+        self._count = count
+
+    def __enter__(self) -> Mapping[str, str] | None:
+        tracing = self._tracing
+        attributes: dict[str, Any] = {
+            "messaging.system": "runlane",
+            "messaging.destination.name": self._queue,
+            "messaging.operation.name": "trigger",
+            "messaging.operation.type": "send",
+            "runlane.task_id": self._task_id,
+            "runlane.environment": tracing._environment,
+        }
+        if self._count != 1:
+            attributes["messaging.batch.message_count"] = self._count
+        span = self._span = tracing.tracer.start_span(
+            f"trigger {self._task_id}", kind=tracing._producer_kind, attributes=attributes
+        )
+        current = tracing._trace.set_span_in_context(span)
+        self._token = tracing._context.attach(current)
+        self._producer = _PRODUCER.set(span)
+        # Injected whether or not the span is sampled: the carrier keeps the trace id
+        # and the decision, so every attempt of the run follows it.
+        carrier: dict[str, str] = {}
+        tracing.propagator.inject(carrier, context=current)
+        return carrier or None
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        _PRODUCER.reset(self._producer)
+        tracing = self._tracing
+        tracing._context.detach(self._token)
+        span = self._span
+        if isinstance(error, Exception) and span.is_recording():
+            span.record_exception(error)
+            span.set_status(
+                tracing._trace.Status(
+                    tracing._trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"
+                )
+            )
+        span.end()
+
+
 class _Consumer:
     """The ``execute`` span, current from the lease until the outcome is written."""
 
@@ -183,19 +243,30 @@ class _Consumer:
 
     async def __aenter__(self) -> None:
         tracing = self._tracing
-        self._span = tracing.start(self._attempt)
-        self._token = tracing._context.attach(tracing._trace.set_span_in_context(self._span))
+        self._span, current = tracing.start(self._attempt)
+        self._token = tracing._context.attach(current)
 
     async def __aexit__(self, *exc: object) -> None:
         self._tracing._context.detach(self._token)
-        self._tracing.finish(self._span, self._attempt)
+        if self._span is not None:
+            self._tracing.finish(self._span, self._attempt)
 
 
-def otel_tracing(tracer_provider: Any = None, propagator: Any = None) -> OtelTracing:
+def otel_tracing(
+    tracer_provider: Any = None, propagator: Any = None, *, skip_unsampled: bool = False
+) -> OtelTracing:
     """An observer tracing triggers (PRODUCER) and attempts (CONSUMER) through the
     stored ``trace_carrier``; ``tracer_provider`` and ``propagator`` default to the
     global ones, looked up when first needed.
 
+    Sampling is the tracer provider's: the decision made for the trigger is stored
+    in the carrier, and a parent-based sampler (the SDK's default, and
+    ``ParentBased(TraceIdRatioBased(ratio))`` as the observability guide recommends)
+    applies it to every attempt. ``skip_unsampled=True`` applies it without asking
+    the SDK: an attempt of a run whose trace was not sampled starts no span and runs
+    in the carrier's context (cheaper; a consumer sampler that would have sampled it
+    anyway is not asked).
+
     Raises ``RunlaneError(CONFIGURATION_INVALID)`` without ``opentelemetry-api``.
     """
-    return OtelTracing(tracer_provider, propagator)
+    return OtelTracing(tracer_provider, propagator, skip_unsampled=skip_unsampled)

@@ -163,3 +163,55 @@ def test_observers_on_one_registry_share_their_collectors() -> None:
         prometheus_metrics(registry, buckets=(1.0, 2.0))
     assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
     assert "buckets" in raised.value.message
+
+
+def test_histograms_count_like_the_client_and_share_series_by_queue_and_task(
+    tmp_path: Path,
+) -> None:
+    """Series are plain numbers read at scrape: a bound is inclusive (as
+    prometheus_client's own histogram), buckets are cumulative, +Inf is the count."""
+    from runlane import Attempt, Outcome
+    from runlane.types.runs import Lease, Run, RunStatus
+
+    registry = CollectorRegistry()
+    metrics = prometheus_metrics(registry, buckets=(0.5, 1.0))
+    now = ManualClock().now()
+    run = Run(
+        id="r1",
+        environment="e",
+        task_id="m.ok",
+        queue="main",
+        status=RunStatus.RUNNING,
+        payload=None,
+        attempt=1,
+        failure_count=0,
+        run_at=now,
+        created_at=now,
+        updated_at=now + timedelta(seconds=1),
+        event_sequence=2,
+        lease=Lease("w", "t", now),
+    )
+    for duration in (0.5, 0.75, 2.0):
+        attempt = Attempt(run, "w", duration=duration, outcome=Outcome.SUCCEEDED)
+        metrics.attempt(attempt)
+        metrics.settled(attempt)
+    metrics.triggered([run, run])
+    samples = scrape(registry)
+    labels = {"queue": "main", "task": "m.ok"}
+    ok = {**labels, "outcome": "succeeded"}
+    assert value(samples, "runlane_runs_triggered_total", **labels) == 2
+    assert value(samples, "runlane_attempts_started_total", **labels) == 3
+    assert value(samples, "runlane_runs_succeeded_total", **labels) == 3
+    assert value(samples, "runlane_runs_failed_total", **labels) == 0  # zeros are series too
+    assert value(samples, "runlane_attempt_duration_seconds_bucket", le="0.5", **ok) == 1
+    assert value(samples, "runlane_attempt_duration_seconds_bucket", le="1.0", **ok) == 2
+    assert value(samples, "runlane_attempt_duration_seconds_bucket", le="+Inf", **ok) == 3
+    assert value(samples, "runlane_attempt_duration_seconds_count", **ok) == 3
+    assert value(samples, "runlane_attempt_duration_seconds_sum", **ok) == 3.25
+    # The one-second start latency sits on the 1.0 bound.
+    assert value(samples, "runlane_start_latency_seconds_bucket", le="0.5", **labels) == 0
+    assert value(samples, "runlane_start_latency_seconds_bucket", le="1.0", **labels) == 3
+    assert value(samples, "runlane_start_latency_seconds_sum", **labels) == 3.0
+    # A second observer on the registry adds to the same series.
+    prometheus_metrics(registry, buckets=(0.5, 1.0)).triggered([run])
+    assert value(scrape(registry), "runlane_runs_triggered_total", **labels) == 3

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -277,3 +279,148 @@ def test_the_trace_context_filter_stamps_ids_when_the_record_is_made() -> None:
     assert line["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     assert line["span_id"] == f"{span.get_span_context().span_id:016x}"
     assert line["message"] == "hello" and line["level"] == "INFO" and line["logger"] == "runlane.x"
+
+
+def sampled_provider(sampler: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
+    provider = TracerProvider(sampler=sampler)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def traceparent(run: Any) -> tuple[int, int, bool]:
+    """The trace id, span id and sampled flag of a run's stored carrier."""
+    _, trace_id, span_id, flags = run.trace_carrier["traceparent"].split("-")
+    return int(trace_id, 16), int(span_id, 16), int(flags, 16) & 1 == 1
+
+
+#: What task code saw as the current span context, by run id.
+SEEN: dict[str, Any] = {}
+
+
+@task("otel.seen")
+async def seen(payload: Any, ctx: Context) -> None:
+    SEEN[ctx.run_id] = trace.get_current_span().get_span_context()
+
+
+@pytest.mark.parametrize("skip_unsampled", [False, True])
+async def test_attempts_follow_the_sampling_decision_made_at_the_trigger(
+    tmp_path: Path, skip_unsampled: bool
+) -> None:
+    """ParentBased(TraceIdRatioBased): one decision per trigger, kept by every attempt
+    (by the SDK's sampler, or by the observer with skip_unsampled); a run that was not
+    sampled still carries its trace, down into task code."""
+    provider, exporter = sampled_provider(ParentBased(TraceIdRatioBased(0.5)))
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(provider, PROPAGATOR, skip_unsampled=skip_unsampled)],
+    ) as rl:
+        await rl.migrate()
+        runs = [await rl.trigger(seen, n) for n in range(40)]
+        await rl.worker(concurrency=4, mode=WorkerMode.DRAIN, handle_signals=False).run()
+    finished = exporter.get_finished_spans()
+    producers = {span.context.span_id: span for span in named(finished, "trigger otel.seen")}
+    consumers = {
+        span.attributes["messaging.message.id"]: span  # type: ignore[index]
+        for span in named(finished, "execute otel.seen")
+    }
+    decisions = set()
+    for run in runs:
+        trace_id, span_id, sampled = traceparent(run)
+        decisions.add(sampled)
+        # Every run carries its producer's context, sampled or not.
+        assert (span_id in producers) is sampled
+        assert (run.id in consumers) is sampled
+        if sampled:
+            consumer = consumers[run.id]
+            assert consumer.context.trace_id == trace_id
+            assert consumer.parent is not None and consumer.parent.span_id == span_id
+        # Task code runs in the run's trace either way, with the decision made at the
+        # trigger, so what it calls out to propagates the same trace and decision.
+        inside = SEEN[run.id]
+        assert inside.trace_id == trace_id and inside.trace_flags.sampled is sampled
+    assert decisions == {True, False}  # 40 draws at 1/2: both outcomes occurred
+
+
+async def test_an_unsampled_trigger_still_propagates_so_a_sampling_consumer_continues(
+    tmp_path: Path,
+) -> None:
+    """A producer that samples nothing still stores a carrier; a consumer whose sampler
+    ignores the parent's decision records its attempt in that same trace."""
+    never, nothing = sampled_provider(ParentBased(ALWAYS_OFF))
+    always, recorded = sampled_provider(ALWAYS_ON)
+
+    def runtime_with(provider: TracerProvider) -> Runlane:
+        return Runlane(
+            lane=sqlite_lane(tmp_path / "o.db"),
+            queues=[MAIN],
+            tasks=[seen],
+            observers=[otel_tracing(provider, PROPAGATOR)],
+        )
+
+    async with runtime_with(never) as producer:
+        await producer.migrate()
+        run = await producer.trigger(seen, None)
+    assert nothing.get_finished_spans() == ()
+    trace_id, span_id, sampled = traceparent(run)
+    assert not sampled
+    async with runtime_with(always) as consumer:
+        settled = await consumer.execute_next()
+    assert settled is not None and settled.status is RunStatus.SUCCEEDED
+    (execute,) = recorded.get_finished_spans()
+    assert execute.context.trace_id == trace_id
+    assert execute.parent is not None and execute.parent.span_id == span_id
+    assert [link.context.span_id for link in execute.links] == [span_id]
+    assert execute.attributes is not None and execute.attributes["runlane.outcome"] == "succeeded"
+
+
+async def test_skip_unsampled_starts_no_span_for_an_unsampled_run_even_if_the_sampler_would(
+    tmp_path: Path,
+) -> None:
+    """The trade-off of skip_unsampled: the trigger's decision wins over a consumer
+    sampler that would sample; sampled runs are traced as before."""
+    never, _ = sampled_provider(ParentBased(ALWAYS_OFF))
+    always, recorded = sampled_provider(ALWAYS_ON)
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(never, PROPAGATOR)],
+    ) as producer:
+        await producer.migrate()
+        unsampled = await producer.trigger(seen, None)
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(always, PROPAGATOR, skip_unsampled=True)],
+    ) as consumer:
+        sampled = await consumer.trigger(seen, None)
+        await consumer.worker(mode=WorkerMode.DRAIN, handle_signals=False).run()
+    spans = recorded.get_finished_spans()
+    assert [span.name for span in spans] == ["trigger otel.seen", "execute otel.seen"]
+    execute = spans[1]
+    assert execute.attributes is not None
+    assert execute.attributes["messaging.message.id"] == sampled.id
+    trace_id, span_id, _ = traceparent(unsampled)
+    inside = SEEN[unsampled.id]  # the carrier's own context, not sampled
+    assert (inside.trace_id, inside.span_id, inside.trace_flags.sampled) == (
+        trace_id,
+        span_id,
+        False,
+    )
+
+
+async def test_a_failed_trigger_ends_its_producer_span_as_an_error(tmp_path: Path) -> None:
+    async with runtime(tmp_path / "o.db") as rl:
+        await rl.migrate()
+        with pytest.raises(Exception) as raised:
+            await rl.trigger(sync_task, None, connection=object())
+    (producer,) = named(EXPORTER.get_finished_spans(), "trigger otel.sync")
+    assert producer.status.status_code is StatusCode.ERROR
+    assert producer.status.description == f"{type(raised.value).__name__}: {raised.value}"
+    assert [event.name for event in producer.events] == ["exception"]
+    # The producer span is no longer current once the trigger has failed.
+    assert not trace.get_current_span().get_span_context().is_valid

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runlane import Attempt, Observer, Outcome, Run, TickReport, __version__
 from runlane.core.errors import ErrorCode, RunlaneError
@@ -38,14 +39,6 @@ DURATION_BUCKETS: tuple[float, ...] = (
     3600,
 )
 
-_COUNTER_BY_OUTCOME = {
-    Outcome.SUCCEEDED: "succeeded",
-    Outcome.FAILED: "failed",
-    Outcome.RETRIED: "retried",
-    Outcome.RELEASED: "released",
-    Outcome.CANCELLED: "cancelled",
-}
-
 
 def _client() -> Any:
     try:
@@ -58,80 +51,137 @@ def _client() -> Any:
     return prometheus_client
 
 
+#: The outcome counters: (metric name without _total, help), by outcome.
+_OUTCOME_COUNTERS: dict[Outcome, tuple[str, str]] = {
+    Outcome.SUCCEEDED: ("runlane_runs_succeeded", "Attempts that ended the run SUCCEEDED."),
+    Outcome.FAILED: (
+        "runlane_runs_failed",
+        "Runs that ended FAILED (no retry left or not retryable).",
+    ),
+    Outcome.RETRIED: ("runlane_runs_retried", "Failed attempts that scheduled a retry."),
+    Outcome.RELEASED: ("runlane_runs_released", "Attempts that returned ctx.release(...)."),
+    Outcome.CANCELLED: ("runlane_runs_cancelled", "Runs that ended CANCELLED in this process."),
+}
+
+
+class _Histogram:
+    """Observations per bucket (not cumulative: one increment per observation) and
+    their sum; the cumulative counts are computed at scrape time."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0] * (size + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def family_sample(self, bounds: Sequence[str]) -> tuple[list[tuple[str, float]], float]:
+        counts, total = list(self.counts), self.sum  # a copy: the loop thread writes on
+        cumulative, buckets = 0, []
+        for bound, count in zip(bounds, counts, strict=True):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        return buckets, total
+
+
+class _Series:
+    """Everything counted for one (queue, task): plain numbers, so an attempt costs a
+    few additions instead of a lock and a method call per sample."""
+
+    __slots__ = ("durations", "outcomes", "start_latency", "started", "triggered")
+
+    def __init__(self, buckets: int) -> None:
+        self.triggered = 0
+        self.started = 0
+        self.start_latency = _Histogram(buckets)
+        self.outcomes = dict.fromkeys(_OUTCOME_COUNTERS, 0)
+        self.durations = {outcome: _Histogram(buckets) for outcome in Outcome}
+
+
 class _Collectors:
-    """The collectors on one registry."""
+    """The metrics on one registry: a custom collector read at scrape time for the
+    per-attempt series, client collectors for the rare ones."""
 
     def __init__(self, client: Any, registry: CollectorRegistry, buckets: tuple[float, ...]):
-        qt = ("queue", "task")
+        from prometheus_client import metrics_core
+        from prometheus_client.utils import floatToGoString
 
-        def counter(name: str, doc: str, labels: Sequence[str] = qt) -> Any:
-            return client.Counter(name, doc, labels, registry=registry)
-
-        self.triggered_total = counter("runlane_runs_triggered", "Runs created by this process.")
-        self.attempts_started = counter("runlane_attempts_started", "Attempts begun.")
-        self.outcomes = {
-            Outcome.SUCCEEDED: counter(
-                "runlane_runs_succeeded", "Attempts that ended the run SUCCEEDED."
-            ),
-            Outcome.FAILED: counter(
-                "runlane_runs_failed", "Runs that ended FAILED (no retry left or not retryable)."
-            ),
-            Outcome.RETRIED: counter(
-                "runlane_runs_retried", "Failed attempts that scheduled a retry."
-            ),
-            Outcome.RELEASED: counter(
-                "runlane_runs_released", "Attempts that returned ctx.release(...)."
-            ),
-            Outcome.CANCELLED: counter(
-                "runlane_runs_cancelled", "Runs that ended CANCELLED in this process."
-            ),
-        }
-        self.duration = client.Histogram(
-            "runlane_attempt_duration_seconds",
-            "Handler wall time per attempt.",
-            ("queue", "task", "outcome"),
-            buckets=buckets,
+        self._core: Any = metrics_core
+        self.buckets = buckets
+        bound_text = cast("Callable[[float], str]", floatToGoString)  # as the client writes it
+        self._bounds = [bound_text(bound) for bound in buckets] + ["+Inf"]
+        #: By (queue, task); only the event loop's thread adds to it.
+        self.series: dict[tuple[str, str], _Series] = {}
+        self.slots_total = 0
+        self.slots_busy = 0
+        self.lease_expirations = client.Counter(
+            "runlane_lease_expirations",
+            "Leases recovered by tick in this process.",
+            ("queue",),
             registry=registry,
         )
-        self.start_latency = client.Histogram(
-            "runlane_start_latency_seconds",
-            "From when the run became due to this attempt's lease.",
-            qt,
-            buckets=buckets,
-            registry=registry,
-        )
-        self.lease_expirations = counter(
-            "runlane_lease_expirations", "Leases recovered by tick in this process.", ("queue",)
-        )
-        self.tick_actions = counter(
-            "runlane_tick_actions", "What maintenance did, by duty.", ("duty",)
-        )
-        self.slots_total = client.Gauge(
-            "runlane_worker_slots", "Local concurrency of the worker.", registry=registry
-        )
-        self.slots_busy = client.Gauge(
-            "runlane_worker_slots_busy", "Slots executing an attempt now.", registry=registry
+        self.tick_actions = client.Counter(
+            "runlane_tick_actions", "What maintenance did, by duty.", ("duty",), registry=registry
         )
         self.info = client.Gauge(
             "runlane_info", "Build info.", ("version", "environment"), registry=registry
         )
+        registry.register(self)
 
+    def of(self, queue: str, task_id: str) -> _Series:
+        """The series of (queue, task), created on first use."""
+        series = self.series.get((queue, task_id))
+        if series is None:
+            series = self.series[(queue, task_id)] = _Series(len(self.buckets))
+        return series
 
-class _Children:
-    """The labelled series of one (queue, task)."""
+    def describe(self) -> list[Any]:
+        """The families without samples (the registry checks names with this)."""
+        return self._families({})
 
-    __slots__ = ("by_outcome", "start_latency", "started")
+    def collect(self) -> list[Any]:
+        """Every per-attempt family, read now (called by the registry on scrape)."""
+        return self._families(self.series.copy())  # copy() is atomic: no lock needed
 
-    def __init__(self, c: _Collectors, queue: str, task_id: str) -> None:
-        self.started = c.attempts_started.labels(queue, task_id)
-        self.start_latency = c.start_latency.labels(queue, task_id)
-        self.by_outcome: dict[Outcome, tuple[Any, Any]] = {
-            outcome: (
-                c.outcomes[outcome].labels(queue, task_id) if outcome in c.outcomes else None,
-                c.duration.labels(queue, task_id, outcome.value),
-            )
-            for outcome in Outcome
+    def _families(self, series: dict[tuple[str, str], _Series]) -> list[Any]:
+        core = self._core
+        qt = ["queue", "task"]
+        triggered = core.CounterMetricFamily(
+            "runlane_runs_triggered", "Runs created by this process.", labels=qt
+        )
+        started = core.CounterMetricFamily("runlane_attempts_started", "Attempts begun.", labels=qt)
+        outcomes = {
+            outcome: core.CounterMetricFamily(name, doc, labels=qt)
+            for outcome, (name, doc) in _OUTCOME_COUNTERS.items()
         }
+        duration = core.HistogramMetricFamily(
+            "runlane_attempt_duration_seconds",
+            "Handler wall time per attempt.",
+            labels=[*qt, "outcome"],
+        )
+        latency = core.HistogramMetricFamily(
+            "runlane_start_latency_seconds",
+            "From when the run became due to this attempt's lease.",
+            labels=qt,
+        )
+        bounds = self._bounds
+        for (queue, task_id), one in series.items():
+            labels = [queue, task_id]
+            triggered.add_metric(labels, one.triggered)
+            started.add_metric(labels, one.started)
+            for outcome, family in outcomes.items():
+                family.add_metric(labels, one.outcomes[outcome])
+            for outcome, histogram in one.durations.items():
+                buckets, total = histogram.family_sample(bounds)
+                duration.add_metric([*labels, outcome.value], buckets, total)
+            buckets, total = one.start_latency.family_sample(bounds)
+            latency.add_metric(labels, buckets, total)
+        slots = core.GaugeMetricFamily(
+            "runlane_worker_slots", "Local concurrency of the worker.", value=self.slots_total
+        )
+        busy = core.GaugeMetricFamily(
+            "runlane_worker_slots_busy", "Slots executing an attempt now.", value=self.slots_busy
+        )
+        return [triggered, started, *outcomes.values(), duration, latency, slots, busy]
 
 
 _SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[float, ...], _Collectors]] = (
@@ -143,7 +193,9 @@ class PrometheusMetrics(Observer):
     """The §8.2 process metrics; build it with :func:`prometheus_metrics`.
 
     Labels are only ``queue``, ``task``, ``outcome`` and ``duty``: bounded by the
-    registry, never run ids or concurrency keys.
+    registry, never run ids or concurrency keys. The per-attempt series are plain
+    numbers this observer adds to on the event loop and a collector reads at scrape
+    time: an attempt costs a few additions, not a locked client call per sample.
     """
 
     def __init__(self, registry: CollectorRegistry | None, buckets: Sequence[float]) -> None:
@@ -162,48 +214,38 @@ class PrometheusMetrics(Observer):
                 )
             shared[key] = _Collectors(client, registry, key)
         self.c = shared[key]
-        #: Labelled children by (queue, task): labels() takes a lock and builds a key on
-        #: every call, and these are touched on every attempt.
-        self._children: dict[tuple[str, str], _Children] = {}
+        self._buckets = key
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
     def attached(self, runtime: ObservedRuntime) -> None:
         self.c.info.labels(__version__, runtime.environment).set(1)
 
     def triggered(self, runs: Sequence[Run]) -> None:
-        counter = self.c.triggered_total
-        if len(runs) == 1:
-            counter.labels(runs[0].queue, runs[0].task_id).inc()
-            return
-        counts: dict[tuple[str, str], int] = {}
+        of = self.c.of
         for run in runs:
-            key = (run.queue, run.task_id)
-            counts[key] = counts.get(key, 0) + 1
-        for (queue, task_id), count in counts.items():
-            counter.labels(queue, task_id).inc(count)
-
-    def _for(self, run: Run) -> _Children:
-        key = (run.queue, run.task_id)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = _Children(self.c, *key)
-        return children
+            of(run.queue, run.task_id).triggered += 1
 
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         run = attempt.run
-        children = self._for(run)
-        children.started.inc()
-        latency = (run.updated_at - run.run_at).total_seconds()
-        children.start_latency.observe(latency if latency > 0 else 0.0)
+        series = self.c.of(run.queue, run.task_id)
+        series.started += 1
+        latency = max((run.updated_at - run.run_at).total_seconds(), 0.0)
+        histogram = series.start_latency
+        histogram.counts[bisect_left(self._buckets, latency)] += 1
+        histogram.sum += latency
         return _NOTHING
 
     def settled(self, attempt: Attempt) -> None:
         outcome = attempt.outcome
         assert outcome is not None
-        counter, duration = self._for(attempt.run).by_outcome[outcome]
-        if counter is not None:
-            counter.inc()
-        duration.observe(attempt.duration)
+        run = attempt.run
+        series = self.c.of(run.queue, run.task_id)
+        if outcome in series.outcomes:
+            series.outcomes[outcome] += 1
+        duration = attempt.duration
+        histogram = series.durations[outcome]
+        histogram.counts[bisect_left(self._buckets, duration)] += 1
+        histogram.sum += duration
 
     def lease_expired(self, run: Run) -> None:
         self.c.lease_expirations.labels(run.queue).inc()
@@ -215,8 +257,8 @@ class PrometheusMetrics(Observer):
                 self.c.tick_actions.labels(name).inc(value)
 
     def slots(self, busy: int, total: int) -> None:
-        self.c.slots_busy.set(busy)
-        self.c.slots_total.set(total)
+        self.c.slots_busy = busy
+        self.c.slots_total = total
 
 
 class _Nothing:
