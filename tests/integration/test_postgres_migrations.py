@@ -28,6 +28,7 @@ ALL_MIGRATIONS = [
     "005_prune_bookkeeping",
     "006_payload_as_written",
     "007_schedule_first_seen",
+    "008_topics",
 ]
 
 
@@ -67,7 +68,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -85,7 +86,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -115,7 +116,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7]
+    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -238,3 +239,50 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_refused() -> None:
         with pytest.raises(RunlaneError) as caught:
             postgres_lane("postgresql://app@localhost/app", schema=bad)
         assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
+async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = older._migrations[:7]
+    await older.migrate()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
+                "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+                "('migrations', 'old-run', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+                '\'{{"type": "trigger"}}\')'
+            ).format(sql.Identifier(schema))
+        )
+    rl = _runtime(postgres_dsn, schema)
+    with pytest.raises(RunlaneError) as refused:
+        await rl.open()
+    assert refused.value.code is ErrorCode.CONFIGURATION_INVALID
+    assert refused.value.meta["found"] == 7 and refused.value.meta["required"] == 8
+    assert await rl.migrate() == ["008_topics"]
+    async with rl:
+        old = await rl.runs.get("old-run")
+        assert (old.partition_key, old.replays, old.mode, old.message_sequence) == (
+            None, 0, None, None,
+        )  # fmt: skip
+        assert (old.dead_letter_reason, old.dead_lettered_at, old.is_delivery) == (
+            None, None, False,
+        )  # fmt: skip
+        done = await rl.execute_next()
+        assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
+    with psycopg.connect(postgres_dsn) as conn:
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        }
+        (finished,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (schema, "runlane_runs_finished"),
+        ).fetchone() or ("",)
+    assert {"runlane_messages", "runlane_deduplication_keys"} <= tables
+    assert "'discarded'" in finished

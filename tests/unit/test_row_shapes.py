@@ -148,6 +148,10 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
             cancel_reason="why",
             add_failure=True,
             keep_lease=True,
+            dead_letter_reason="max_attempts",
+            dead_lettered_at=NOW,
+            replays=2,
+            reset_failures=True,
         ),
         events=(NewEvent(RunEventType.FAILED, {"attempt": 1}),),
         lease_token="token-1",
@@ -168,6 +172,10 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "expected_sequence": 3,
         "lease_token": "token-1",
         "lease_expired_by": NOW_US,
+        "reset_failures": True,
+        "replays": 2,
+        "dead_letter_reason": "max_attempts",
+        "dead_lettered_at": NOW_US,
     }
     (event,) = json.loads(params["events"])
     assert dict(zip(TRANSITION_EVENT.names, event, strict=True)) == {

@@ -239,9 +239,17 @@ def test_a_finished_run_cannot_be_cancelled(status: RunStatus) -> None:
     assert caught.value.meta == {"run_id": "run-1", "status": status.value}
 
 
+def test_a_dead_lettered_delivery_cannot_be_cancelled() -> None:
+    with pytest.raises(RunlaneError) as caught:
+        request_cancellation(_run(RunStatus.DEAD_LETTERED), None)
+    assert caught.value.code is ErrorCode.INVALID_STATE
+    assert "rl.dead_letters" in caught.value.message
+    assert caught.value.meta == {"run_id": "run-1", "status": "dead_lettered"}
+
+
 def test_every_status_is_covered_by_the_cancellation_rules() -> None:
     covered = CLAIMABLE_STATUSES | TERMINAL_STATUSES
-    covered |= {RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED}
+    covered |= {RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED, RunStatus.DEAD_LETTERED}
     assert covered == set(RunStatus)
 
 

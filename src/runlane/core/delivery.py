@@ -36,6 +36,9 @@ class IgnoredReason(StrEnum):
     WRONG_QUEUE = "wrong_queue"
     ENVIRONMENT_MISMATCH = "environment_mismatch"
     CAPACITY_UNAVAILABLE = "capacity_unavailable"
+    #: A delivery whose key is busy (EXCLUSIVE) or not yet at its head (ORDERED); it
+    #: is woken again once claimable.
+    KEY_UNAVAILABLE = "key_unavailable"
 
 
 @dataclass(frozen=True, slots=True)

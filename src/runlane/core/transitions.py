@@ -153,7 +153,8 @@ def project(run: Run, transition: Transition, now: datetime) -> Run:
         status=changes.status,
         payload=run.payload,
         attempt=run.attempt,
-        failure_count=run.failure_count + int(changes.add_failure),
+        failure_count=(0 if changes.reset_failures else run.failure_count)
+        + int(changes.add_failure),
         run_at=changes.run_at or run.run_at,
         created_at=run.created_at,
         updated_at=now,
@@ -167,6 +168,12 @@ def project(run: Run, transition: Transition, now: datetime) -> Run:
         trace_carrier=run.trace_carrier,
         lease=run.lease if changes.keep_lease else None,
         cancel_reason=changes.cancel_reason,
+        partition_key=run.partition_key,
+        replays=run.replays if changes.replays is None else changes.replays,
+        mode=run.mode,
+        message_sequence=run.message_sequence,
+        dead_letter_reason=changes.dead_letter_reason or run.dead_letter_reason,
+        dead_lettered_at=changes.dead_lettered_at or run.dead_lettered_at,
     )
 
 
@@ -176,6 +183,14 @@ def request_cancellation(run: Run, reason: str | None) -> Transition | None:
         raise RunlaneError(
             ErrorCode.INVALID_STATE,
             f"run {run.id} is already {run.status.value}; a finished run cannot be cancelled.",
+            meta={"run_id": run.id, "status": run.status.value},
+        )
+    if run.status is RunStatus.DEAD_LETTERED:
+        # Parked for an operator, who replays or discards it (contract 5.6).
+        raise RunlaneError(
+            ErrorCode.INVALID_STATE,
+            f"run {run.id} is a dead-lettered delivery of subscription {run.task_id!r}; "
+            "it cannot be cancelled: use rl.dead_letters to replay or discard it.",
             meta={"run_id": run.id, "status": run.status.value},
         )
     if run.status is RunStatus.CANCELLATION_REQUESTED:

@@ -20,10 +20,22 @@ from runlane.types.records import (
     CreateOutcome as CreateOutcome,
 )
 from runlane.types.records import (
+    DeadLetterFilter as DeadLetterFilter,
+)
+from runlane.types.records import (
+    HaltedKey as HaltedKey,
+)
+from runlane.types.records import (
     LeaseRequest as LeaseRequest,
 )
 from runlane.types.records import (
+    NewDelivery as NewDelivery,
+)
+from runlane.types.records import (
     NewEvent as NewEvent,
+)
+from runlane.types.records import (
+    NewMessage as NewMessage,
 )
 from runlane.types.records import (
     NewRun as NewRun,
@@ -33,6 +45,9 @@ from runlane.types.records import (
 )
 from runlane.types.records import (
     OutboxResult as OutboxResult,
+)
+from runlane.types.records import (
+    PublishOutcome as PublishOutcome,
 )
 from runlane.types.records import (
     QueuePolicy as QueuePolicy,
@@ -48,6 +63,15 @@ from runlane.types.records import (
 )
 from runlane.types.records import (
     ScheduleState as ScheduleState,
+)
+from runlane.types.records import (
+    StoredDeadLetter as StoredDeadLetter,
+)
+from runlane.types.records import (
+    StoredMessage as StoredMessage,
+)
+from runlane.types.records import (
+    SubscriptionCounts as SubscriptionCounts,
 )
 from runlane.types.records import (
     Transition as Transition,
@@ -78,6 +102,8 @@ class StorageCapabilities:
     prunes_runs: bool
     #: Idempotency keys are enforced and can be released by an operator.
     enforces_idempotency: bool
+    #: Topics: the driver stores messages and their deliveries (:class:`StoresMessages`).
+    stores_messages: bool = False
 
 
 @runtime_checkable
@@ -304,3 +330,63 @@ class SettlesAndClaims(Protocol):
         The claim sees the transitions applied: capacity they free is claimable, and
         a run they make due again may be claimed. Returns what each call returns.
         """
+
+
+@runtime_checkable
+class StoresMessages(Protocol):
+    """Topics (contract 5.12): what a driver with ``capabilities.stores_messages`` adds.
+
+    Delivery runs are runs: claims, leases, transitions, listing and pruning serve
+    them through :class:`Storage`. Dead letter, replay and discard are ordinary
+    compare-and-set transitions (:meth:`Storage.apply_transitions`, with the
+    delivery fields of :class:`RunChanges`).
+    """
+
+    async def publish_messages(
+        self,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now: datetime,
+        *,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[PublishOutcome]:
+        """Publish each message, in order, in one transaction.
+
+        Per message: a deduplication key with an entry whose window has not ended is a
+        duplicate (the original's outcome, nothing written); else a message id already
+        stored is a duplicate when its canonical envelope is equal, and
+        ``MESSAGE_ID_CONFLICT`` (the whole call writes nothing) when it is not. Otherwise
+        the message is stored with the next sequence of the environment (drawn after the
+        locks that make sequence order commit order per (subscription, key)), its
+        deduplication entry (an expired one is replaced), and one QUEUED delivery run per
+        :class:`NewDelivery` with its ``run.created`` event, plus a delivery request
+        where asked and the delivery is claimable. ``connection`` and
+        ``outbox_claimed_until`` work as for :meth:`Storage.create_runs`.
+        """
+
+    async def list_dead_letters(
+        self,
+        environment: str,
+        dead_letter_filter: DeadLetterFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[StoredDeadLetter]:
+        """DEAD_LETTERED deliveries with their messages, oldest dead letter first (then
+        by id), ``limit`` at a time; a cursor this method did not return is
+        ``CONFIGURATION_INVALID``."""
+
+    async def subscription_stats(
+        self, environment: str, subscriptions: Sequence[str]
+    ) -> list[SubscriptionCounts]:
+        """Deliveries per status of each named subscription (in the order given; one
+        with none has empty counts), and its halted keys."""
+
+    async def list_halted_keys(
+        self, environment: str, subscription: str, limit: int, cursor: str | None
+    ) -> Page[HaltedKey]:
+        """ORDERED keys of ``subscription`` whose head is dead-lettered, by key; the
+        cursor is the last key of the previous page."""
+
+    async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
+        """Drop deduplication entries whose window has ended by ``now``; return how many."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, overload
 
 from pydantic import BaseModel
@@ -30,22 +29,10 @@ from runlane.topics.constants import (
     DEFAULT_SUBSCRIPTION_RETRY,
     MAX_DEDUPLICATION_WINDOW,
 )
+from runlane.types.runs import SubscriptionMode as SubscriptionMode
 
 KeyFunction = Callable[[Any], "str | None"]
 """Computes a delivery's key from the :class:`~runlane.topics.messages.Message`."""
-
-
-class SubscriptionMode(StrEnum):
-    """How a subscription's deliveries of one key may run (contract 5.7).
-
-    ``NONE``: in parallel. ``EXCLUSIVE``: at most one per key holds a lease.
-    ``ORDERED``: one per key at a time, in publish order; a dead-lettered head
-    halts its key until an operator replays or discards it.
-    """
-
-    NONE = "none"
-    EXCLUSIVE = "exclusive"
-    ORDERED = "ordered"
 
 
 _MAX_WINDOW_SECONDS = parse_duration(MAX_DEDUPLICATION_WINDOW)

@@ -172,12 +172,19 @@ def check_message_id_reuse(stored_envelope: str, publish: ValidatedPublish) -> N
     envelope = canonical_envelope(
         publish.topic.name, publish.payload_json, publish.message.attributes
     )
+    check_envelope_reuse(publish.message.id, stored_envelope, envelope)
+
+
+def check_envelope_reuse(message_id: str, stored_envelope: str, envelope: str) -> None:
+    """Return if ``envelope`` (:func:`canonical_envelope` of a publish of ``message_id``)
+    equals the stored message's, else ``MESSAGE_ID_CONFLICT``: what storage checks in
+    the publish transaction."""
     if envelope != stored_envelope:
         raise RunlaneError(
             ErrorCode.MESSAGE_ID_CONFLICT,
-            f"message id {publish.message.id!r} was already published with another topic, "
+            f"message id {message_id!r} was already published with another topic, "
             "payload or attributes; reuse an id only to retry the same publish, or pick a new one.",
-            meta={"message_id": publish.message.id},
+            meta={"message_id": message_id},
         )
 
 

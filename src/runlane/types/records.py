@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runlane.types.runs import JsonValue, Run, RunEventType, RunFailure, RunSource, RunStatus
+from runlane.types.runs import (
+    JsonValue,
+    Run,
+    RunEventType,
+    RunFailure,
+    RunSource,
+    RunStatus,
+    SubscriptionMode,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +104,14 @@ class RunChanges:
     add_failure: bool = False
     #: Keep the current lease (cancellation requested on a running run).
     keep_lease: bool = False
+    #: Deliveries: why the run is dead-lettered, and when (``None`` keeps the stored value).
+    dead_letter_reason: str | None = None
+    dead_lettered_at: datetime | None = None
+    #: Deliveries: the new replay count (``None`` keeps the stored one).
+    replays: int | None = None
+    #: Deliveries (replay): the retry budget restarts, ``failure_count`` goes back to 0
+    #: before ``add_failure`` counts.
+    reset_failures: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +169,114 @@ class ScheduleOccurrence:
     schedule_id: str
     slot: datetime
     run: NewRun
+
+
+# -- topics (contract 5.12) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewDelivery:
+    """One delivery run a publish creates: a run whose ``task_id`` is the subscription."""
+
+    run_id: str
+    subscription: str
+    queue: str
+    mode: SubscriptionMode
+    #: ``None`` for NONE subscriptions and keyless deliveries.
+    partition_key: str | None = None
+    #: On a transport lane: append a delivery request if the delivery is claimable at
+    #: once (its key free, and for ORDERED at its head); storage applies the key rule.
+    request_delivery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to publish, with the deliveries its matching subscriptions get."""
+
+    id: str
+    topic: str
+    payload: JsonValue
+    #: ``payload`` already serialised (the size cap was checked on this text).
+    payload_json: str
+    attributes: dict[str, str]
+    #: Topic, payload and attributes as canonical JSON
+    #: (:func:`runlane.topics.publishing.canonical_envelope`): a reused id is compared by it.
+    envelope: str
+    #: The end of the topic's deduplication window for this message: its key is held
+    #: until then, and the message row is kept at least until then.
+    window_ends_at: datetime
+    deduplication_key: str | None = None
+    trace_carrier: dict[str, str] | None = None
+    #: In subscription registration order.
+    deliveries: tuple[NewDelivery, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as storage holds it."""
+
+    id: str
+    topic: str
+    payload: JsonValue
+    attributes: dict[str, str]
+    published_at: datetime
+    #: Positive, unique and increasing within the environment (5.7.4).
+    sequence: int
+    trace_carrier: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What one message of a ``publish_messages`` call produced."""
+
+    message: StoredMessage
+    #: True: nothing was written; ``message`` and ``runs`` are the original's.
+    duplicate: bool
+    #: The delivery runs: as created, in the order given; for a duplicate, the
+    #: original's deliveries as they are now (by run id).
+    runs: list[Run]
+    #: Delivery requests written with the runs (claimed when the caller asked).
+    outbox: tuple[OutboxMessage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """Which dead letters a listing returns; ``None`` filters nothing."""
+
+    topic: str | None = None
+    subscription: str | None = None
+    partition_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDeadLetter:
+    """A DEAD_LETTERED delivery run with its message."""
+
+    run: Run
+    message: StoredMessage
+    #: An ORDERED key's head: later deliveries of its key wait for it.
+    blocks_key: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionCounts:
+    """A subscription's stored deliveries per status, and its halted keys."""
+
+    subscription: str
+    counts: dict[RunStatus, int]
+    #: ORDERED keys whose head is dead-lettered (0 for other modes).
+    halted_keys: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HaltedKey:
+    """An ORDERED key whose head is dead-lettered: nothing behind it runs until an
+    operator replays or discards that dead letter."""
+
+    subscription: str
+    key: str
+    #: The head's run id: replay or discard it.
+    dead_letter_id: str
+    dead_lettered_at: datetime
+    #: Unfinished deliveries of the key behind the head.
+    waiting: int

@@ -23,6 +23,11 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: A delivery whose retries are spent (or that its handler refused): parked for an
+    #: operator to replay or discard. Not terminal, not claimable, holds no lease.
+    DEAD_LETTERED = "dead_lettered"
+    #: A dead letter an operator gave up on: terminal.
+    DISCARDED = "discarded"
 
     @property
     def is_terminal(self) -> bool:
@@ -35,7 +40,9 @@ class RunStatus(StrEnum):
         return self not in TERMINAL_STATUSES
 
 
-TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DISCARDED}
+)
 ACTIVE_STATUSES = frozenset(RunStatus) - TERMINAL_STATUSES
 #: Statuses a worker may claim once ``run_at`` has passed.
 CLAIMABLE_STATUSES = frozenset(
@@ -43,6 +50,22 @@ CLAIMABLE_STATUSES = frozenset(
 )
 #: Statuses in which a worker holds the run's lease.
 LEASED_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED})
+#: An ORDERED key's head is its delivery of lowest sequence in one of these (5.7).
+UNFINISHED_STATUSES = ACTIVE_STATUSES
+
+
+class SubscriptionMode(StrEnum):
+    """How a subscription's deliveries of one key may run (contract 5.7).
+
+    ``NONE``: in parallel. ``EXCLUSIVE``: at most one per key holds a lease.
+    ``ORDERED``: one per key at a time, in publish order; a dead-lettered head
+    halts its key until an operator replays or discards it. Stored on each
+    delivery run at publish, so a later change applies to later messages.
+    """
+
+    NONE = "none"
+    EXCLUSIVE = "exclusive"
+    ORDERED = "ordered"
 
 
 class RunEventType(StrEnum):
@@ -58,6 +81,9 @@ class RunEventType(StrEnum):
     CANCELLATION_REQUESTED = "run.cancellation_requested"
     CANCELLED = "run.cancelled"
     LEASE_EXPIRED = "run.lease_expired"
+    DEAD_LETTERED = "run.dead_lettered"
+    REPLAYED = "run.replayed"
+    DISCARDED = "run.discarded"
 
 
 class RunSourceType(StrEnum):
@@ -68,16 +94,20 @@ class RunSourceType(StrEnum):
     SCHEDULE = "schedule"
     RERUN = "rerun"
     MANUAL_RETRY = "manual_retry"
+    PUBLISH = "publish"
 
 
 @dataclass(frozen=True, slots=True)
 class RunSource:
-    """Where a run came from: a trigger, a schedule occurrence, or another run."""
+    """Where a run came from: a trigger, a schedule occurrence, another run, or a
+    published message (``topic`` and ``message_id``)."""
 
     type: RunSourceType = RunSourceType.TRIGGER
     run_id: str | None = None
     schedule_id: str | None = None
     occurs_at: datetime | None = None
+    topic: str | None = None
+    message_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Storage form."""
@@ -88,6 +118,10 @@ class RunSource:
             data["schedule_id"] = self.schedule_id
         if self.occurs_at is not None:
             data["occurs_at"] = self.occurs_at.isoformat()
+        if self.topic is not None:
+            data["topic"] = self.topic
+        if self.message_id is not None:
+            data["message_id"] = self.message_id
         return data
 
     @classmethod
@@ -99,6 +133,8 @@ class RunSource:
             run_id=data.get("run_id"),
             schedule_id=data.get("schedule_id"),
             occurs_at=datetime.fromisoformat(occurs_at) if occurs_at else None,
+            topic=data.get("topic"),
+            message_id=data.get("message_id"),
         )
 
 
@@ -165,6 +201,23 @@ class Run:
     trace_carrier: dict[str, str] | None = None
     lease: Lease | None = None
     cancel_reason: str | None = None
+    #: Deliveries only: the subscription's key for this message (``None``: keyless).
+    partition_key: str | None = None
+    #: Deliveries only: how often an operator replayed this dead letter.
+    replays: int = 0
+    #: Deliveries only: the subscription's mode when the message was published
+    #: (``None`` for task runs).
+    mode: SubscriptionMode | None = None
+    #: Deliveries only: the message's sequence (its place in its key's order).
+    message_sequence: int | None = None
+    #: Deliveries only: why and when the run was last dead-lettered.
+    dead_letter_reason: str | None = None
+    dead_lettered_at: datetime | None = None
+
+    @property
+    def is_delivery(self) -> bool:
+        """Whether the run delivers a published message to a subscription."""
+        return self.mode is not None
 
     @property
     def is_terminal(self) -> bool:
@@ -249,6 +302,7 @@ class TickReport:
     deliveries_requested: int = 0
     outbox_published: int = 0
     outbox_failed: int = 0
+    deduplication_keys_released: int = 0
     failures: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> int:
@@ -262,4 +316,5 @@ class TickReport:
             + self.reservations_expired
             + self.deliveries_requested
             + self.outbox_published
+            + self.deduplication_keys_released
         )

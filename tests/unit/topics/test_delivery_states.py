@@ -26,7 +26,7 @@ from runlane.topics.states import (
     replay_dead_letter,
     settle_delivery,
 )
-from runlane.types.runs import RunEventType, RunFailure, RunStatus
+from runlane.types.runs import TERMINAL_STATUSES, RunEventType, RunFailure, RunStatus
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 BOOM = RunFailure(code="task_failed", message="Task raised ValueError.", retryable=True)
@@ -66,9 +66,16 @@ def _events(transition: Any) -> list[tuple[str, dict[str, Any]]]:
 # --- vocabulary ---
 
 
-def test_shared_statuses_have_the_stored_run_status_values() -> None:
-    shared = {s.value for s in DeliveryStatus} - {"dead_lettered", "discarded"}
-    assert shared == {s.value for s in RunStatus} - {RunStatus.FAILED.value}
+def test_every_delivery_status_is_a_stored_run_status_and_only_failed_is_missing() -> None:
+    assert {s.value for s in DeliveryStatus} == {s.value for s in RunStatus} - {
+        RunStatus.FAILED.value
+    }
+
+
+def test_the_run_vocabulary_agrees_on_which_delivery_statuses_are_terminal() -> None:
+    assert {s.value for s in TERMINAL_DELIVERY_STATUSES} == {
+        s.value for s in TERMINAL_STATUSES
+    } - {RunStatus.FAILED.value}
 
 
 def test_a_delivery_never_fails() -> None:
@@ -81,13 +88,13 @@ def test_dead_lettered_is_unfinished_and_discarded_is_terminal() -> None:
     assert DeliveryStatus.DEAD_LETTERED not in TERMINAL_DELIVERY_STATUSES
 
 
-def test_the_new_events_are_named_as_the_contract_says_and_clash_with_no_run_event() -> None:
+def test_the_new_events_are_named_as_the_contract_says_and_are_run_events() -> None:
     assert {e.value for e in DeliveryEventType} == {
         "run.dead_lettered",
         "run.replayed",
         "run.discarded",
     }
-    assert not {e.value for e in DeliveryEventType} & {e.value for e in RunEventType}
+    assert {e.value for e in DeliveryEventType} <= {e.value for e in RunEventType}
 
 
 # --- settling an attempt ---

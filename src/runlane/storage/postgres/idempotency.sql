@@ -28,7 +28,7 @@ WITH stale AS (
     LEFT JOIN {schema}.runlane_runs r ON r.environment = k.environment AND r.id = k.run_id
     WHERE k.environment = %(environment)s
       AND (r.id IS NULL
-           OR (r.status IN ('succeeded', 'failed', 'cancelled')
+           OR (r.status IN ('succeeded', 'failed', 'cancelled', 'discarded')
                AND (r.status = 'failed' OR k.expires_at IS NULL OR k.expires_at <= %(now)s)))
 )
 DELETE FROM {schema}.runlane_idempotency_keys k

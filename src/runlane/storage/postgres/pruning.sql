@@ -7,7 +7,7 @@
 WITH doomed AS (
     SELECT id FROM {schema}.runlane_runs
     WHERE environment = %(environment)s
-      AND status IN ('succeeded', 'failed', 'cancelled')
+      AND status IN ('succeeded', 'failed', 'cancelled', 'discarded')
       AND status = ANY(%(statuses)b::text[])
       AND updated_at < %(older_than)s
     ORDER BY updated_at

@@ -159,6 +159,6 @@ GROUP BY queue, concurrency_key, status;
 SELECT queue, status, count(*) AS n
 FROM {schema}.runlane_runs
 WHERE environment = %(environment)s
-  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND status IN ('succeeded', 'failed', 'cancelled', 'discarded')
   AND updated_at >= %(since)s
 GROUP BY queue, status;

@@ -67,6 +67,10 @@ TRANSITION = RowShape(
         ("expected_sequence", "int"),
         ("lease_token", "text"),
         ("lease_expired_by", "bigint"),
+        ("reset_failures", "bool"),
+        ("replays", "int"),
+        ("dead_letter_reason", "text"),
+        ("dead_lettered_at", "bigint"),
     )
 )
 

@@ -55,6 +55,10 @@ def transition_params(
                 sequence,
                 transition.lease_token,
                 micros_or_none(transition.lease_expired_by),
+                changes.reset_failures,
+                changes.replays,
+                changes.dead_letter_reason,
+                micros_or_none(changes.dead_lettered_at),
             ]
         )
         for offset, event in enumerate(transition.events, start=1):

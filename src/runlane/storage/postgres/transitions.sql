@@ -16,7 +16,9 @@ WITH input AS (
            t.x->>5 AS cancel_reason, (t.x->>6)::int AS add_failure,
            (t.x->>7)::int AS event_count, (t.x->>8)::bool AS keep_lease,
            (t.x->>9)::int AS expected_sequence, t.x->>10 AS lease_token,
-           (t.x->>11)::bigint AS lease_expired_by
+           (t.x->>11)::bigint AS lease_expired_by, (t.x->>12)::bool AS reset_failures,
+           (t.x->>13)::int AS replays, t.x->>14 AS dead_letter_reason,
+           (t.x->>15)::bigint AS dead_lettered_at
     FROM jsonb_array_elements(%(transitions)s::jsonb) AS t(x)
 ),
 updated AS (
@@ -26,7 +28,11 @@ updated AS (
         result = input.result,
         failure = input.failure,
         cancel_reason = input.cancel_reason,
-        failure_count = r.failure_count + input.add_failure,
+        failure_count = CASE WHEN input.reset_failures THEN 0 ELSE r.failure_count END
+                        + input.add_failure,
+        replays = COALESCE(input.replays, r.replays),
+        dead_letter_reason = COALESCE(input.dead_letter_reason, r.dead_letter_reason),
+        dead_lettered_at = COALESCE(input.dead_lettered_at, r.dead_lettered_at),
         event_sequence = r.event_sequence + input.event_count,
         updated_at = %(now)s,
         delivery_requested_at = NULL,

@@ -25,6 +25,7 @@ from runlane.types.runs import (
     RunFailure,
     RunSource,
     RunStatus,
+    SubscriptionMode,
 )
 
 #: Bound once: the decoder calls it for every row.
@@ -34,6 +35,7 @@ _loads = json.loads
 Row = Mapping[str, Any] | Any
 
 _STATUSES = {status.value: status for status in RunStatus}
+_MODES = {mode.value: mode for mode in SubscriptionMode}
 
 
 #: The ``runs`` columns a run is built from, in the order :class:`RunDecoder` reads them.
@@ -61,6 +63,12 @@ RUN_COLUMNS = (
     "lease_token",
     "lease_expires_at",
     "cancel_reason",
+    "partition_key",
+    "replays",
+    "subscription_mode",
+    "message_sequence",
+    "dead_letter_reason",
+    "dead_lettered_at",
 )
 _BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
 
@@ -126,6 +134,12 @@ class RunDecoder:
             token,
             lease_expires_at,
             cancel_reason,
+            partition_key,
+            replays,
+            mode,
+            message_sequence,
+            dead_letter_reason,
+            dead_lettered_at,
         ) = self._fields(row)
         time = self.time
         source = self._sources.get(source_text)
@@ -159,6 +173,12 @@ class RunDecoder:
             trace_carrier=load_carrier(carrier) if carrier is not None else None,
             lease=lease,
             cancel_reason=cancel_reason,
+            partition_key=partition_key,
+            replays=replays,
+            mode=_MODES[mode] if mode is not None else None,
+            message_sequence=message_sequence,
+            dead_letter_reason=dead_letter_reason,
+            dead_lettered_at=time(dead_lettered_at) if dead_lettered_at is not None else None,
         )
 
 

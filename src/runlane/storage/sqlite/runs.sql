@@ -86,6 +86,6 @@ GROUP BY queue, concurrency_key, status;
 SELECT queue, status, count(*) AS n
 FROM runlane_runs
 WHERE environment = :environment
-  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND status IN ('succeeded', 'failed', 'cancelled', 'discarded')
   AND updated_at >= :since
 GROUP BY queue, status;
