@@ -26,8 +26,8 @@ from runlane.topics.definitions import SubscriptionDef
 from runlane.topics.messages import DeliveryContext, Message
 from runlane.topics.outcomes import decide_delivery
 from runlane.topics.publishing import payload_owner
+from runlane.topics.runs import delivery_state, storage_transition
 from runlane.topics.states import expire_delivery_lease, settle_delivery
-from runlane.topics.transitions import delivery_state, storage_transition
 from runlane.types.records import Transition
 from runlane.types.runs import Run, RunFailure
 
@@ -42,7 +42,7 @@ class Ended:
 
 
 #: What a delivery attempt ends with: the handler's end, or a release (worker shutdown).
-DeliveryOutcome = Ended | Released
+HandlerEnd = Ended | Released
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,7 @@ class Subscriptions:
 
 def settle_delivery_attempt(
     run: Run,
-    outcome: DeliveryOutcome,
+    outcome: HandlerEnd,
     policy: RetryPolicy,
     now: datetime,
     describe: Callable[[BaseException], RunFailure] = sanitize_exception,
@@ -147,11 +147,12 @@ def settle_delivery_attempt(
         policy=policy,
         describe=describe,
     )
-    return storage_transition(run, settle_delivery(delivery_state(run), decision, now))
+    transition = settle_delivery(delivery_state(run), decision, now)
+    return storage_transition(transition, cancel_reason=run.cancel_reason)
 
 
 def expire_delivery(run: Run, policy: RetryPolicy, now: datetime) -> Transition:
     """Maintenance found the delivery's lease expired: retry while the budget lasts,
     else dead-letter with ``lease_expired`` (a cancelled one ends CANCELLED)."""
     transition = expire_delivery_lease(delivery_state(run), now, policy)
-    return storage_transition(run, transition, lease_expired_by=now)
+    return storage_transition(transition, cancel_reason=run.cancel_reason, lease_expired_by=now)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.delivering import (
-    DeliveryOutcome,
     Ended,
     HandlerCall,
+    HandlerEnd,
     Subscriptions,
     settle_delivery_attempt,
 )
@@ -310,7 +310,7 @@ class AttemptRunner:
         settings: LeaseSettings,
         stop: Signal | None,
         max_attempt_duration: float | None,
-    ) -> tuple[DeliveryOutcome, RetryPolicy]:
+    ) -> tuple[HandlerEnd, RetryPolicy]:
         """:meth:`attempt` for a delivery run: its subscription's handler with the
         message, under the same lease, signal, time limit and shutdown rules."""
         signal = Signal()
@@ -318,7 +318,7 @@ class AttemptRunner:
             stop.add_callback(signal.set)
         calls = self._subscriptions
         policy = calls.policy(run)
-        outcome: DeliveryOutcome
+        outcome: HandlerEnd
         exiting: BaseException | None = None
         heartbeat = _Heartbeat(self._store, run, settings, signal, self._keeper)
         try:

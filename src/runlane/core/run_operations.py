@@ -17,8 +17,8 @@ from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
 from runlane.core.storable_text import unstorable
 from runlane.core.transitions import project, request_cancellation
+from runlane.topics.runs import delivery_state
 from runlane.topics.states import RunsOperation, refuse_runs_operation
-from runlane.topics.transitions import delivery_state
 from runlane.types.records import RunFilter
 from runlane.types.runs import (
     TERMINAL_STATUSES,

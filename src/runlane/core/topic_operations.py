@@ -21,13 +21,13 @@ from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicD
 from runlane.topics.messages import Message
 from runlane.topics.records import DeadLetter, SubscriptionStats
 from runlane.topics.registration import TopicRegistry
+from runlane.topics.runs import delivery_state, storage_transition
 from runlane.topics.states import (
     DeliveryTransition,
     check_operator_reason,
     discard_dead_letter,
     replay_dead_letter,
 )
-from runlane.topics.transitions import delivery_state, storage_transition
 from runlane.types.records import DeadLetterFilter, HaltedKey, StoredDeadLetter, StoredMessage
 from runlane.types.runs import Page, Run, RunStatus
 
@@ -192,7 +192,7 @@ class DeadLetters:
 
     async def _apply(self, run: Run, transition: DeliveryTransition) -> Run:
         store = self._store
-        changes = storage_transition(run, transition)
+        changes = storage_transition(transition, cancel_reason=run.cancel_reason)
         now = store.now()
         (applied,) = await store.storage.apply_transitions(store.environment, [changes], now)
         if applied:
