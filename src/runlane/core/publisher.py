@@ -7,12 +7,22 @@ without storage (:func:`runlane.topics.publishing.validate_publish`, checks
 transaction (the ``connection`` kind, deduplication and message-id reuse are
 checked there, before anything is written), and on a transport lane publishes
 the deliveries' wakeups right after commit, as ``trigger`` does.
+
+Concurrent publishes outside a caller's transaction share one storage write (and
+one commit), as concurrent ``trigger`` calls do: the first writes at once, those
+arriving meanwhile join the next write, and a lone publish never waits. A
+message whose deliveries have keys is written alone: one transaction then takes
+only its own (sorted) key locks, so two writes cannot wait on each other's keys.
+If a shared write fails (a reused message id refuses the whole write), each of
+its publishes is written again alone, so only the one at fault fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +35,78 @@ from runlane.topics.publishing import ValidatedPublish, canonical_envelope, vali
 from runlane.topics.records import PublishReceipt
 from runlane.topics.registration import TopicRegistry
 from runlane.types.records import NewDelivery, NewMessage, PublishOutcome
+
+#: The most messages one shared write carries.
+MAX_PUBLISH_GROUP = 200
+
+WriteMany = Callable[[Sequence[ValidatedPublish]], Awaitable[list[PublishOutcome]]]
+
+
+class PublishGroups:
+    """Group commit for concurrent publishes (see the module docstring); one per
+    event loop."""
+
+    def __init__(self, write: WriteMany) -> None:
+        self._write = write
+        self._waiting: list[tuple[ValidatedPublish, asyncio.Future[PublishOutcome]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def publish(self, checked: ValidatedPublish) -> PublishOutcome:
+        """Write ``checked`` with whatever other publishes are waiting; its outcome.
+
+        A caller cancelled before its group is written publishes nothing.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PublishOutcome] = loop.create_future()
+        self._waiting.append((checked, future))
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            group = [entry for entry in self._waiting[:MAX_PUBLISH_GROUP] if not entry[1].done()]
+            del self._waiting[:MAX_PUBLISH_GROUP]
+            if not group:
+                continue
+            try:
+                outcomes = await self._write([checked for checked, _ in group])
+            except Exception as error:
+                if len(group) == 1:
+                    _settle(group[0][1], error=error)
+                    continue
+                # One publish may have refused the shared write: each alone now.
+                for checked, future in group:
+                    if future.done():
+                        continue
+                    try:
+                        (alone,) = await self._write([checked])
+                    except Exception as single:
+                        _settle(future, error=single)
+                    else:
+                        _settle(future, outcome=alone)
+                continue
+            except BaseException:
+                for _, future in group:
+                    future.cancel()
+                raise
+            for (_, future), outcome in zip(group, outcomes, strict=True):
+                _settle(future, outcome=outcome)
+
+
+def _settle(
+    future: asyncio.Future[PublishOutcome],
+    *,
+    outcome: PublishOutcome | None = None,
+    error: Exception | None = None,
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert outcome is not None
+        future.set_result(outcome)
 
 
 class Publisher:
@@ -56,6 +138,10 @@ class Publisher:
         self._opened = opened
         self._on_created = on_created
         self._max_payload_bytes = max_payload_bytes
+        #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PublishGroups] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def publish(
         self,
@@ -97,6 +183,19 @@ class Publisher:
         return receipt(outcome)
 
     async def _write(self, checked: ValidatedPublish, connection: Any) -> PublishOutcome:
+        if connection is None and not checked.lock_keys:
+            loop = asyncio.get_running_loop()
+            groups = self._groups.get(loop)
+            if groups is None:
+                groups = self._groups[loop] = PublishGroups(self._write_many)
+            return await groups.publish(checked)
+        (outcome,) = await self._write_many([checked], connection=connection)
+        return outcome
+
+    async def _write_many(
+        self, publishes: Sequence[ValidatedPublish], connection: Any = None
+    ) -> list[PublishOutcome]:
+        """Publish in one storage write; on a transport lane send the wakeups after it."""
         await self._opened()
         store = self._store
         now = store.now()
@@ -104,18 +203,21 @@ class Publisher:
         # so those wakeups wait in the outbox for tick.
         dispatcher = self._dispatcher
         publish_now = dispatcher is not None and self._eager and connection is None
-        (outcome,) = await store.messages().publish_messages(
+        transport = dispatcher is not None
+        outcomes = await store.messages().publish_messages(
             store.environment,
-            [new_message(checked, now, transport=dispatcher is not None)],
+            [new_message(checked, now, transport=transport) for checked in publishes],
             now,
             connection=connection,
             outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
         )
-        if outcome.runs and not outcome.duplicate:
+        if any(outcome.runs and not outcome.duplicate for outcome in outcomes):
             self._on_created()
-        if publish_now and dispatcher is not None and outcome.outbox:
-            await dispatcher.publish(list(outcome.outbox))
-        return outcome
+        if publish_now and dispatcher is not None:
+            wakeups = [message for outcome in outcomes for message in outcome.outbox]
+            if wakeups:
+                await dispatcher.publish(wakeups)
+        return outcomes
 
 
 def new_message(checked: ValidatedPublish, now: datetime, *, transport: bool) -> NewMessage:

@@ -12,6 +12,7 @@ Each test of a case ported from MemberJunction's work-queue suite names it
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -760,6 +761,32 @@ async def test_C26_a_cancelled_delivery_whose_worker_is_gone_frees_at_lease_expi
     assert await _status(rl, lost.id) is RunStatus.CANCELLED  # never retried
     await _drain(rl)
     assert seen == [2]
+
+
+async def test_concurrent_publishes_share_writes_and_only_a_conflicting_one_fails(
+    make_runtime: Factory,
+) -> None:
+    orders = _orders()
+
+    async def noop(message: Message[Any], ctx: DeliveryContext) -> None:
+        return None
+
+    rl = await _runtime(make_runtime, [_sub("s", noop, orders)])
+    await rl.publish(orders, {"order_id": 0}, message_id="taken")
+    calls = [rl.publish(orders, {"order_id": n}) for n in range(1, 30)]
+    calls.insert(10, rl.publish(orders, {"order_id": 99}, message_id="taken"))
+    calls.insert(20, rl.publish(orders, {"order_id": 0}, message_id="taken"))
+    calls.append(rl.publish(orders, {"order_id": 50}, message_id="twice"))
+    calls.append(rl.publish(orders, {"order_id": 50}, message_id="twice"))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], RunlaneError)
+    assert errors[0].code is ErrorCode.MESSAGE_ID_CONFLICT
+    receipts = [r for r in results if not isinstance(r, BaseException)]
+    assert sum(r.duplicate for r in receipts) == 2  # "taken" repeated, "twice" twice
+    sequences = [r.sequence for r in receipts if not r.duplicate]
+    assert len(set(sequences)) == len(sequences) == 30
+    assert await _count_runs(rl) == 31
 
 
 # -- deduplication -------------------------------------------------------------------------
