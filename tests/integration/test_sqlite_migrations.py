@@ -44,7 +44,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
             "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
             "run_at, created_at, updated_at, event_sequence, source) VALUES "
             "('upgrade', 'old-run', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, "
-            "'{\"type\": \"trigger\"}')"
+            '\'{"type": "trigger"}\')'
         )
     assert _applied(path) == [1, 2, 3, 4, 5, 6]
     rl = Runlane(

@@ -15,15 +15,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from runlane.core.clock import to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.postgres import claims, creation, dispatch, schedules, versioning
+from runlane.storage.postgres import (
+    claims,
+    creation,
+    dispatch,
+    publishing,
+    schedules,
+    versioning,
+)
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
     check_options,
@@ -43,18 +52,22 @@ from runlane.storage.postgres.transitions import transition_params, transition_r
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
+    NewMessage,
     NewRun,
     OutboxMessage,
     OutboxResult,
+    PublishOutcome,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
     StorageCapabilities,
+    SubscriptionCounts,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
+from runlane.storage.sql.messages import subscription_counts
 from runlane.storage.sql.rows import (
     event_from_row,
     implied_created_event,
@@ -65,6 +78,7 @@ from runlane.storage.sql.schedules import seen_params
 from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
+IDLE = TransactionStatus.IDLE
 Connection = psycopg.AsyncConnection[Any]
 
 DEFAULT_SCHEMA = "runlane"
@@ -84,6 +98,7 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
     reads_run_history=True,
     prunes_runs=True,
     enforces_idempotency=True,
+    stores_messages=True,
 )
 
 
@@ -455,8 +470,69 @@ class PostgresStorage(SqlStorageBase):
         """Delete up to ``limit`` finished runs with their history, ownership, outbox and
         occurrence rows."""
         params = prune_params(environment, older_than, statuses, limit)
-        rows = await self._fetch("prune_runs", params)
-        return int(rows[0]["pruned"]) if rows else 0
+
+        async def op(conn: Connection) -> int:
+            async with conn.transaction():
+                session = AsyncSession(conn)
+                rows = await session.fetch(self._q["prune_runs"], params)
+                await session.fetch(self._q["prune_messages"], params)
+            return int(rows[0]["pruned"]) if rows else 0
+
+        return await self._run(op)
+
+    # -- topics --------------------------------------------------------------------
+
+    async def publish_messages(
+        self,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now: datetime,
+        *,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[PublishOutcome]:
+        """Publish messages with their deduplication entries and delivery runs atomically.
+
+        With ``connection`` (the caller's psycopg connection, sync or async) the writes
+        join the caller's open transaction, in a savepoint: a refused message id takes
+        back this call's writes only.
+        """
+        if not messages:
+            return []
+        publish = partial(
+            publishing.publish_messages,
+            q=self._q,
+            environment=environment,
+            messages=messages,
+            now_us=to_micros(now),
+            claimed_until=micros_or_none(outbox_claimed_until),
+            locks=publishing.lock_names(self.schema, environment, messages),
+        )
+        if connection is not None:
+            session, own_transaction = caller_session(connection)
+            try:
+                if not own_transaction and connection.info.transaction_status == IDLE:
+                    # Idle outside autocommit: open the caller's transaction as their
+                    # next statement would, so the savepoint below sits inside it (a
+                    # transaction block begun here would commit at its end).
+                    await session.fetch(self._q["open_caller_transaction"], {})
+                async with session.transaction():
+                    return await publish(session)
+            except psycopg.Error as error:
+                raise self._error(error) from None
+
+        async def op(conn: Connection) -> list[PublishOutcome]:
+            async with conn.transaction():
+                return await publish(AsyncSession(conn))
+
+        return await self._run(op)
+
+    async def subscription_stats(
+        self, environment: str, subscriptions: Sequence[str]
+    ) -> list[SubscriptionCounts]:
+        """Deliveries per status of each subscription, and its halted keys."""
+        params = {"environment": environment, "subscriptions": list(subscriptions)}
+        return subscription_counts(await self._fetch("subscription_stats", params), subscriptions)
 
     # -- dispatch and outbox -------------------------------------------------------
 

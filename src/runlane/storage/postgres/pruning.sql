@@ -38,3 +38,19 @@ occurrences AS (
     WHERE s.environment = %(environment)s AND s.run_id = ANY(ARRAY(SELECT id FROM pruned))
 )
 SELECT count(*) AS pruned FROM pruned;
+
+-- name: prune_messages
+-- Messages no run delivers any more, whose deduplication window ended before
+-- older_than (so no key or duplicate receipt can need them); run after prune_runs
+-- in its transaction. Dead letters are never pruned, so their messages stay.
+DELETE FROM {schema}.runlane_messages m
+WHERE m.environment = %(environment)s AND m.id = ANY(ARRAY(
+    SELECT o.id FROM {schema}.runlane_messages o
+    WHERE o.environment = %(environment)s AND o.window_ends_at < %(older_than)s
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.runlane_runs r
+          WHERE r.environment = o.environment AND r.message_sequence = o.sequence
+      )
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+));

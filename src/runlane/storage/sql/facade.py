@@ -10,10 +10,23 @@ from datetime import datetime
 from typing import Any
 
 from runlane.core.clock import to_micros
-from runlane.storage.protocol import QueuePolicy, ScheduleState
+from runlane.storage.protocol import (
+    DeadLetterFilter,
+    HaltedKey,
+    QueuePolicy,
+    ScheduleState,
+    StoredDeadLetter,
+)
+from runlane.storage.sql.messages import (
+    check_limit,
+    dead_letter_cursor,
+    dead_letter_from_row,
+    halted_key_from_row,
+    parse_dead_letter_cursor,
+)
 from runlane.storage.sql.rows import run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
-from runlane.types.runs import QueueStats, Run, RunStatus
+from runlane.types.runs import Page, QueueStats, Run, RunStatus
 
 
 class SqlStorageBase(ABC):
@@ -84,3 +97,50 @@ class SqlStorageBase(ABC):
         return schedule_states(
             await self._fetch("get_schedule_states", {"environment": environment})
         )
+
+    # -- topics --------------------------------------------------------------------
+
+    async def list_dead_letters(
+        self,
+        environment: str,
+        dead_letter_filter: DeadLetterFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[StoredDeadLetter]:
+        """Dead letters with their messages, oldest first; one row more than ``limit``
+        is read to know whether a next page exists."""
+        check_limit(limit, "list_dead_letters")
+        after_at, after_id = parse_dead_letter_cursor(cursor)
+        params = {
+            "environment": environment,
+            "topic": dead_letter_filter.topic,
+            "subscription": dead_letter_filter.subscription,
+            "partition_key": dead_letter_filter.partition_key,
+            "after_at": after_at,
+            "after_id": after_id,
+            "limit": limit + 1,
+        }
+        rows = await self._fetch("list_dead_letters", params)
+        page = [dead_letter_from_row(row) for row in rows[:limit]]
+        more = len(rows) > limit and page
+        return Page(page, dead_letter_cursor(page[-1]) if more else None)
+
+    async def list_halted_keys(
+        self, environment: str, subscription: str, limit: int, cursor: str | None
+    ) -> Page[HaltedKey]:
+        """Halted ORDERED keys of ``subscription`` by key; the cursor is the last key."""
+        check_limit(limit, "list_halted_keys")
+        params = {
+            "environment": environment,
+            "subscription": subscription,
+            "cursor": cursor,
+            "limit": limit + 1,
+        }
+        rows = await self._fetch("list_halted_keys", params)
+        keys = [halted_key_from_row(row) for row in rows[:limit]]
+        return Page(keys, keys[-1].key if len(rows) > limit and keys else None)
+
+    async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
+        """Drop deduplication entries whose window has ended."""
+        params = {"environment": environment, "now": to_micros(now)}
+        return await self._count("release_expired_deduplication_keys", params)

@@ -10,6 +10,7 @@ thread that waits for the write lock only when another process holds it),
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -22,23 +23,35 @@ from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.protocol import (
     CreateOutcome,
     LeaseRequest,
+    NewMessage,
     NewRun,
     OutboxMessage,
     OutboxResult,
+    PublishOutcome,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
     StorageCapabilities,
+    SubscriptionCounts,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.facade import SqlStorageBase
+from runlane.storage.sql.messages import subscription_counts
 from runlane.storage.sql.rows import (
     event_from_row,
     outbox_from_row,
     run_page,
 )
-from runlane.storage.sqlite import claims, creation, dispatch, listing, pruning, schedules
+from runlane.storage.sqlite import (
+    claims,
+    creation,
+    dispatch,
+    listing,
+    pruning,
+    publishing,
+    schedules,
+)
 from runlane.storage.sqlite.connections import DEFAULT_BUSY_TIMEOUT_MS, SqliteConnection
 from runlane.storage.sqlite.listener import WorkListener
 from runlane.storage.sqlite.params import lease_params
@@ -51,6 +64,7 @@ SQLITE_CAPABILITIES = StorageCapabilities(
     reads_run_history=True,
     prunes_runs=True,
     enforces_idempotency=True,
+    stores_messages=True,
 )
 
 
@@ -249,6 +263,44 @@ class SqliteStorage(SqlStorageBase):
         """Delete finished runs with their history, ownership, outbox and occurrence rows."""
         params = pruning.prune_params(environment, older_than, statuses, limit)
         return await self._db.transact(lambda cur: pruning.prune_runs(cur, environment, params))
+
+    # -- topics --------------------------------------------------------------------
+
+    async def publish_messages(
+        self,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now: datetime,
+        *,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[PublishOutcome]:
+        """Publish messages with their deduplication entries and delivery runs atomically."""
+        if connection is not None and not isinstance(connection, sqlite3.Connection):
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID,
+                "a SQLite lane publishes inside a sqlite3.Connection transaction only.",
+            )
+        publish = partial(
+            publishing.publish_messages,
+            self._db,
+            environment,
+            messages,
+            now,
+            connection,
+            outbox_claimed_until,
+        )
+        if connection is not None:
+            return publish()
+        return await self._db.run(publish)
+
+    async def subscription_stats(
+        self, environment: str, subscriptions: Sequence[str]
+    ) -> list[SubscriptionCounts]:
+        """Deliveries per status of each subscription, and its halted keys."""
+        params = {"environment": environment, "subscriptions": json.dumps(list(subscriptions))}
+        rows = await self._db.fetch(QUERIES["subscription_stats"], params)
+        return subscription_counts(rows, subscriptions)
 
     # -- dispatch and outbox --------------------------------------------------------
 

@@ -27,7 +27,8 @@ def prune_params(
 
 
 def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) -> int:
-    """Delete the runs :func:`prune_params` selects, then every row that belongs to them."""
+    """Delete the runs :func:`prune_params` selects, then every row that belongs to them,
+    and messages left without runs whose deduplication window ended before ``older_than``."""
     ids = [row["id"] for row in cur.execute(QUERIES["prune_runs"], params).fetchall()]
     if ids:
         scope = {"environment": environment, "run_ids": json.dumps(ids)}
@@ -38,4 +39,5 @@ def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) ->
             "delete_schedule_occurrences_of_runs",
         ):
             cur.execute(QUERIES[query], scope)
+    cur.execute(QUERIES["prune_messages"], params)
     return len(ids)

@@ -29,3 +29,19 @@ WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run
 -- proposes it again: its occurrence row has done its job.
 DELETE FROM runlane_schedule_occurrences
 WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: prune_messages
+-- Messages no run delivers any more, whose deduplication window ended before
+-- :older_than (so no key or duplicate receipt can need them). Dead letters are
+-- never pruned, so their messages stay.
+DELETE FROM runlane_messages
+WHERE environment = :environment AND id IN (
+    SELECT m.id FROM runlane_messages m
+    WHERE m.environment = :environment
+      AND m.window_ends_at < :older_than
+      AND NOT EXISTS (
+          SELECT 1 FROM runlane_runs r
+          WHERE r.environment = m.environment AND r.message_sequence = m.sequence
+      )
+    LIMIT :limit
+);

@@ -33,6 +33,7 @@ from runlane.testing.conformance.storage import (
     producing,
     schedules,
     settle_and_claim,
+    topics,
 )
 from runlane.testing.conformance.storage.bad_input import *  # noqa: F403
 from runlane.testing.conformance.storage.cancellation import *  # noqa: F403
@@ -48,6 +49,7 @@ from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
 from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
+from runlane.testing.conformance.storage.topics import *  # noqa: F403
 
 _MODULES = (
     producing,
@@ -63,6 +65,7 @@ _MODULES = (
     settle_and_claim,
     outbox,
     methods,
+    topics,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

@@ -1,0 +1,188 @@
+"""Publishing messages: deduplication, message ids, the sequence and the delivery runs,
+in one transaction (a savepoint inside a caller's).
+
+Concurrent publishes meet on rows, never on a table lock: a message id or a
+deduplication key another publish is writing is waited for (``ON CONFLICT``), then
+compared with. Before the sequence is drawn the publish takes one advisory lock per
+(subscription, key) it reaches, in sorted order, so for one key sequence order is
+commit order (5.7.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runlane.storage.postgres.params import WORK_CHANNEL
+from runlane.storage.postgres.sessions import Queries, Session
+from runlane.storage.protocol import (
+    NewDelivery,
+    NewMessage,
+    OutboxMessage,
+    PublishOutcome,
+    StoredMessage,
+)
+from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
+from runlane.storage.sql.messages import (
+    check_reuse,
+    deduplication_params,
+    delivery_run,
+    message_from_row,
+    message_params,
+    publish_source,
+    stored_message,
+)
+from runlane.storage.sql.rows import runs_from_rows
+from runlane.types.runs import Run
+
+
+def key_lock_name(schema: str, environment: str, subscription: str, key: str) -> str:
+    """The advisory lock name of one (subscription, key): publishes and claims of its
+    deliveries take it (hashed with ``hashtextextended``)."""
+    return f"runlane.key:{schema}:{environment}:{len(subscription)}:{subscription}:{key}"
+
+
+def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) -> list[str]:
+    """Every (subscription, key) lock the messages' keyed deliveries need, sorted by
+    (subscription, key) so that all publishers take them in one order."""
+    pairs = sorted(
+        {
+            (d.subscription, d.partition_key)
+            for m in messages
+            for d in m.deliveries
+            if d.partition_key is not None
+        }
+    )
+    return [key_lock_name(schema, environment, sub, key) for sub, key in pairs]
+
+
+async def publish_messages(
+    session: Session,
+    q: Queries,
+    environment: str,
+    messages: Sequence[NewMessage],
+    now_us: int,
+    claimed_until: int | None,
+    locks: list[str],
+) -> list[PublishOutcome]:
+    """Publish ``messages`` on ``session``, inside the transaction the caller opened."""
+    if locks:
+        await session.fetch(q["lock_delivery_keys"], {"names": locks})
+    return [
+        await _publish(session, q, environment, message, now_us, claimed_until)
+        for message in messages
+    ]
+
+
+async def _publish(
+    session: Session,
+    q: Queries,
+    environment: str,
+    message: NewMessage,
+    now_us: int,
+    claimed_until: int | None,
+) -> PublishOutcome:
+    dedup = (
+        deduplication_params(environment, message, now_us)
+        if message.deduplication_key is not None
+        else None
+    )
+    if dedup is not None:
+        held = await session.fetch(q["get_live_deduplication_entry"], dedup)
+        if held:
+            return await _duplicate(session, q, environment, message_from_row(held[0]))
+    scope = {"environment": environment, "id": message.id}
+    # Insert first: a stored id (or one a concurrent publish is writing, waited for)
+    # makes the insert a no-op, and only then is the stored message read.
+    inserted = await session.fetch(
+        q["insert_message"], message_params(environment, message, now_us)
+    )
+    if not inserted:
+        (existing,) = await session.fetch(q["get_message"], scope)
+        check_reuse(message, existing["envelope"])
+        return await _duplicate(session, q, environment, message_from_row(existing))
+    sequence = int(inserted[0]["sequence"])
+    if dedup is not None and not await session.fetch(q["claim_deduplication_key"], dedup):
+        # A concurrent publish of the key committed after the check: take this
+        # message back and answer with that one.
+        await session.fetch(q["delete_message"], scope)
+        held = await session.fetch(q["get_live_deduplication_entry"], dedup)
+        return await _duplicate(session, q, environment, message_from_row(held[0]))
+    runs, outbox = await _create_deliveries(
+        session, q, environment, message, sequence, now_us, claimed_until
+    )
+    return PublishOutcome(
+        stored_message(message, sequence, now_us), duplicate=False, runs=runs, outbox=outbox
+    )
+
+
+async def _create_deliveries(
+    session: Session,
+    q: Queries,
+    environment: str,
+    message: NewMessage,
+    sequence: int,
+    now_us: int,
+    claimed_until: int | None,
+) -> tuple[list[Run], tuple[OutboxMessage, ...]]:
+    """One statement: the runs, and the delivery requests of those claimable at once."""
+    if not message.deliveries:
+        return [], ()
+    carrier = message.trace_carrier
+    params: dict[str, Any] = {
+        "environment": environment,
+        "now": now_us,
+        "sequence": sequence,
+        "payload": message.payload_json,
+        "source": dumps(publish_source(message).to_json()),
+        "trace_carrier": dumps(carrier) if carrier is not None else None,
+        "outbox_claimed_until": claimed_until,
+        "channel": WORK_CHANNEL,
+        "deliveries": dumps([_delivery_row(d) for d in message.deliveries]),
+    }
+    rows = await session.fetch(q["insert_deliveries"], params)
+    requested = {row["id"]: bool(row["requested"]) for row in rows}
+    source_text = params["source"]
+    runs: list[Run] = []
+    outbox: list[OutboxMessage] = []
+    for delivery in message.deliveries:
+        planned = delivery_run(
+            environment, message, delivery, sequence, now_us,
+            source_text=source_text, requested=requested[delivery.run_id],
+        )  # fmt: skip
+        run = planned.run
+        runs.append(run)
+        if planned.requested:
+            outbox.append(
+                OutboxMessage(
+                    id=f"{run.id}.{DELIVERY_REQUEST_SEQUENCE}",
+                    run_id=run.id,
+                    queue=run.queue,
+                    requested_at=run.created_at,
+                    trace_carrier=run.trace_carrier,
+                    attempts=0,
+                )
+            )
+    return runs, tuple(outbox)
+
+
+def _delivery_row(delivery: NewDelivery) -> list[Any]:
+    """One delivery of ``insert_deliveries``' ``deliveries`` parameter."""
+    return [
+        delivery.run_id,
+        delivery.subscription,
+        delivery.queue,
+        delivery.partition_key,
+        delivery.mode.value,
+        delivery.request_delivery,
+    ]
+
+
+async def _duplicate(
+    session: Session, q: Queries, environment: str, original: StoredMessage
+) -> PublishOutcome:
+    """The original's outcome: its message and its deliveries as they are now."""
+    rows = await session.fetch(
+        q["runs_of_message"], {"environment": environment, "sequence": original.sequence}
+    )
+    return PublishOutcome(original, duplicate=True, runs=runs_from_rows(rows))

@@ -1,0 +1,72 @@
+-- Topics: publishing messages with their deduplication entries and delivery runs.
+-- Parameters are :named.
+
+-- name: get_live_deduplication_entry
+-- The message a deduplication key still holds at :now (none once its window ended).
+SELECT m.* FROM runlane_deduplication_keys d
+JOIN runlane_messages m ON m.environment = d.environment AND m.id = d.message_id
+WHERE d.environment = :environment AND d.topic = :topic AND d.key = :key
+  AND d.expires_at > :now;
+
+-- name: get_message
+SELECT * FROM runlane_messages WHERE environment = :environment AND id = :id;
+
+-- name: next_message_sequence
+-- Writers are serialised, so the sequence drawn here follows commit order.
+INSERT INTO runlane_message_sequences (environment, last_sequence)
+VALUES (:environment, 1)
+ON CONFLICT (environment) DO UPDATE SET last_sequence = last_sequence + 1
+RETURNING last_sequence;
+
+-- name: insert_message
+INSERT INTO runlane_messages (
+    environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,
+    trace_carrier, sequence
+) VALUES (
+    :environment, :id, :topic, :payload, :attributes, :envelope, :published_at,
+    :window_ends_at, :trace_carrier, :sequence
+);
+
+-- name: upsert_deduplication_key
+-- Only a key whose window ended is replaced (the caller checked it holds none now).
+INSERT INTO runlane_deduplication_keys (
+    environment, topic, key, message_id, published_at, expires_at
+) VALUES (:environment, :topic, :key, :message_id, :published_at, :expires_at)
+ON CONFLICT (environment, topic, key) DO UPDATE
+SET message_id = excluded.message_id, published_at = excluded.published_at,
+    expires_at = excluded.expires_at
+WHERE runlane_deduplication_keys.expires_at <= :now;
+
+-- name: delivery_key_is_free
+-- Whether a new delivery of (task_id, partition_key) at :sequence is claimable at
+-- once (5.7): EXCLUSIVE, no delivery of the key holds an unexpired lease; ORDERED,
+-- also no unfinished delivery of the key comes before it.
+SELECT NOT EXISTS (
+    SELECT 1 FROM runlane_runs
+    WHERE environment = :environment AND task_id = :task_id AND partition_key = :partition_key
+      AND status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                     'cancellation_requested', 'dead_lettered')
+      AND message_sequence < :sequence
+      AND (:ordered
+           OR (status IN ('running', 'cancellation_requested') AND lease_expires_at > :now))
+) AS free;
+
+-- name: insert_delivery
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, trace_carrier,
+    delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+) VALUES (
+    :environment, :id, :task_id, :queue, 'queued', :payload, 0, 0,
+    :now, :now, :now, :event_sequence, :source, :trace_carrier,
+    :delivery_requested_at, :partition_key, 0, :subscription_mode, :message_sequence
+);
+
+-- name: runs_of_message
+SELECT * FROM runlane_runs
+WHERE environment = :environment AND message_sequence = :sequence
+ORDER BY id;
+
+-- name: release_expired_deduplication_keys
+DELETE FROM runlane_deduplication_keys
+WHERE environment = :environment AND expires_at <= :now;

@@ -1,0 +1,154 @@
+"""Publishing messages: deduplication, message ids, the sequence and the delivery runs,
+in one transaction.
+
+SQLite serialises writers, so the checks read what the write will find: a key or
+id another publish holds was committed before this transaction began, and the
+sequence drawn here follows commit order.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from runlane.core.clock import to_micros
+from runlane.storage.protocol import NewMessage, OutboxMessage, PublishOutcome, StoredMessage
+from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
+from runlane.storage.sql.messages import (
+    check_reuse,
+    created_event_data,
+    deduplication_params,
+    delivery_run,
+    key_params,
+    message_from_row,
+    message_params,
+    needs_key_check,
+    publish_source,
+    stored_message,
+)
+from runlane.storage.sql.rows import runs_from_rows
+from runlane.storage.sqlite.connections import SqliteConnection
+from runlane.storage.sqlite.dispatch import insert_outbox
+from runlane.storage.sqlite.params import delivery_event, event_row
+from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.runs import Run, RunEventType
+
+_SAVEPOINT = "runlane_publish"
+
+
+def publish_messages(
+    db: SqliteConnection,
+    environment: str,
+    messages: Sequence[NewMessage],
+    now: datetime,
+    connection: sqlite3.Connection | None,
+    outbox_claimed_until: datetime | None,
+) -> list[PublishOutcome]:
+    """Publish ``messages`` in a transaction of their own, or in ``connection``'s.
+
+    In the caller's transaction the publish sits in a savepoint, so a refused
+    message id takes back every message of the call and nothing else of theirs.
+    """
+    now_us = to_micros(now)
+    claimed_until = micros_or_none(outbox_claimed_until)
+    with db.transaction(connection) as cur:
+        # A caller's connection may have no row factory: this cursor reads by name.
+        cur.row_factory = sqlite3.Row
+        if connection is None:
+            return [_publish(cur, environment, m, now_us, claimed_until) for m in messages]
+        cur.execute(f"SAVEPOINT {_SAVEPOINT}")
+        try:
+            outcomes = [_publish(cur, environment, m, now_us, claimed_until) for m in messages]
+        except BaseException:
+            cur.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            cur.execute(f"RELEASE {_SAVEPOINT}")
+            raise
+        cur.execute(f"RELEASE {_SAVEPOINT}")
+        return outcomes
+
+
+def _publish(
+    cur: sqlite3.Cursor,
+    environment: str,
+    message: NewMessage,
+    now_us: int,
+    claimed_until: int | None,
+) -> PublishOutcome:
+    dedup = (
+        deduplication_params(environment, message, now_us)
+        if message.deduplication_key is not None
+        else None
+    )
+    if dedup is not None:
+        held = cur.execute(QUERIES["get_live_deduplication_entry"], dedup).fetchone()
+        if held is not None:
+            return _duplicate(cur, environment, message_from_row(held))
+    existing = cur.execute(
+        QUERIES["get_message"], {"environment": environment, "id": message.id}
+    ).fetchone()
+    if existing is not None:
+        check_reuse(message, existing["envelope"])
+        return _duplicate(cur, environment, message_from_row(existing))
+    (sequence,) = cur.execute(
+        QUERIES["next_message_sequence"], {"environment": environment}
+    ).fetchone()
+    cur.execute(
+        QUERIES["insert_message"],
+        {**message_params(environment, message, now_us), "sequence": sequence},
+    )
+    if dedup is not None:
+        cur.execute(QUERIES["upsert_deduplication_key"], dedup)
+    runs, outbox = _create_deliveries(cur, environment, message, sequence, now_us, claimed_until)
+    return PublishOutcome(
+        stored_message(message, sequence, now_us), duplicate=False, runs=runs, outbox=outbox
+    )
+
+
+def _create_deliveries(
+    cur: sqlite3.Cursor,
+    environment: str,
+    message: NewMessage,
+    sequence: int,
+    now_us: int,
+    claimed_until: int | None,
+) -> tuple[list[Run], tuple[OutboxMessage, ...]]:
+    """One QUEUED run per delivery, with its events, and a delivery request where one
+    was asked for and the delivery is claimable at once."""
+    source_text = dumps(publish_source(message).to_json())
+    runs: list[Run] = []
+    outbox: list[OutboxMessage] = []
+    events: list[dict[str, Any]] = []
+    for delivery in message.deliveries:
+        requested = delivery.request_delivery
+        if needs_key_check(delivery):
+            params = key_params(environment, delivery, sequence, now_us)
+            requested = bool(cur.execute(QUERIES["delivery_key_is_free"], params).fetchone()[0])
+        planned = delivery_run(
+            environment, message, delivery, sequence, now_us,
+            source_text=source_text, requested=requested,
+        )  # fmt: skip
+        run = planned.run
+        cur.execute(QUERIES["insert_delivery"], planned.params)
+        events.append(
+            event_row(environment, run.id, 1, RunEventType.CREATED, now_us, created_event_data(run))
+        )
+        if requested:
+            events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
+            outbox.append(
+                insert_outbox(
+                    cur, environment, run, DELIVERY_REQUEST_SEQUENCE, now_us, claimed_until
+                )
+            )
+        runs.append(run)
+    cur.executemany(QUERIES["insert_event"], events)
+    return runs, tuple(outbox)
+
+
+def _duplicate(cur: sqlite3.Cursor, environment: str, original: StoredMessage) -> PublishOutcome:
+    """The original's outcome: its message and its deliveries as they are now."""
+    rows = cur.execute(
+        QUERIES["runs_of_message"], {"environment": environment, "sequence": original.sequence}
+    ).fetchall()
+    return PublishOutcome(original, duplicate=True, runs=runs_from_rows(rows))

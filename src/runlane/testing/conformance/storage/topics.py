@@ -1,0 +1,721 @@
+"""Topics at the storage boundary (contract 5.12): each method of
+:class:`~runlane.storage.protocol.StoresMessages` called directly, and the
+delivery transitions (dead letter, replay, discard) through ``apply_transitions``.
+
+Claims per subscription mode are not here: the key rules of claiming are tested
+with the claim statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+
+from runlane import ErrorCode, RunlaneError, RunStatus
+from runlane.core.transitions import project
+from runlane.storage.protocol import (
+    DeadLetterFilter,
+    NewDelivery,
+    NewEvent,
+    NewMessage,
+    QueuePolicy,
+    RunChanges,
+    RunFilter,
+    Storage,
+    StoresMessages,
+    Transition,
+)
+from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run, storage
+from runlane.topics.publishing import canonical_envelope
+from runlane.types.runs import Run, RunEventType, RunFailure, RunSourceType, SubscriptionMode
+
+_ = storage  # the fixture, shared with the methods module
+
+WINDOW = timedelta(hours=1)
+BOOM = RunFailure("task_failed", "it broke", retryable=True)
+
+
+def delivery(
+    run_id: str,
+    subscription: str = "audit",
+    *,
+    mode: SubscriptionMode = SubscriptionMode.NONE,
+    key: str | None = None,
+    queue: str = "main",
+    request: bool = False,
+) -> NewDelivery:
+    """One delivery of a message to ``subscription``."""
+    return NewDelivery(run_id, subscription, queue, mode, key, request_delivery=request)
+
+
+def message(
+    message_id: str,
+    *deliveries: NewDelivery,
+    topic: str = "orders",
+    payload: Any = None,
+    attributes: dict[str, str] | None = None,
+    deduplication_key: str | None = None,
+    at: Any = NOW,
+) -> NewMessage:
+    """A message of ``topic`` with ``deliveries``; its window ends :data:`WINDOW` after ``at``."""
+    body = {"order": message_id} if payload is None else payload
+    attrs = dict(attributes or {})
+    return NewMessage(
+        id=message_id,
+        topic=topic,
+        payload=body,
+        payload_json=json.dumps(body, separators=(",", ":")),
+        attributes=attrs,
+        envelope=canonical_envelope(topic, body, attrs),
+        window_ends_at=at + WINDOW,
+        deduplication_key=deduplication_key,
+        trace_carrier={"traceparent": "00-abc-def-01"},
+        deliveries=tuple(deliveries),
+    )
+
+
+def _topics(store: Storage) -> StoresMessages:
+    assert store.capabilities.stores_messages
+    assert isinstance(store, StoresMessages)
+    return cast(StoresMessages, store)
+
+
+async def _all_runs(store: Storage, environment: str) -> list[Run]:
+    return (await store.list_runs(environment, RunFilter(), 100, None)).data
+
+
+async def _dead_letter(
+    store: Storage, environment: str, run_id: str, *, at: Any = NOW, reason: str = "max_attempts"
+) -> Run:
+    """Claim ``run_id`` and dead-letter it as a spent retry budget does."""
+    run = await store.claim_run(environment, run_id, LEASE, at)
+    assert run is not None and run.lease is not None
+    transition = Transition(
+        run_id,
+        run.event_sequence,
+        RunChanges(
+            RunStatus.DEAD_LETTERED,
+            failure=BOOM,
+            add_failure=True,
+            dead_letter_reason=reason,
+            dead_lettered_at=at,
+        ),
+        (NewEvent(RunEventType.DEAD_LETTERED, {"attempt": run.attempt, "reason": reason}),),
+        lease_token=run.lease.token,
+    )
+    assert await store.apply_transitions(environment, [transition], at) == [True]
+    stored = await store.get_run(environment, run_id)
+    assert stored == project(run, transition, at)
+    return stored
+
+
+def _replay(run: Run, replays: int | None = None) -> Transition:
+    return Transition(
+        run.id,
+        run.event_sequence,
+        RunChanges(
+            RunStatus.QUEUED,
+            run_at=NOW,
+            failure=run.failure,
+            replays=run.replays + 1 if replays is None else replays,
+            reset_failures=True,
+        ),
+        (NewEvent(RunEventType.REPLAYED, {"reason": None, "actor": None}),),
+    )
+
+
+def _discard(run: Run) -> Transition:
+    return Transition(
+        run.id,
+        run.event_sequence,
+        RunChanges(RunStatus.DISCARDED, failure=run.failure),
+        (NewEvent(RunEventType.DISCARDED, {"reason": "obsolete", "actor": None}),),
+    )
+
+
+# -- publish_messages --------------------------------------------------------------------
+
+
+async def test_publish_messages_stores_the_message_and_one_queued_run_per_delivery(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    published = message(
+        "m1",
+        delivery("d-audit"),
+        delivery("d-ship", "ship", mode=SubscriptionMode.ORDERED, key="cust-1", queue="other"),
+        attributes={"kind": "new"},
+    )
+    (outcome,) = await topics.publish_messages(environment, [published], NOW)
+    assert not outcome.duplicate and outcome.outbox == ()
+    stored = outcome.message
+    assert (stored.id, stored.topic, stored.payload, stored.attributes) == (
+        "m1", "orders", {"order": "m1"}, {"kind": "new"},
+    )  # fmt: skip
+    assert stored.published_at == NOW and stored.sequence >= 1
+    assert stored.trace_carrier == {"traceparent": "00-abc-def-01"}
+    audit, ship = outcome.runs
+    assert (audit.id, audit.task_id, audit.queue, audit.mode, audit.partition_key) == (
+        "d-audit", "audit", "main", SubscriptionMode.NONE, None,
+    )  # fmt: skip
+    assert (ship.id, ship.task_id, ship.queue, ship.mode, ship.partition_key) == (
+        "d-ship", "ship", "other", SubscriptionMode.ORDERED, "cust-1",
+    )  # fmt: skip
+    for run in outcome.runs:
+        assert run.status is RunStatus.QUEUED and run.run_at == NOW and run.attempt == 0
+        assert run.payload == {"order": "m1"} and run.replays == 0
+        assert run.message_sequence == stored.sequence and run.is_delivery
+        assert run.source.type is RunSourceType.PUBLISH
+        assert (run.source.topic, run.source.message_id) == ("orders", "m1")
+        assert run.trace_carrier == {"traceparent": "00-abc-def-01"}
+        assert await storage.get_run(environment, run.id) == run
+        (created,) = await storage.list_run_events(environment, run.id)
+        assert created.type is RunEventType.CREATED
+        assert created.data["source"] == {"type": "publish", "topic": "orders", "message_id": "m1"}
+
+
+async def test_publish_messages_draws_increasing_sequences_in_publish_order(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    first = await topics.publish_messages(environment, [message("a"), message("b")], NOW)
+    (second,) = await topics.publish_messages(environment, [message("c")], NOW)
+    sequences = [o.message.sequence for o in [*first, second]]
+    assert sequences == sorted(set(sequences)) and sequences[0] >= 1
+
+
+async def test_publish_messages_with_no_deliveries_still_stores_the_message(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    (outcome,) = await topics.publish_messages(environment, [message("lonely")], NOW)
+    assert outcome.runs == [] and not outcome.duplicate
+    (again,) = await topics.publish_messages(environment, [message("lonely")], NOW)
+    assert again.duplicate and again.message == outcome.message and again.runs == []
+
+
+async def test_publish_messages_of_a_known_id_with_equal_content_is_the_originals_duplicate(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    (original,) = await topics.publish_messages(
+        environment, [message("m1", delivery("d1"), attributes={"b": "2", "a": "1"})], NOW
+    )
+    await _dead_letter(storage, environment, "d1")
+    later = NOW + timedelta(minutes=5)
+    (again,) = await topics.publish_messages(
+        environment,
+        [message("m1", delivery("d2"), attributes={"a": "1", "b": "2"}, at=later)],
+        later,
+    )
+    assert again.duplicate and again.message == original.message and again.outbox == ()
+    assert [(r.id, r.status) for r in again.runs] == [("d1", RunStatus.DEAD_LETTERED)]
+    assert [r.id for r in await _all_runs(storage, environment)] == ["d1"]
+
+
+async def test_publish_messages_of_a_known_id_with_other_content_is_refused_writing_nothing(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    for changed in (
+        message("m1", payload={"order": "other"}),
+        message("m1", topic="invoices"),
+        message("m1", attributes={"kind": "new"}),
+    ):
+        with pytest.raises(RunlaneError) as refused:
+            await topics.publish_messages(
+                environment, [message("fresh", delivery("d-fresh")), changed], NOW
+            )
+        assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
+        assert refused.value.meta == {"message_id": "m1"}
+    assert [r.id for r in await _all_runs(storage, environment)] == ["d1"]
+    # The batch's first message was taken back too: its id is still free.
+    (fresh,) = await topics.publish_messages(environment, [message("fresh", payload=1)], NOW)
+    assert not fresh.duplicate
+
+
+async def test_publish_messages_sees_message_ids_of_its_own_environment_only(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1")], NOW)
+    (elsewhere,) = await topics.publish_messages(
+        f"{environment}-other", [message("m1", payload=2)], NOW
+    )
+    assert not elsewhere.duplicate
+
+
+async def test_publish_messages_with_a_held_deduplication_key_is_a_duplicate_whatever_it_carries(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    (original,) = await topics.publish_messages(
+        environment, [message("m1", delivery("d1"), deduplication_key="k")], NOW
+    )
+    within = NOW + WINDOW - timedelta(microseconds=1)
+    (again,) = await topics.publish_messages(
+        environment,
+        [message("m2", delivery("d2"), payload=[1], deduplication_key="k", at=within)],
+        within,
+    )
+    assert again.duplicate and again.message == original.message
+    assert [r.id for r in again.runs] == ["d1"]
+    (other_topic,) = await topics.publish_messages(
+        environment, [message("m3", topic="invoices", deduplication_key="k")], within
+    )
+    assert not other_topic.duplicate
+    # At exactly the window's end the key is free again: a new message fans out.
+    (renewed,) = await topics.publish_messages(
+        environment,
+        [message("m4", delivery("d4"), deduplication_key="k", at=NOW + WINDOW)],
+        NOW + WINDOW,
+    )
+    assert not renewed.duplicate and [r.id for r in renewed.runs] == ["d4"]
+    assert renewed.message.sequence > original.message.sequence
+    (held,) = await topics.publish_messages(
+        environment, [message("m5", deduplication_key="k", at=within)], NOW + WINDOW
+    )
+    assert held.duplicate and held.message.id == "m4"
+
+
+async def test_publish_messages_checks_the_deduplication_key_before_the_message_id(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", deduplication_key="k")], NOW)
+    await topics.publish_messages(environment, [message("m2")], NOW)
+    (outcome,) = await topics.publish_messages(
+        environment, [message("m2", payload="changed", deduplication_key="k")], NOW
+    )
+    assert outcome.duplicate and outcome.message.id == "m1"
+
+
+async def test_publish_messages_dedupes_within_one_call(storage: Storage, environment: str) -> None:
+    topics = _topics(storage)
+    first, second = await topics.publish_messages(
+        environment,
+        [
+            message("m1", delivery("d1"), deduplication_key="k"),
+            message("m2", delivery("d2"), deduplication_key="k"),
+        ],
+        NOW,
+    )
+    assert (first.duplicate, second.duplicate) == (False, True)
+    assert second.message == first.message and [r.id for r in second.runs] == ["d1"]
+
+
+async def test_publish_messages_requests_delivery_only_for_deliveries_claimable_at_once(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    ordered = SubscriptionMode.ORDERED
+    exclusive = SubscriptionMode.EXCLUSIVE
+    (first,) = await topics.publish_messages(
+        environment,
+        [
+            message(
+                "m1",
+                delivery("o1", "ship", mode=ordered, key="k", request=True),
+                delivery("x1", "bill", mode=exclusive, key="k", request=True),
+                delivery("n1", "audit", request=True),
+                delivery("quiet", "audit-2"),
+            )
+        ],
+        NOW,
+    )
+    assert sorted(m.run_id for m in first.outbox) == ["n1", "o1", "x1"]
+    assert all(m.id == f"{m.run_id}.2" and m.queue == "main" for m in first.outbox)
+    assert {r.id: r.event_sequence for r in first.runs} == {"o1": 2, "x1": 2, "n1": 2, "quiet": 1}
+    events = await storage.list_run_events(environment, "o1")
+    assert [e.type for e in events] == [RunEventType.CREATED, RunEventType.DELIVERY_REQUESTED]
+    # x1 holds the EXCLUSIVE key; o1 is the ORDERED key's unfinished head.
+    assert await storage.claim_run(environment, "x1", LEASE, NOW) is not None
+    (second,) = await topics.publish_messages(
+        environment,
+        [
+            message(
+                "m2",
+                delivery("o2", "ship", mode=ordered, key="k", request=True),
+                delivery("x2", "bill", mode=exclusive, key="k", request=True),
+                delivery("x2-other", "bill", mode=exclusive, key="k2", request=True),
+                delivery("o2-keyless", "ship", mode=ordered, request=True),
+            )
+        ],
+        NOW,
+    )
+    assert sorted(m.run_id for m in second.outbox) == ["o2-keyless", "x2-other"]
+    assert {r.id: r.event_sequence for r in second.runs}["o2"] == 1
+    # An expired lease does not hold an EXCLUSIVE key.
+    after_lease = LEASE.expires_at + timedelta(seconds=1)
+    (third,) = await topics.publish_messages(
+        environment,
+        [message("m3", delivery("x3", "bill", mode=exclusive, key="k", request=True))],
+        after_lease,
+    )
+    assert [m.run_id for m in third.outbox] == ["x3"]
+
+
+async def test_publish_messages_writes_claimed_requests_when_the_caller_publishes_them(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    until = NOW + timedelta(seconds=30)
+    (outcome,) = await topics.publish_messages(
+        environment, [message("m1", delivery("d1", request=True))], NOW, outbox_claimed_until=until
+    )
+    assert [m.run_id for m in outcome.outbox] == ["d1"]
+    assert await storage.claim_outbox(environment, NOW, 10, until) == []
+    await topics.publish_messages(environment, [message("m2", delivery("d2", request=True))], NOW)
+    claimed = await storage.claim_outbox(environment, NOW, 10, until)
+    assert [m.run_id for m in claimed] == ["d2"]
+
+
+async def test_concurrent_publishes_of_one_deduplication_key_fan_out_once(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    outcomes = await asyncio.gather(
+        *(
+            topics.publish_messages(
+                environment, [message(f"m{i}", delivery(f"d{i}"), deduplication_key="k")], NOW
+            )
+            for i in range(6)
+        )
+    )
+    fresh = [o for (o,) in outcomes if not o.duplicate]
+    assert len(fresh) == 1
+    assert all(o.message.id == fresh[0].message.id for (o,) in outcomes)
+    assert [r.id for r in await _all_runs(storage, environment)] == [fresh[0].runs[0].id]
+
+
+# -- dead letter, replay and discard through apply_transitions ------------------------------
+
+
+async def test_a_dead_letter_keeps_its_reason_time_and_failure_and_is_not_claimable(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    dead = await _dead_letter(storage, environment, "d1", reason="handler_refused")
+    assert dead.status is RunStatus.DEAD_LETTERED and dead.lease is None
+    assert (dead.dead_letter_reason, dead.dead_lettered_at) == ("handler_refused", NOW)
+    assert dead.failure == BOOM and dead.failure_count == 1 and dead.attempt == 1
+    later = NOW + timedelta(hours=1)
+    assert await storage.claim_run(environment, "d1", LEASE, later) is None
+    assert await storage.claim_due_runs(environment, [QueuePolicy("main")], 5, LEASE, later) == []
+    assert await storage.list_expired_leases(environment, later, 10) == []
+    types = [e.type for e in await storage.list_run_events(environment, "d1")]
+    assert types == [RunEventType.CREATED, RunEventType.STARTED, RunEventType.DEAD_LETTERED]
+
+
+async def test_a_replay_queues_the_dead_letter_again_with_a_fresh_budget(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    dead = await _dead_letter(storage, environment, "d1")
+    replay = _replay(dead)
+    assert await storage.apply_transitions(environment, [replay], NOW) == [True]
+    replayed = await storage.get_run(environment, "d1")
+    assert replayed == project(dead, replay, NOW)
+    assert replayed is not None and replayed.status is RunStatus.QUEUED
+    assert (replayed.failure_count, replayed.replays, replayed.failure) == (0, 1, BOOM)
+    assert replayed.message_sequence == dead.message_sequence
+    again = await storage.claim_run(environment, "d1", LEASE, NOW)
+    assert again is not None and again.attempt == 2 and again.replays == 1
+    events = await storage.list_run_events(environment, "d1")
+    assert events[3].type is RunEventType.REPLAYED and events[4].type is RunEventType.STARTED
+
+
+async def test_a_discard_ends_the_dead_letter_for_good(storage: Storage, environment: str) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    dead = await _dead_letter(storage, environment, "d1")
+    discard = _discard(dead)
+    assert await storage.apply_transitions(environment, [discard], NOW) == [True]
+    discarded = await storage.get_run(environment, "d1")
+    assert discarded == project(dead, discard, NOW)
+    assert discarded is not None and discarded.status is RunStatus.DISCARDED
+    assert discarded.is_terminal and discarded.dead_letter_reason == "max_attempts"
+
+
+async def test_of_a_replay_and_a_discard_from_one_read_exactly_one_applies(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    dead = await _dead_letter(storage, environment, "d1")
+    results = await asyncio.gather(
+        storage.apply_transitions(environment, [_replay(dead)], NOW),
+        storage.apply_transitions(environment, [_discard(dead)], NOW),
+    )
+    assert sorted(r for (r,) in results) == [False, True]
+    final = await storage.get_run(environment, "d1")
+    assert final is not None
+    assert final.status is (RunStatus.QUEUED if results[0] == [True] else RunStatus.DISCARDED)
+
+
+# -- list_dead_letters -------------------------------------------------------------------
+
+
+async def _three_dead_letters(storage: Storage, environment: str) -> None:
+    topics = _topics(storage)
+    ordered = SubscriptionMode.ORDERED
+    await topics.publish_messages(
+        environment,
+        [
+            message("m1", delivery("a1", "ship", mode=ordered, key="k1")),
+            message("m2", delivery("a2", "ship", mode=ordered, key="k1"), topic="invoices"),
+            message(
+                "m3",
+                delivery("b3", "bill", mode=SubscriptionMode.EXCLUSIVE, key="k1"),
+                attributes={"x": "y"},
+            ),
+        ],
+        NOW,
+    )
+    # a2 is dead-lettered first, but a1 (before it in k1's order) is its key's head.
+    await _dead_letter(storage, environment, "a2", at=NOW)
+    await _dead_letter(storage, environment, "b3", at=NOW + timedelta(seconds=1))
+    await _dead_letter(storage, environment, "a1", at=NOW + timedelta(seconds=2))
+
+
+async def test_list_dead_letters_lists_oldest_first_with_message_and_head(
+    storage: Storage, environment: str
+) -> None:
+    await _three_dead_letters(storage, environment)
+    page = await _topics(storage).list_dead_letters(environment, DeadLetterFilter(), 10, None)
+    assert page.next_cursor is None
+    assert [(d.run.id, d.blocks_key) for d in page.data] == [
+        ("a2", False), ("b3", False), ("a1", True),
+    ]  # fmt: skip
+    b3 = page.data[1]
+    assert (b3.message.id, b3.message.topic, b3.message.attributes) == ("m3", "orders", {"x": "y"})
+    assert b3.message.payload == {"order": "m3"} and b3.message.published_at == NOW
+    assert b3.message.sequence == b3.run.message_sequence
+    assert b3.run.dead_lettered_at == NOW + timedelta(seconds=1)
+    assert b3.run.dead_letter_reason == "max_attempts" and b3.run.failure == BOOM
+
+
+async def test_list_dead_letters_filters_by_topic_subscription_and_key(
+    storage: Storage, environment: str
+) -> None:
+    await _three_dead_letters(storage, environment)
+    topics = _topics(storage)
+
+    async def ids(**filters: Any) -> list[str]:
+        page = await topics.list_dead_letters(environment, DeadLetterFilter(**filters), 10, None)
+        return [d.run.id for d in page.data]
+
+    assert await ids(topic="invoices") == ["a2"]
+    assert await ids(subscription="ship") == ["a2", "a1"]
+    assert await ids(subscription="ship", topic="orders") == ["a1"]
+    assert await ids(partition_key="k1") == ["a2", "b3", "a1"]
+    assert await ids(partition_key="k2") == []
+    assert await ids(topic="unknown") == []
+
+
+async def test_list_dead_letters_pages_with_its_cursor_and_refuses_a_foreign_one(
+    storage: Storage, environment: str
+) -> None:
+    await _three_dead_letters(storage, environment)
+    topics = _topics(storage)
+    first = await topics.list_dead_letters(environment, DeadLetterFilter(), 2, None)
+    assert [d.run.id for d in first.data] == ["a2", "b3"] and first.next_cursor is not None
+    second = await topics.list_dead_letters(environment, DeadLetterFilter(), 2, first.next_cursor)
+    assert ([d.run.id for d in second.data], second.next_cursor) == (["a1"], None)
+    for foreign in ("a1", "nope:a1", ":", "12:"):
+        with pytest.raises(RunlaneError) as refused:
+            await topics.list_dead_letters(environment, DeadLetterFilter(), 2, foreign)
+        assert refused.value.code is ErrorCode.CONFIGURATION_INVALID
+
+
+async def test_list_dead_letters_leaves_out_replayed_and_discarded_deliveries(
+    storage: Storage, environment: str
+) -> None:
+    await _three_dead_letters(storage, environment)
+    b3 = await storage.get_run(environment, "b3")
+    a1 = await storage.get_run(environment, "a1")
+    assert b3 is not None and a1 is not None
+    assert await storage.apply_transitions(environment, [_replay(b3), _discard(a1)], NOW) == [
+        True, True,
+    ]  # fmt: skip
+    page = await _topics(storage).list_dead_letters(environment, DeadLetterFilter(), 10, None)
+    # a1 is discarded: a2 is its key's head now.
+    assert [(d.run.id, d.blocks_key) for d in page.data] == [("a2", True)]
+
+
+# -- subscription_stats and list_halted_keys ------------------------------------------------
+
+
+async def test_subscription_stats_counts_deliveries_per_status_and_halted_keys(
+    storage: Storage, environment: str
+) -> None:
+    await _three_dead_letters(storage, environment)
+    topics = _topics(storage)
+    await topics.publish_messages(
+        environment,
+        [message("m4", delivery("a4", "ship", mode=SubscriptionMode.ORDERED, key="k2"))],
+        NOW,
+    )
+    await storage.create_runs(
+        environment,
+        [
+            # A task run named like a subscription is not a delivery.
+            new_run("task-run", task_id="ship")
+        ],
+        NOW,
+    )
+    ship, bill, none = await topics.subscription_stats(environment, ["ship", "bill", "none"])
+    assert (ship.subscription, ship.counts, ship.halted_keys) == (
+        "ship", {RunStatus.DEAD_LETTERED: 2, RunStatus.QUEUED: 1}, 1,
+    )  # fmt: skip
+    assert (bill.counts, bill.halted_keys) == ({RunStatus.DEAD_LETTERED: 1}, 0)
+    assert (none.subscription, none.counts, none.halted_keys) == ("none", {}, 0)
+    assert await topics.subscription_stats(environment, []) == []
+
+
+async def test_list_halted_keys_lists_ordered_keys_whose_head_is_dead_lettered(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    ordered = SubscriptionMode.ORDERED
+    await topics.publish_messages(
+        environment,
+        [
+            message(f"m{i}", delivery(f"{key}{i}", "ship", mode=ordered, key=key))
+            for i, key in enumerate(["b", "a", "b", "c", "b"])
+        ],
+        NOW,
+    )
+    for run_id in ("b0", "a1", "c3"):
+        await _dead_letter(storage, environment, run_id)
+    page = await topics.list_halted_keys(environment, "ship", 2, None)
+    assert [(h.key, h.dead_letter_id, h.waiting) for h in page.data] == [
+        ("a", "a1", 0),
+        ("b", "b0", 2),
+    ]
+    assert page.data[0].subscription == "ship" and page.data[0].dead_lettered_at == NOW
+    assert page.next_cursor == "b"
+    rest = await topics.list_halted_keys(environment, "ship", 2, page.next_cursor)
+    assert ([h.key for h in rest.data], rest.next_cursor) == (["c"], None)
+    a1 = await storage.get_run(environment, "a1")
+    assert a1 is not None
+    await storage.apply_transitions(environment, [_replay(a1)], NOW)
+    assert [h.key for h in (await topics.list_halted_keys(environment, "ship", 10, None)).data] == [
+        "b", "c",
+    ]  # fmt: skip
+    assert (await topics.list_halted_keys(environment, "bill", 10, None)).data == []
+
+
+async def test_list_halted_keys_is_empty_for_exclusive_and_none_subscriptions(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(
+        environment,
+        [message("m1", delivery("x1", "bill", mode=SubscriptionMode.EXCLUSIVE, key="k"))],
+        NOW,
+    )
+    await _dead_letter(storage, environment, "x1")
+    assert (await topics.list_halted_keys(environment, "bill", 10, None)).data == []
+    (bill,) = await topics.subscription_stats(environment, ["bill"])
+    assert bill.halted_keys == 0
+
+
+# -- release_expired_deduplication_keys ------------------------------------------------------
+
+
+async def test_release_expired_deduplication_keys_drops_entries_whose_window_ended(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(
+        environment,
+        [
+            message("m1", deduplication_key="k1"),
+            message("m2", deduplication_key="k2", at=NOW + timedelta(minutes=30)),
+            message("m3"),
+        ],
+        NOW,
+    )
+    release = topics.release_expired_deduplication_keys
+    assert await release(environment, NOW + WINDOW - timedelta(microseconds=1)) == 0
+    assert await release(environment, NOW + WINDOW) == 1
+    assert await release(environment, NOW + WINDOW) == 0
+    assert await release(environment, NOW + WINDOW + timedelta(minutes=30)) == 1
+
+
+# -- prune_runs, listing and stats with the delivery statuses --------------------------------
+
+
+async def test_prune_runs_deletes_discarded_deliveries_and_messages_left_without_runs(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(
+        environment,
+        [message("m1", delivery("d1")), message("m2", delivery("d2")), message("m3")],
+        NOW,
+    )
+    for run_id in ("d1", "d2"):
+        await _dead_letter(storage, environment, run_id)
+    d1 = await storage.get_run(environment, "d1")
+    assert d1 is not None
+    await storage.apply_transitions(environment, [_discard(d1)], NOW)
+    finished = [RunStatus.DISCARDED, RunStatus.SUCCEEDED]
+    later = NOW + WINDOW + timedelta(days=1)
+    assert await storage.prune_runs(environment, later, finished, 10) == 1
+    assert await storage.get_run(environment, "d1") is None
+    dead = await storage.get_run(environment, "d2")
+    assert dead is not None and dead.status is RunStatus.DEAD_LETTERED
+    # m1 and m3 are gone (their ids are free again); m2 still has its dead letter.
+    for message_id in ("m1", "m3"):
+        (again,) = await topics.publish_messages(
+            environment, [message(message_id, payload="new", at=later)], later
+        )
+        assert not again.duplicate
+    with pytest.raises(RunlaneError) as refused:
+        await topics.publish_messages(environment, [message("m2", payload="new", at=later)], later)
+    assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
+
+
+async def test_prune_runs_keeps_messages_within_their_window(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(environment, [message("m1")], NOW)
+    assert await storage.prune_runs(environment, NOW + WINDOW, [RunStatus.DISCARDED], 10) == 0
+    with pytest.raises(RunlaneError) as refused:
+        await topics.publish_messages(environment, [message("m1", payload="new")], NOW + WINDOW)
+    assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
+
+
+async def test_listing_and_stats_count_dead_lettered_and_discarded_deliveries(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await topics.publish_messages(
+        environment, [message("m1", delivery("d1")), message("m2", delivery("d2"))], NOW
+    )
+    for run_id in ("d1", "d2"):
+        await _dead_letter(storage, environment, run_id)
+    d1 = await storage.get_run(environment, "d1")
+    assert d1 is not None
+    await storage.apply_transitions(environment, [_discard(d1)], NOW)
+    (stats,) = await storage.queue_stats(environment, [QueuePolicy("main")], NOW)
+    assert stats.counts == {RunStatus.DISCARDED: 1, RunStatus.DEAD_LETTERED: 1}
+    assert (stats.waiting, stats.running, stats.occupied, stats.due) == (0, 0, 0, 0)
+    dead = RunFilter(statuses=[RunStatus.DEAD_LETTERED])
+    assert [r.id for r in (await storage.list_runs(environment, dead, 10, None)).data] == ["d2"]
+    finished = await storage.count_finished_runs(environment, NOW)
+    assert finished == {"main": {RunStatus.DISCARDED: 1}}
+
+
+__all__ = [name for name in dir() if name.startswith("test_")]
+pytestmark = pytest.mark.asyncio
