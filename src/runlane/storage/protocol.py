@@ -376,6 +376,12 @@ class StoresMessages(Protocol):
         by id), ``limit`` at a time; a cursor this method did not return is
         ``CONFIGURATION_INVALID``."""
 
+    async def get_messages(
+        self, environment: str, message_ids: Sequence[str]
+    ) -> dict[str, StoredMessage]:
+        """The stored messages among ``message_ids``, by id (a delivery's handler gets
+        its message's attributes, publish time and sequence from here)."""
+
     async def subscription_stats(
         self, environment: str, subscriptions: Sequence[str]
     ) -> list[SubscriptionCounts]:
@@ -387,10 +393,6 @@ class StoresMessages(Protocol):
     ) -> Page[HaltedKey]:
         """ORDERED keys of ``subscription`` whose head is dead-lettered, by key; the
         cursor is the last key of the previous page."""
-
-    async def get_message(self, environment: str, message_id: str) -> StoredMessage | None:
-        """One stored message, or ``None``: a worker reads a delivery's message (its
-        attributes, publish time and sequence) before calling the handler."""
 
     async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
         """Drop deduplication entries whose window has ended by ``now``; return how many."""
