@@ -468,6 +468,33 @@ async def test_a_handler_past_its_timeout_is_retried(make_runtime: Factory, kind
     assert run.failure is not None and run.failure.code == "task_timeout"
 
 
+async def test_worker_shutdown_releases_a_delivery_whose_handler_gives_up(
+    make_runtime: Factory,
+) -> None:
+    orders = _orders()
+    started = asyncio.Event()
+    reasons: list[Any] = []
+
+    async def long_handler(message: Message[Any], ctx: DeliveryContext) -> None:
+        started.set()
+        reasons.append(await ctx.signal.wait())
+        raise RuntimeError("interrupted")
+
+    rl = await make_runtime(
+        [], topics=[orders], subscriptions=[_sub("long", long_handler, orders, retry=ONE_ATTEMPT)]
+    )
+    receipt = await rl.publish(orders, {"order_id": 1})
+    worker = rl.worker(concurrency=1, handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 5)
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert [reason.value for reason in reasons] == ["shutdown"]
+    # Not its own failure: released, no budget spent (one attempt would dead-letter).
+    stored = await rl.runs.get(receipt.runs[0].id)
+    assert stored.status is RunStatus.RELEASED and stored.failure_count == 0
+
+
 # -- modes ---------------------------------------------------------------------------------
 
 
