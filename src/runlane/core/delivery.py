@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from runlane.core.context import Signal
 from runlane.core.ids import could_be_run_id
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from runlane.core.execution import AttemptRunner, LeaseSettings
     from runlane.core.store import StoreScope
+    from runlane.storage.protocol import StoresMessages
     from runlane.types.records import QueuePolicy
 
 
@@ -69,6 +70,17 @@ def _why_not_runnable(store: StoreScope, run: Run) -> IgnoredReason | None:
     return None
 
 
+async def _key_or_capacity(store: StoreScope, run: Run) -> IgnoredReason:
+    """Why a due, waiting run was not claimed. A delivery with a key loses its delivery
+    request here either way (``tick`` requests it again once it is claimable, 5.7.5),
+    so it is never left without a wakeup."""
+    if run.partition_key is not None and store.storage.capabilities.stores_messages:
+        messages = cast("StoresMessages", store.storage)
+        if await messages.mark_key_unavailable(store.environment, run.id, store.now()):
+            return IgnoredReason.KEY_UNAVAILABLE
+    return IgnoredReason.CAPACITY_UNAVAILABLE
+
+
 async def execute_delivery(
     store: StoreScope,
     attempts: AttemptRunner,
@@ -106,7 +118,7 @@ async def execute_delivery(
         fresh = await store.storage.get_run(store.environment, run.id)
         if fresh is None:
             return _ignored(IgnoredReason.NOT_FOUND, None)
-        why = _why_not_runnable(store, fresh) or IgnoredReason.CAPACITY_UNAVAILABLE
+        why = _why_not_runnable(store, fresh) or await _key_or_capacity(store, fresh)
         return _ignored(why, fresh)
     settled = await attempts.execute(
         claimed, settings, stop=signal, max_attempt_duration=max_attempt_duration

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, cast
 
-from runlane import Attempt, Observer, Outcome, Run, TickReport, __version__
+from runlane import Attempt, AttemptOutcome, Observer, Run, TickReport, __version__
 from runlane.core.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
@@ -52,15 +52,18 @@ def _client() -> Any:
 
 
 #: The outcome counters: (metric name without _total, help), by outcome.
-_OUTCOME_COUNTERS: dict[Outcome, tuple[str, str]] = {
-    Outcome.SUCCEEDED: ("runlane_runs_succeeded", "Attempts that ended the run SUCCEEDED."),
-    Outcome.FAILED: (
+_OUTCOME_COUNTERS: dict[AttemptOutcome, tuple[str, str]] = {
+    AttemptOutcome.SUCCEEDED: ("runlane_runs_succeeded", "Attempts that ended the run SUCCEEDED."),
+    AttemptOutcome.FAILED: (
         "runlane_runs_failed",
         "Runs that ended FAILED (no retry left or not retryable).",
     ),
-    Outcome.RETRIED: ("runlane_runs_retried", "Failed attempts that scheduled a retry."),
-    Outcome.RELEASED: ("runlane_runs_released", "Attempts that returned ctx.release(...)."),
-    Outcome.CANCELLED: ("runlane_runs_cancelled", "Runs that ended CANCELLED in this process."),
+    AttemptOutcome.RETRIED: ("runlane_runs_retried", "Failed attempts that scheduled a retry."),
+    AttemptOutcome.RELEASED: ("runlane_runs_released", "Attempts that returned ctx.release(...)."),
+    AttemptOutcome.CANCELLED: (
+        "runlane_runs_cancelled",
+        "Runs that ended CANCELLED in this process.",
+    ),
 }
 
 
@@ -94,7 +97,7 @@ class _Series:
         self.started = 0
         self.start_latency = _Histogram(buckets)
         self.outcomes = dict.fromkeys(_OUTCOME_COUNTERS, 0)
-        self.durations = {outcome: _Histogram(buckets) for outcome in Outcome}
+        self.durations = {outcome: _Histogram(buckets) for outcome in AttemptOutcome}
 
 
 class _Collectors:

@@ -396,3 +396,12 @@ class StoresMessages(Protocol):
 
     async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
         """Drop deduplication entries whose window has ended by ``now``; return how many."""
+
+    async def mark_key_unavailable(self, environment: str, run_id: str, now: datetime) -> bool:
+        """``execute_delivery``'s ignore path (5.7.5), after :meth:`Storage.claim_run`
+        did not claim a delivery with a key that is due and waiting: clear its delivery
+        request (``tick``'s search requests it again once it is claimable, so it is never
+        left without a wakeup) and return whether its key is what keeps it waiting (the
+        rule of ``claim_run``: EXCLUSIVE, another delivery of its (subscription, key)
+        holds an unexpired lease; ORDERED, also an unfinished delivery of the key comes
+        before it). Any other run is left alone (``False``)."""

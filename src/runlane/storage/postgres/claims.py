@@ -10,15 +10,25 @@ statement (a fresh snapshot that sees every decision committed before it).
 Workers skip a bounded queue whose lock another worker holds rather than wait:
 that worker is filling the capacity anyway.
 
+Deliveries with a partition key (EXCLUSIVE and ORDERED, contract 5.7) are
+claimed the same way for the same reason: a key's rules read other workers'
+leases, so every claim first takes the advisory locks of the keys it may claim
+(``lock_claimable_keys`` tries, never waits; ``claim_run`` waits for its one key,
+holding nothing else), then claims in a later statement of the same transaction.
+Publishes take the same locks. Task runs have no key: for them the extra
+statement finds nothing and the claim skips its keyed part.
+
 A busy worker settles finished attempts and claims again in one transaction
 (:func:`apply_and_claim`); on unbounded queues all of it goes in one pipelined
-round trip with one commit.
+round trip with one commit, and so does a plain claim (with no round of
+transitions).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -50,17 +60,19 @@ async def claim_due_runs(
     session = AsyncSession(conn)
     limits, unbounded = split_by_capacity(queues)
     if not limits:
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded})
-            return _runs(await cur.fetchall(), cur.description)
+        _, claimed = await apply_and_claim(conn, q, lock_prefix, (), queues, limit, params)
+        return claimed
     async with conn.transaction():
         locked = await session.fetch(
             q["lock_capacity"],
             {**params, "queues": sorted(limits), "wait": False, "lock_prefix": lock_prefix},
         )
+        names = [row["name"] for row in locked]
+        if not names and not unbounded:
+            return []
+        await session.fetch(q["lock_claimable_keys"], {**params, "queues": names + unbounded})
         rows = []
-        if locked:
-            names = [row["name"] for row in locked]
+        if names:
             rows = await session.fetch(
                 q["claim_bounded_runs"],
                 {**params, "queues": names, "limits": [limits[n] for n in names]},
@@ -80,16 +92,23 @@ async def claim_run(
     queue: QueuePolicy | None,
     params: dict[str, Any],
 ) -> Run | None:
-    """Claim one run if it is claimable, due and, for a bounded ``queue``, within capacity."""
+    """Claim one run if it is claimable, due, allowed by its key and, for a bounded
+    ``queue``, within capacity."""
     session = AsyncSession(conn)
     if queue is None or queue.concurrency_limit is None:
-        rows = await session.fetch(q["claim_run"], params)
-        return run_from_row(rows[0]) if rows else None
+        results = await _in_one_round_trip(
+            conn, [(q["lock_run_key"], params)], q["claim_run"], params
+        )
+        runs = _runs(results.rows, results.description)
+        return runs[0] if runs else None
     async with conn.transaction():
         current = await session.fetch(q["get_run"], params)
         if not current:
             return None
         run_queue, key = current[0]["queue"], current[0]["concurrency_key"]
+        # The key lock before the capacity lock, as publishes (which take only key locks)
+        # and every other waiter order them.
+        await session.fetch(q["lock_run_key"], params)
         await session.fetch(
             q["lock_capacity"],
             {**params, "queues": [run_queue], "wait": True, "lock_prefix": lock_prefix},
@@ -125,29 +144,53 @@ async def apply_and_claim(
             claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
-    cursors = [conn.cursor(row_factory=tuple_row) for _ in range(len(rounds) + 1)]
+    claim_params = {**params, "queues": unbounded}
+    statements = [(q["apply_transitions"], round_params) for round_params in rounds]
+    statements.append((q["lock_claimable_keys"], claim_params))
+    results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
+    # Each round returns the ids it applied (the key locks' statement returns nothing
+    # of use), the claim whole runs.
+    applied = [{row[0] for row in rows} for rows in results.before[: len(rounds)]]
+    return applied, _runs(results.rows, results.description)
+
+
+@dataclass(frozen=True, slots=True)
+class _Results:
+    #: The rows of each statement before the last, as tuples.
+    before: list[list[Any]]
+    #: The last statement's rows, as tuples, and their columns.
+    rows: list[Any]
+    description: Sequence[Column] | None
+
+
+async def _in_one_round_trip(
+    conn: psycopg.AsyncConnection[Any],
+    statements: Sequence[tuple[str, dict[str, Any]]],
+    last: str,
+    last_params: dict[str, Any],
+) -> _Results:
+    """Run ``statements`` then ``last`` in one transaction and one round trip."""
+    cursors = [conn.cursor(row_factory=tuple_row) for _ in range(len(statements) + 1)]
     try:
-        # BEGIN, the rounds, the claim and COMMIT go out together, ended by the pipeline's
-        # one Sync: a single round trip. (psycopg's transaction() in a pipeline syncs after
-        # BEGIN and before COMMIT, three round trips.) A failed statement makes the server
-        # skip the rest, COMMIT included, so the transaction rolls back as a whole; the
-        # error surfaces at the Sync, and the block below ends the failed transaction.
+        # BEGIN, the statements and COMMIT go out together, ended by the pipeline's one
+        # Sync: a single round trip. (psycopg's transaction() in a pipeline syncs after
+        # BEGIN and before COMMIT, three round trips.) Each statement still takes its own
+        # snapshot, so the claim sees the locks and transitions before it. A failed
+        # statement makes the server skip the rest, COMMIT included, so the transaction
+        # rolls back as a whole; the error surfaces at the Sync, and the block below ends
+        # the failed transaction.
         async with conn.pipeline():
             await conn.execute("BEGIN")
             # Generic plans from the first execution: the statements are prepared on first
             # use, and planning the claim afresh each time costs more than running it.
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            for cur, round_params in zip(cursors, rounds, strict=False):
-                await cur.execute(q["apply_transitions"], round_params, prepare=True)
-            await cursors[-1].execute(
-                q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True
-            )
+            for cur, (query, query_params) in zip(cursors, statements, strict=False):
+                await cur.execute(query, query_params, prepare=True)
+            await cursors[-1].execute(last, last_params, prepare=True)
             await conn.execute("COMMIT")
-        # Each round returns the ids it applied, the claim whole runs.
-        applied = [{row[0] for row in await cur.fetchall()} for cur in cursors[:-1]]
-        claim = cursors[-1]
-        rows = await claim.fetchall()
-        description = claim.description
+        before = [await cur.fetchall() for cur in cursors[:-1]]
+        final = cursors[-1]
+        return _Results(before, await final.fetchall(), final.description)
     except BaseException:
         # Failed on the server (or interrupted before COMMIT went out): roll back, so
         # nothing of it lands and the connection goes back to the pool idle.
@@ -158,7 +201,6 @@ async def apply_and_claim(
     finally:
         for cur in cursors:
             await cur.close()
-    return applied, _runs(rows, description)
 
 
 _IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)

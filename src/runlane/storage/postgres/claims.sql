@@ -1,29 +1,153 @@
 -- Claims of the PostgreSQL driver, each a whole statement: choose the runs
--- (candidates), lease them and append run.started, in one statement. All three
+-- (candidates), lease them and append run.started, in one statement. All claims
 -- lease alike (claimed, started); only the choice of candidates differs.
 -- Candidates are locked rows checked as they are now; they are found by primary key
 -- (= ANY), so the plan never depends on how stale the table's statistics are.
+--
+-- Key rules (contract 5.7), for deliveries with a partition key (task runs and NONE
+-- deliveries have none and skip every keyed part): EXCLUSIVE, no delivery of the
+-- same (task_id, partition_key) holds an unexpired lease; ORDERED, also no delivery
+-- of it with a lower sequence is unfinished; one claim takes at most one delivery
+-- per key. A statement's snapshot cannot see another claimer's uncommitted lease
+-- (5.14), so keyed deliveries are claimed only under their key's advisory lock
+-- (the name built in storage/sql/claiming.py, publishes take the same), taken by an
+-- earlier statement of the same transaction: the claim's snapshot then sees every
+-- decision on the key committed before. lock_claimable_keys records the keys it
+-- took in the transaction-local setting runlane.claim_keys, which the claims read.
+
+-- name: lock_claimable_keys
+-- Polling claims: try to take the key locks of up to limit keys that have a due
+-- delivery in the queues which looked claimable a moment ago (this snapshot), the
+-- keys with the oldest such deliveries first. Keys another transaction is deciding
+-- on are skipped, never waited for (5.7.3), so no claim deadlocks on a key. The lock
+-- ids taken are kept in runlane.claim_keys until the transaction ends; with no
+-- keyed delivery due (task runs only) the scan finds nothing in runlane_runs_keyed.
+SELECT set_config(
+    'runlane.claim_keys', coalesce(string_agg(keys.lock_id::text, ',' ORDER BY keys.lock_id), ''),
+    true
+) AS claim_keys
+FROM (
+    SELECT chosen.lock_id
+    FROM (
+        SELECT k.lock_id
+        FROM (
+            SELECT hashtextextended(
+                       %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
+                       || ':' || k.partition_key, 0
+                   ) AS lock_id,
+                   min(k.run_at) AS first_run_at
+            FROM {schema}.runlane_runs k
+            WHERE k.environment = %(environment)s
+              AND k.partition_key IS NOT NULL
+              AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND k.run_at <= %(now)s
+              AND k.queue = ANY(%(queues)b::text[])
+              AND NOT EXISTS (
+                  SELECT 1 FROM {schema}.runlane_runs o
+                  WHERE o.environment = k.environment AND o.task_id = k.task_id
+                    AND o.partition_key = k.partition_key
+                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                     'cancellation_requested', 'dead_lettered')
+                    AND ((o.status IN ('running', 'cancellation_requested')
+                          AND o.lease_expires_at > %(now)s)
+                         OR (k.subscription_mode = 'ordered'
+                             AND o.message_sequence < k.message_sequence))
+              )
+            GROUP BY 1
+            ORDER BY 2, 1
+            LIMIT %(limit)s
+        ) AS k
+        ORDER BY k.lock_id
+    ) AS chosen
+    WHERE pg_try_advisory_xact_lock(chosen.lock_id)
+) AS keys;
+
+-- name: lock_run_key
+-- claim_run: wait for the key lock of the run's (subscription, key), if it has a key;
+-- nothing else is held yet, so the wait cannot close a cycle.
+SELECT count(pg_advisory_xact_lock(
+    hashtextextended(
+        %(key_lock_prefix)s || length(r.task_id) || ':' || r.task_id || ':' || r.partition_key, 0
+    )
+)) AS locked
+FROM {schema}.runlane_runs r
+WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS NOT NULL;
 
 -- name: claim_due_runs
--- Per queue, lock the oldest due runs no other claimer holds (SKIP LOCKED), then
--- take them in turns across queues, so a worker on many queues serves them all.
-WITH candidates AS (
+-- Per queue, lock the oldest due runs without a key no other claimer holds (SKIP
+-- LOCKED), and the first claimable delivery of each key whose lock this transaction
+-- holds; then take them in turns across queues, so a worker on many queues serves
+-- them all. Without key locks held (task runs only) the keyed part is not run.
+WITH held AS (
+    SELECT string_to_array(
+        nullif(current_setting('runlane.claim_keys', true), ''), ','
+    )::bigint[] AS lock_ids
+),
+keyed AS (
+    SELECT r.id, r.run_at, r.queue
+    FROM {schema}.runlane_runs r
+    WHERE r.environment = %(environment)s
+      AND r.id = ANY(ARRAY(
+          SELECT ranked.id
+          FROM (
+              SELECT k.id, k.run_at,
+                     row_number() OVER (
+                         PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+                     ) AS rank_in_key
+              FROM {schema}.runlane_runs k
+              WHERE cardinality((SELECT lock_ids FROM held)) > 0
+                AND k.environment = %(environment)s
+                AND k.partition_key IS NOT NULL
+                AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+                AND k.run_at <= %(now)s
+                AND k.queue = ANY(%(queues)b::text[])
+                AND hashtextextended(
+                        %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
+                        || ':' || k.partition_key, 0
+                    ) = ANY((SELECT lock_ids FROM held)::bigint[])
+                AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.runlane_runs o
+                    WHERE o.environment = k.environment AND o.task_id = k.task_id
+                      AND o.partition_key = k.partition_key
+                      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                       'cancellation_requested', 'dead_lettered')
+                      AND ((o.status IN ('running', 'cancellation_requested')
+                            AND o.lease_expires_at > %(now)s)
+                           OR (k.subscription_mode = 'ordered'
+                               AND o.message_sequence < k.message_sequence))
+                )
+          ) AS ranked
+          WHERE ranked.rank_in_key = 1
+          ORDER BY ranked.run_at, ranked.id
+          LIMIT %(limit)s
+      ))
+      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND r.run_at <= %(now)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+candidates AS (
     SELECT due.id
     FROM (
-        SELECT picked.id, picked.run_at,
-               row_number() OVER (PARTITION BY q.name ORDER BY picked.run_at, picked.id) AS turn
-        FROM unnest(%(queues)b::text[]) AS q(name)
-        CROSS JOIN LATERAL (
-            SELECT r.id, r.run_at
-            FROM {schema}.runlane_runs r
-            WHERE r.environment = %(environment)s
-              AND r.queue = q.name
-              AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-              AND r.run_at <= %(now)s
-            ORDER BY r.run_at, r.id
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS picked
+        SELECT c.id, c.run_at,
+               row_number() OVER (PARTITION BY c.queue ORDER BY c.run_at, c.id) AS turn
+        FROM (
+            SELECT picked.id, picked.run_at, q.name AS queue
+            FROM unnest(%(queues)b::text[]) AS q(name)
+            CROSS JOIN LATERAL (
+                SELECT r.id, r.run_at
+                FROM {schema}.runlane_runs r
+                WHERE r.environment = %(environment)s
+                  AND r.queue = q.name
+                  AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+                  AND r.run_at <= %(now)s
+                  AND r.partition_key IS NULL
+                ORDER BY r.run_at, r.id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) AS picked
+            UNION ALL
+            SELECT keyed.id, keyed.run_at, keyed.queue FROM keyed
+        ) AS c
     ) AS due
     ORDER BY due.turn, due.run_at, due.id
     LIMIT %(limit)s
@@ -56,10 +180,17 @@ SELECT * FROM claimed;
 
 -- name: claim_bounded_runs
 -- Bounded queues, whose capacity locks the caller holds: per (queue, concurrency
--- key) partition, at most the limit minus the runs holding an unexpired lease.
+-- key) partition, at most the limit minus the runs holding an unexpired lease; of
+-- a partition key (whose key lock the caller holds), at most its first claimable
+-- delivery.
 WITH candidates AS (
     WITH limits AS (
         SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS q(name, lim)
+    ),
+    held AS (
+        SELECT string_to_array(
+        nullif(current_setting('runlane.claim_keys', true), ''), ','
+    )::bigint[] AS lock_ids
     ),
     occupied AS (
         SELECT r.queue, coalesce(r.concurrency_key, '') AS part, count(*) AS n
@@ -70,16 +201,54 @@ WITH candidates AS (
           AND r.lease_expires_at > %(now)s
         GROUP BY r.queue, coalesce(r.concurrency_key, '')
     ),
-    ranked AS (
-        SELECT r.id, r.queue, r.run_at, coalesce(r.concurrency_key, '') AS part, limits.lim,
-               row_number() OVER (
-                   PARTITION BY r.queue, coalesce(r.concurrency_key, '') ORDER BY r.run_at, r.id
-               ) AS rn
+    eligible AS (
+        SELECT r.id, r.queue, r.run_at, coalesce(r.concurrency_key, '') AS part, limits.lim
         FROM {schema}.runlane_runs r
         JOIN limits ON limits.name = r.queue
         WHERE r.environment = %(environment)s
           AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
           AND r.run_at <= %(now)s
+          AND r.partition_key IS NULL
+        UNION ALL
+        SELECT first_of_key.id, first_of_key.queue, first_of_key.run_at, first_of_key.part,
+               first_of_key.lim
+        FROM (
+            SELECT k.id, k.queue, k.run_at, coalesce(k.concurrency_key, '') AS part, limits.lim,
+                   row_number() OVER (
+                       PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+                   ) AS rank_in_key
+            FROM {schema}.runlane_runs k
+            JOIN limits ON limits.name = k.queue
+            WHERE cardinality((SELECT lock_ids FROM held)) > 0
+              AND k.environment = %(environment)s
+              AND k.partition_key IS NOT NULL
+              AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND k.run_at <= %(now)s
+              AND hashtextextended(
+                      %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
+                      || ':' || k.partition_key, 0
+                  ) = ANY((SELECT lock_ids FROM held)::bigint[])
+              AND NOT EXISTS (
+                  SELECT 1 FROM {schema}.runlane_runs o
+                  WHERE o.environment = k.environment AND o.task_id = k.task_id
+                    AND o.partition_key = k.partition_key
+                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                     'cancellation_requested', 'dead_lettered')
+                    AND ((o.status IN ('running', 'cancellation_requested')
+                          AND o.lease_expires_at > %(now)s)
+                         OR (k.subscription_mode = 'ordered'
+                             AND o.message_sequence < k.message_sequence))
+              )
+        ) AS first_of_key
+        WHERE first_of_key.rank_in_key = 1
+    ),
+    ranked AS (
+        SELECT eligible.*,
+               row_number() OVER (
+                   PARTITION BY eligible.queue, eligible.part
+                   ORDER BY eligible.run_at, eligible.id
+               ) AS rn
+        FROM eligible
     )
     SELECT r.id
     FROM {schema}.runlane_runs r
@@ -123,13 +292,26 @@ started AS (
 SELECT * FROM claimed;
 
 -- name: claim_run
+-- One run, if it is claimable and due and its key (if any, whose lock the caller
+-- took with lock_run_key) lets it run.
 WITH candidates AS (
-    SELECT r.id
-    FROM {schema}.runlane_runs r
-    WHERE r.environment = %(environment)s AND r.id = %(id)s
-      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-      AND r.run_at <= %(now)s
-    FOR UPDATE
+    SELECT k.id
+    FROM {schema}.runlane_runs k
+    WHERE k.environment = %(environment)s AND k.id = %(id)s
+      AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND k.run_at <= %(now)s
+      AND (k.partition_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM {schema}.runlane_runs o
+          WHERE o.environment = k.environment AND o.task_id = k.task_id
+            AND o.partition_key = k.partition_key
+            AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                             'cancellation_requested', 'dead_lettered')
+            AND ((o.status IN ('running', 'cancellation_requested')
+                  AND o.lease_expires_at > %(now)s)
+                 OR (k.subscription_mode = 'ordered'
+                     AND o.message_sequence < k.message_sequence))
+      ))
+    FOR UPDATE OF k
 ),
 claimed AS (
     UPDATE {schema}.runlane_runs r
@@ -156,6 +338,39 @@ started AS (
     FROM claimed
 )
 SELECT * FROM claimed;
+
+-- name: key_unavailable
+-- execute_delivery's ignore path, for a delivery with a key that is due and waiting
+-- yet was not claimed: its delivery request is cleared, so tick requests it again
+-- once it is claimable; blocked says whether its key is what keeps it waiting (the
+-- rule of claim_run).
+WITH target AS (
+    SELECT k.id, EXISTS (
+               SELECT 1 FROM {schema}.runlane_runs o
+               WHERE o.environment = k.environment AND o.task_id = k.task_id
+                 AND o.partition_key = k.partition_key
+                 AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                  'cancellation_requested', 'dead_lettered')
+                 AND ((o.status IN ('running', 'cancellation_requested')
+                       AND o.lease_expires_at > %(now)s)
+                      OR (k.subscription_mode = 'ordered'
+                          AND o.message_sequence < k.message_sequence))
+           ) AS blocked
+    FROM {schema}.runlane_runs k
+    WHERE k.environment = %(environment)s AND k.id = %(id)s
+      AND k.partition_key IS NOT NULL
+      AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND k.run_at <= %(now)s
+    FOR UPDATE OF k
+),
+cleared AS (
+    UPDATE {schema}.runlane_runs r
+    SET delivery_requested_at = NULL, reserved_until = NULL
+    FROM target
+    WHERE r.environment = %(environment)s AND r.id = target.id
+    RETURNING r.id
+)
+SELECT target.id, target.blocked FROM target JOIN cleared ON cleared.id = target.id;
 
 -- name: lock_capacity
 -- Serialise capacity decisions on bounded queues until the transaction ends, in

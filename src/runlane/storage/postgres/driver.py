@@ -64,6 +64,7 @@ from runlane.storage.protocol import (
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
+from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
@@ -289,6 +290,9 @@ class PostgresStorage(SqlStorageBase):
     def _lock_prefix(self, environment: str) -> str:
         return claims.capacity_lock_prefix(self.schema, environment)
 
+    def _key_lock_prefix(self, environment: str) -> str:
+        return key_lock_prefix(self.schema, environment)
+
     # -- runs ----------------------------------------------------------------------
 
     async def create_runs(
@@ -348,7 +352,12 @@ class PostgresStorage(SqlStorageBase):
         """Lease up to ``limit`` due runs, skipping runs other claimers hold, within capacity."""
         if limit < 1 or not queues:
             return []
-        params = {"environment": environment, "limit": limit, **lease_params(lease, to_micros(now))}
+        params = {
+            "environment": environment,
+            "limit": limit,
+            "key_lock_prefix": self._key_lock_prefix(environment),
+            **lease_params(lease, to_micros(now)),
+        }
         prefix = self._lock_prefix(environment)
         return await self._run(
             lambda conn: claims.claim_due_runs(conn, self._q, prefix, queues, limit, params)
@@ -364,9 +373,22 @@ class PostgresStorage(SqlStorageBase):
         queue: QueuePolicy | None = None,
     ) -> Run | None:
         """Lease one run if it is claimable, due and (bounded ``queue``) within capacity."""
-        params = {"environment": environment, "id": run_id, **lease_params(lease, to_micros(now))}
+        params = {
+            "environment": environment,
+            "id": run_id,
+            "key_lock_prefix": self._key_lock_prefix(environment),
+            **lease_params(lease, to_micros(now)),
+        }
         prefix = self._lock_prefix(environment)
         return await self._run(lambda conn: claims.claim_run(conn, self._q, prefix, queue, params))
+
+    async def mark_key_unavailable(self, environment: str, run_id: str, now: datetime) -> bool:
+        """Whether the due, waiting delivery is kept waiting by its key (5.7.5); its
+        delivery request is cleared, so ``tick`` requests it again once claimable."""
+        rows = await self._fetch(
+            "key_unavailable", {"environment": environment, "id": run_id, "now": to_micros(now)}
+        )
+        return bool(rows) and bool(rows[0]["blocked"])
 
     async def heartbeat(
         self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
@@ -433,7 +455,12 @@ class PostgresStorage(SqlStorageBase):
             transition_params(environment, [transitions[i] for i in indexes], now_us)
             for indexes in rounds
         ]
-        params = {"environment": environment, "limit": limit, **lease_params(lease, now_us)}
+        params = {
+            "environment": environment,
+            "limit": limit,
+            "key_lock_prefix": self._key_lock_prefix(environment),
+            **lease_params(lease, now_us),
+        }
         prefix = self._lock_prefix(environment)
         done, claimed = await self._run(
             lambda conn: claims.apply_and_claim(

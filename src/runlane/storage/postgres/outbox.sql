@@ -3,16 +3,69 @@
 
 -- name: undelivered_runs
 -- Due runs without a delivery request, locked so concurrent ticks request each once.
+-- A delivery with a partition key is requested only when claimable (contract 5.7.5,
+-- the rule of claim_run), at most one per key, and not while another delivery of its
+-- key still waits on a request. OF r: the lock covers the chosen runs only, never
+-- the key's other deliveries the rule reads. Task runs have no key: the keyed part
+-- finds nothing for them.
+WITH plain AS (
+    SELECT r.id, r.queue, r.concurrency_key, r.run_at
+    FROM {schema}.runlane_runs r
+    WHERE r.environment = %(environment)s
+      AND r.queue = ANY(%(queues)b::text[])
+      AND r.delivery_requested_at IS NULL
+      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND r.run_at <= %(now)s
+      AND r.partition_key IS NULL
+    ORDER BY r.run_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+keyed AS (
+    SELECT r.id, r.queue, r.concurrency_key, r.run_at
+    FROM {schema}.runlane_runs r
+    WHERE r.environment = %(environment)s
+      AND r.id = ANY(ARRAY(
+          SELECT first_of_key.id
+          FROM (
+              SELECT k.id, k.run_at,
+                     row_number() OVER (
+                         PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+                     ) AS rank_in_key
+              FROM {schema}.runlane_runs k
+              WHERE k.environment = %(environment)s
+                AND k.partition_key IS NOT NULL
+                AND k.queue = ANY(%(queues)b::text[])
+                AND k.delivery_requested_at IS NULL
+                AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+                AND k.run_at <= %(now)s
+                AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.runlane_runs o
+                    WHERE o.environment = k.environment AND o.task_id = k.task_id
+                      AND o.partition_key = k.partition_key
+                      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                       'cancellation_requested', 'dead_lettered')
+                      AND ((o.status IN ('running', 'cancellation_requested')
+                            AND o.lease_expires_at > %(now)s)
+                           OR (k.subscription_mode = 'ordered'
+                               AND o.message_sequence < k.message_sequence)
+                           OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
+                               AND o.delivery_requested_at IS NOT NULL))
+                )
+          ) AS first_of_key
+          WHERE first_of_key.rank_in_key = 1
+          ORDER BY first_of_key.run_at, first_of_key.id
+          LIMIT %(limit)s
+      ))
+      AND r.delivery_requested_at IS NULL
+      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND r.run_at <= %(now)s
+    FOR UPDATE OF r SKIP LOCKED
+)
 SELECT id, queue, concurrency_key
-FROM {schema}.runlane_runs
-WHERE environment = %(environment)s
-  AND queue = ANY(%(queues)b::text[])
-  AND delivery_requested_at IS NULL
-  AND status IN ('queued', 'scheduled', 'retrying', 'released')
-  AND run_at <= %(now)s
-ORDER BY run_at, id
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+FROM (SELECT * FROM plain UNION ALL SELECT * FROM keyed) AS due
+ORDER BY due.run_at, due.id
+LIMIT %(limit)s;
 
 -- name: occupied_by_partition
 -- Capacity held per partition of bounded queues: unexpired leases and reservations.

@@ -25,6 +25,7 @@ from runlane.storage.protocol import (
     StoredMessage,
 )
 from runlane.storage.sql.batches import taken_run_id
+from runlane.storage.sql.claiming import key_lock_name
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.storage.sql.messages import (
     check_reuse,
@@ -37,12 +38,6 @@ from runlane.storage.sql.messages import (
 )
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.types.runs import Run
-
-
-def key_lock_name(schema: str, environment: str, subscription: str, key: str) -> str:
-    """The advisory lock name of one (subscription, key): publishes and claims of its
-    deliveries take it (hashed with ``hashtextextended``)."""
-    return f"runlane.key:{schema}:{environment}:{len(subscription)}:{subscription}:{key}"
 
 
 def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) -> list[str]:

@@ -1,4 +1,10 @@
-"""What claiming means on every dialect, apart from how the statements lock."""
+"""What claiming means on every dialect, apart from how the statements lock.
+
+Delivery runs of EXCLUSIVE and ORDERED subscriptions carry a partition key
+(contract 5.7); task runs and NONE deliveries store none, so every key rule in
+the claim statements is guarded by ``partition_key IS NOT NULL`` and costs a
+task run nothing.
+"""
 
 from __future__ import annotations
 
@@ -20,3 +26,24 @@ def split_by_capacity(queues: Sequence[QueuePolicy]) -> tuple[dict[str, int], li
 def claim_order(run: Run) -> tuple[datetime, str]:
     """Claimed runs come back oldest ``run_at`` first, ties broken by id."""
     return run.run_at, run.id
+
+
+# -- key locks (PostgreSQL, contract 5.7.4 and 5.14) ------------------------------------
+#
+# One transaction-scoped advisory lock per (subscription, key) serialises everything
+# that decides on a key: publishes (which draw the message sequence under it) and
+# claims (which then read the key's deliveries with a fresh snapshot). The lock is
+# ``hashtextextended(name, 0)`` of the name below; the claim statements build the
+# same name in SQL: ``prefix || length(task_id) || ':' || task_id || ':' ||
+# partition_key``. The subscription's length makes the name unambiguous whatever
+# the key holds.
+
+
+def key_lock_prefix(schema: str, environment: str) -> str:
+    """The start of every key lock name of one environment in one schema."""
+    return f"runlane.key:{schema}:{environment}:"
+
+
+def key_lock_name(schema: str, environment: str, subscription: str, key: str) -> str:
+    """The advisory lock name of one (subscription, key)."""
+    return f"{key_lock_prefix(schema, environment)}{len(subscription)}:{subscription}:{key}"

@@ -1,9 +1,18 @@
 -- Claims of the SQLite driver, each a whole statement: lease the runs it chooses
 -- and return them (the caller appends run.started). Callers hold the write lock
--- (IMMEDIATE transactions), so a bounded queue's count cannot change under them.
--- All three lease alike; only the choice of runs differs.
+-- (IMMEDIATE transactions), so a bounded queue's count and a key's deliveries
+-- cannot change under them. All claims lease alike; only the choice of runs differs.
+--
+-- Key rules (contract 5.7), for deliveries with a partition key (task runs and NONE
+-- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
+-- (task_id, partition_key) holds an unexpired lease; ORDERED, also no delivery of
+-- it with a lower sequence is unfinished. One claim takes at most one delivery per
+-- key. The status lists are spelled as in the runlane_runs_keyed index, so that
+-- index serves the keyed scans.
 
 -- name: claim_due_runs
+-- One queue: the oldest due runs without a key, and the first claimable delivery of
+-- each key, merged by run_at.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -14,11 +23,45 @@ SET status = 'running',
     reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id IN (
-    SELECT id FROM runlane_runs
-    WHERE environment = :environment
-      AND queue = :queue
-      AND status IN ('queued', 'scheduled', 'retrying', 'released')
-      AND run_at <= :now
+    SELECT id FROM (
+        SELECT id, run_at FROM (
+            SELECT id, run_at FROM runlane_runs
+            WHERE environment = :environment
+              AND queue = :queue
+              AND status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND run_at <= :now
+              AND partition_key IS NULL
+            ORDER BY run_at, id
+            LIMIT :limit
+        )
+        UNION ALL
+        SELECT id, run_at FROM (
+            SELECT k.id, k.run_at,
+                   row_number() OVER (
+                       PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+                   ) AS rank_in_key
+            FROM runlane_runs k
+            WHERE k.environment = :environment
+              AND k.partition_key IS NOT NULL
+              AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                               'cancellation_requested', 'dead_lettered')
+              AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND k.queue = :queue
+              AND k.run_at <= :now
+              AND NOT EXISTS (
+                  SELECT 1 FROM runlane_runs o
+                  WHERE o.environment = k.environment AND o.task_id = k.task_id
+                    AND o.partition_key = k.partition_key
+                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                     'cancellation_requested', 'dead_lettered')
+                    AND ((o.status IN ('running', 'cancellation_requested')
+                          AND o.lease_expires_at > :now)
+                         OR (k.subscription_mode = 'ordered'
+                             AND o.message_sequence < k.message_sequence))
+              )
+        )
+        WHERE rank_in_key = 1
+    )
     ORDER BY run_at, id
     LIMIT :limit
 )
@@ -26,8 +69,8 @@ RETURNING *;
 
 -- name: claim_bounded_runs
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
--- minus the runs that hold an active lease. Callers hold the write lock, so the
--- count cannot change under us.
+-- minus the runs that hold an active lease; of a partition key, at most its first
+-- claimable delivery.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -39,18 +82,51 @@ SET status = 'running',
     updated_at = :now
 WHERE environment = :environment AND id IN (
     SELECT c.id FROM (
-        SELECT r.id, r.queue, r.run_at, q.lim, coalesce(r.concurrency_key, '') AS part,
-               row_number() OVER (
-                   PARTITION BY r.queue, coalesce(r.concurrency_key, '') ORDER BY r.run_at, r.id
-               ) AS rn
-        FROM runlane_runs r
-        JOIN (
-            SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS lim
-            FROM json_each(:bounded)
-        ) q ON q.queue = r.queue
-        WHERE r.environment = :environment
-          AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-          AND r.run_at <= :now
+        SELECT e.id, e.queue, e.run_at, e.lim, e.part,
+               row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.run_at, e.id) AS rn
+        FROM (
+            SELECT r.id, r.queue, r.run_at, q.lim, coalesce(r.concurrency_key, '') AS part
+            FROM runlane_runs r
+            JOIN (
+                SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS lim
+                FROM json_each(:bounded)
+            ) q ON q.queue = r.queue
+            WHERE r.environment = :environment
+              AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND r.run_at <= :now
+              AND r.partition_key IS NULL
+            UNION ALL
+            SELECT id, queue, run_at, lim, part FROM (
+                SELECT k.id, k.queue, k.run_at, q.lim, coalesce(k.concurrency_key, '') AS part,
+                       row_number() OVER (
+                           PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+                       ) AS rank_in_key
+                FROM runlane_runs k
+                JOIN (
+                    SELECT json_extract(value, '$[0]') AS queue,
+                           json_extract(value, '$[1]') AS lim
+                    FROM json_each(:bounded)
+                ) q ON q.queue = k.queue
+                WHERE k.environment = :environment
+                  AND k.partition_key IS NOT NULL
+                  AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                   'cancellation_requested', 'dead_lettered')
+                  AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+                  AND k.run_at <= :now
+                  AND NOT EXISTS (
+                      SELECT 1 FROM runlane_runs o
+                      WHERE o.environment = k.environment AND o.task_id = k.task_id
+                        AND o.partition_key = k.partition_key
+                        AND o.status IN ('queued', 'scheduled', 'retrying', 'released',
+                                         'running', 'cancellation_requested', 'dead_lettered')
+                        AND ((o.status IN ('running', 'cancellation_requested')
+                              AND o.lease_expires_at > :now)
+                             OR (k.subscription_mode = 'ordered'
+                                 AND o.message_sequence < k.message_sequence))
+                  )
+            )
+            WHERE rank_in_key = 1
+        ) e
     ) c
     LEFT JOIN (
         SELECT queue, coalesce(concurrency_key, '') AS part, count(*) AS n
@@ -68,6 +144,7 @@ WHERE environment = :environment AND id IN (
 RETURNING *;
 
 -- name: claim_run
+-- One run, if it is claimable and due and its key (if any) lets it run.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -78,12 +155,45 @@ SET status = 'running',
     reserved_until = NULL,
     updated_at = :now
 WHERE environment = :environment AND id IN (
-    SELECT id FROM runlane_runs
-    WHERE environment = :environment AND id = :id
-      AND status IN ('queued', 'scheduled', 'retrying', 'released')
-      AND run_at <= :now
+    SELECT k.id FROM runlane_runs k
+    WHERE k.environment = :environment AND k.id = :id
+      AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND k.run_at <= :now
+      AND (k.partition_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM runlane_runs o
+          WHERE o.environment = k.environment AND o.task_id = k.task_id
+            AND o.partition_key = k.partition_key
+            AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                             'cancellation_requested', 'dead_lettered')
+            AND ((o.status IN ('running', 'cancellation_requested')
+                  AND o.lease_expires_at > :now)
+                 OR (k.subscription_mode = 'ordered'
+                     AND o.message_sequence < k.message_sequence))
+      ))
 )
 RETURNING *;
+
+-- name: key_unavailable
+-- execute_delivery's ignore path, for a delivery with a key that is due and waiting
+-- yet was not claimed: its delivery request is cleared, so tick requests it again
+-- once it is claimable; blocked says whether its key is what keeps it waiting (the
+-- rule of claim_run).
+UPDATE runlane_runs
+SET delivery_requested_at = NULL, reserved_until = NULL
+WHERE environment = :environment AND id = :id
+  AND partition_key IS NOT NULL
+  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at <= :now
+RETURNING id, EXISTS (
+    SELECT 1 FROM runlane_runs o
+    WHERE o.environment = runlane_runs.environment AND o.task_id = runlane_runs.task_id
+      AND o.partition_key = runlane_runs.partition_key
+      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                       'cancellation_requested', 'dead_lettered')
+      AND ((o.status IN ('running', 'cancellation_requested') AND o.lease_expires_at > :now)
+           OR (runlane_runs.subscription_mode = 'ordered'
+               AND o.message_sequence < runlane_runs.message_sequence))
+) AS blocked;
 
 -- name: occupied_capacity
 SELECT count(*) AS n FROM runlane_runs

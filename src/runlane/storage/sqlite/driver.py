@@ -193,6 +193,15 @@ class SqliteStorage(SqlStorageBase):
             lambda cur: claims.claim_run(cur, environment, params, queue)
         )
 
+    async def mark_key_unavailable(self, environment: str, run_id: str, now: datetime) -> bool:
+        """Whether the due, waiting delivery is kept waiting by its key (5.7.5); its
+        delivery request is cleared, so ``tick`` requests it again once claimable."""
+        params = {"environment": environment, "id": run_id, "now": to_micros(now)}
+        row = await self._db.transact(
+            lambda cur: cur.execute(QUERIES["key_unavailable"], params).fetchone()
+        )
+        return row is not None and bool(row["blocked"])
+
     async def heartbeat(
         self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
     ) -> RunStatus | None:

@@ -16,12 +16,52 @@ WHERE environment = :environment AND id = :id
 RETURNING *;
 
 -- name: undelivered_runs
-SELECT id, queue, concurrency_key FROM runlane_runs
-WHERE environment = :environment
-  AND queue IN (SELECT value FROM json_each(:queues))
-  AND delivery_requested_at IS NULL
-  AND status IN ('queued', 'scheduled', 'retrying', 'released')
-  AND run_at <= :now
+-- Due runs without a delivery request. A delivery with a partition key is requested
+-- only when claimable (contract 5.7.5, the rule of claim_run), at most one per key,
+-- and not while another delivery of its key still waits on a request.
+SELECT id, queue, concurrency_key FROM (
+    SELECT id, queue, concurrency_key, run_at FROM (
+        SELECT id, queue, concurrency_key, run_at FROM runlane_runs
+        WHERE environment = :environment
+          AND queue IN (SELECT value FROM json_each(:queues))
+          AND delivery_requested_at IS NULL
+          AND status IN ('queued', 'scheduled', 'retrying', 'released')
+          AND run_at <= :now
+          AND partition_key IS NULL
+        ORDER BY run_at, id
+        LIMIT :limit
+    )
+    UNION ALL
+    SELECT id, queue, concurrency_key, run_at FROM (
+        SELECT k.id, k.queue, k.concurrency_key, k.run_at,
+               row_number() OVER (
+                   PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
+               ) AS rank_in_key
+        FROM runlane_runs k
+        WHERE k.environment = :environment
+          AND k.partition_key IS NOT NULL
+          AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                           'cancellation_requested', 'dead_lettered')
+          AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+          AND k.queue IN (SELECT value FROM json_each(:queues))
+          AND k.delivery_requested_at IS NULL
+          AND k.run_at <= :now
+          AND NOT EXISTS (
+              SELECT 1 FROM runlane_runs o
+              WHERE o.environment = k.environment AND o.task_id = k.task_id
+                AND o.partition_key = k.partition_key
+                AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                 'cancellation_requested', 'dead_lettered')
+                AND ((o.status IN ('running', 'cancellation_requested')
+                      AND o.lease_expires_at > :now)
+                     OR (k.subscription_mode = 'ordered'
+                         AND o.message_sequence < k.message_sequence)
+                     OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
+                         AND o.delivery_requested_at IS NOT NULL))
+          )
+    )
+    WHERE rank_in_key = 1
+)
 ORDER BY run_at, id
 LIMIT :limit;
 

@@ -23,6 +23,7 @@ from runlane.testing.conformance.storage import (
     bad_input,
     cancellation,
     capacity,
+    claiming_by_mode,
     executing,
     idempotency,
     leadership,
@@ -38,6 +39,7 @@ from runlane.testing.conformance.storage import (
 from runlane.testing.conformance.storage.bad_input import *  # noqa: F403
 from runlane.testing.conformance.storage.cancellation import *  # noqa: F403
 from runlane.testing.conformance.storage.capacity import *  # noqa: F403
+from runlane.testing.conformance.storage.claiming_by_mode import *  # noqa: F403
 from runlane.testing.conformance.storage.executing import *  # noqa: F403
 from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
@@ -66,6 +68,7 @@ _MODULES = (
     outbox,
     methods,
     topics,
+    claiming_by_mode,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [
