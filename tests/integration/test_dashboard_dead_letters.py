@@ -440,3 +440,27 @@ def test_dead_letters_over_the_api_on_each_storage_driver(
         {"reason": "fixed upstream", "actor": "dashboard", "replays": 1},
     )
     assert [d["id"] for d in left] == [orders.xss_dead_letter]
+
+
+def test_hide_payloads_hides_dead_letter_payloads_in_html_and_json(tmp_path: Path) -> None:
+    with dashboard_under_test(tmp_path, hide_payloads=True) as dash:
+        orders = _published(dash)
+        listed = dash.client.get("/api/dead-letters").json()["dead_letters"]
+        detail = dash.client.get(f"/api/dead-letters/{orders.dead_letter}").json()
+        pages = [dash.client.get("/dead-letters").text]
+        pages.append(dash.client.get(f"/dead-letters/{orders.dead_letter}").text)
+
+    assert [d["message"]["payload"] for d in listed] == ["(hidden)", "(hidden)"]
+    assert detail["dead_letter"]["message"]["payload"] == "(hidden)"
+    assert all("-500" not in page and "(hidden)" in page for page in pages)
+
+
+def test_the_runs_filter_offers_subscriptions_beside_tasks(read_only: DashboardUnderTest) -> None:
+    _published(read_only)
+    page = read_only.client.get(
+        "/runs", params={"task": "orders.ledger", "status": "dead_lettered"}
+    )
+
+    assert '<option value="orders.ledger" selected>' in page.text
+    assert '<option value="orders.audit">' in page.text
+    assert len(re.findall(r'href="/runs/[^"/?]+"', page.text)) == 2
