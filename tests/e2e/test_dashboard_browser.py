@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium, served by the ``runlane dashboard`` command.
 
 An operator opens the failed runs, reads a run's error, traceback and
-timeline, and retries it after signing in. Stored HTML never executes.
+timeline, and retries it after signing in; finds a message its subscription
+dead-lettered and replays it with a reason. Stored HTML never executes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from tests.e2e.dashboard_process import DashboardProcess, run_async, running_dashboard
 from tests.support.chromium import chromium_executable
-from tests.support.dashboard_app import build_runtime
+from tests.support.dashboard_app import (
+    NEGATIVE_AMOUNT,
+    PublishedOrders,
+    build_runtime,
+    publish_orders,
+)
 
-from runlane import Run, RunSourceType
+from runlane import Run, RunEvent, RunSourceType, RunStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -118,6 +124,80 @@ def test_an_operator_finds_a_failed_run_reads_it_and_retries_it(
     assert all(TOKEN not in cookie["value"] for cookie in page.context.cookies())
     assert not page_errors
     assert [m.text for m in console if m.type == "error"] == []  # no CSP violation either
+    status, stderr = served.stop()
+    assert status == 0
+    assert TOKEN not in stderr
+
+
+def _publish_orders(folder: Path) -> PublishedOrders:
+    async def publish() -> PublishedOrders:
+        async with build_runtime(folder / "app.db") as rl:
+            return await publish_orders(rl)
+
+    return run_async(publish)
+
+
+def _read_events(folder: Path, run_id: str) -> list[RunEvent]:
+    async def read() -> list[RunEvent]:
+        async with build_runtime(folder / "app.db") as rl:
+            return await rl.runs.events(run_id)
+
+    return run_async(read)
+
+
+def test_an_operator_finds_a_dead_letter_and_replays_it_with_a_reason(
+    browser: Browser, served: DashboardProcess
+) -> None:
+    page: Page = browser.new_page(viewport={"width": 1280, "height": 900})
+    console: list[ConsoleMessage] = []
+    page.on("console", lambda message: console.append(message))
+    page_errors: list[object] = []
+    page.on("pageerror", lambda error: page_errors.append(error))
+    # An order with a negative amount: the ledger subscription's handler dead-letters it.
+    orders = _publish_orders(served.folder)
+    letter = orders.dead_letter
+
+    # The overview counts the dead letters and links to them.
+    page.goto(served.url)
+    page.locator("#dead-letter-count").click()
+    page.wait_for_url("**/dead-letters")
+    row = page.locator("table.dead-letters tbody tr").filter(has_text=letter)
+    assert f"{NEGATIVE_AMOUNT} on order 1" in row.locator("td.reason").inner_text()
+    assert "key halted" in row.inner_text()
+    # The other dead letter's payload holds an <img onerror>: shown as text, never run.
+    assert "<img src=x onerror=" in page.locator("table.dead-letters").inner_text()
+    assert page.locator("img").count() == 0
+    assert page.evaluate("window.__runlaneXss") is None
+
+    # Read-only until signed in: the detail offers a sign-in link, not buttons.
+    row.get_by_role("link", name=letter).click()
+    page.wait_for_url(f"**/dead-letters/{letter}")
+    events = page.locator("ol.timeline .event").all_inner_texts()
+    assert events == ["run.created", "run.started", "run.dead_lettered"]
+    assert page.get_by_role("button", name="Replay").count() == 0
+    page.get_by_role("link", name="Sign in", exact=True).click()
+    page.get_by_label("Operator token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(served.url)
+
+    # Replay with a reason: the browser lands on the delivery, queued again.
+    page.goto(f"{served.url}dead-letters/{letter}")
+    page.get_by_label("Replay reason").fill("amount confirmed with the customer")
+    page.get_by_role("button", name="Replay").click()
+    page.wait_for_url(f"**/runs/{letter}")
+    assert page.locator("h1 .status").inner_text() == "queued"
+    assert page.locator("ol.timeline .event").all_inner_texts()[-1] == "run.replayed"
+
+    # Storage holds the replay and its audit trail: the reason and the dashboard as actor.
+    replayed = _read_events(served.folder, letter)[-1]
+    assert replayed.type.value == "run.replayed"
+    assert replayed.data["reason"] == "amount confirmed with the customer"
+    assert replayed.data["actor"] == "dashboard"
+    assert _read_run(served.folder, letter).status is RunStatus.QUEUED
+    listed = page.request.get(f"{served.url}api/dead-letters").json()["dead_letters"]
+    assert [d["id"] for d in listed] == [orders.xss_dead_letter]
+    assert not page_errors
+    assert [m.text for m in console if m.type == "error"] == []
     status, stderr = served.stop()
     assert status == 0
     assert TOKEN not in stderr

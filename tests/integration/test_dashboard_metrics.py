@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
-from tests.support.dashboard_app import build_runtime, greet, main, reports
+from tests.support.dashboard_app import build_runtime, greet, main, publish_orders, reports
 from tests.support.dashboard_client import DashboardUnderTest, dashboard_under_test
 
 from runlane import ErrorCode, Lane, ManualClock, Runlane, RunlaneError, RunStatus, sqlite_lane
@@ -55,6 +55,23 @@ def test_runs_by_queue_and_status_include_every_status_with_zeros(
     assert value(samples, "runlane_runs", queue="main", status="queued") == 0
     assert value(samples, "runlane_runs", queue="reports", status="queued") == 2
     assert value(samples, "runlane_runs", queue="reports", status="cancelled") == 0
+
+
+def test_dead_lettered_and_discarded_deliveries_have_their_own_series(
+    dash: DashboardUnderTest,
+) -> None:
+    before = scrape(dash.client)
+    orders = dash.read(publish_orders)
+    dead = scrape(dash.client)
+    dash.read(lambda rl: rl.dead_letters.discard(orders.dead_letter, reason="test"))
+    after = scrape(dash.client)
+
+    for queue in ("main", "reports"):
+        for status in ("dead_lettered", "discarded"):
+            assert value(before, "runlane_runs", queue=queue, status=status) == 0
+    assert value(dead, "runlane_runs", queue="main", status="dead_lettered") == 2
+    assert value(after, "runlane_runs", queue="main", status="dead_lettered") == 1
+    assert value(after, "runlane_runs", queue="main", status="discarded") == 1
 
 
 def test_queue_gauges_show_due_runs_their_age_capacity_and_schedules(

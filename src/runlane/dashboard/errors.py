@@ -16,6 +16,10 @@ STATUS_BY_CODE = {
     ErrorCode.TASK_NOT_FOUND: 400,
     ErrorCode.RUN_NOT_FOUND: 404,
     ErrorCode.SCHEDULE_NOT_FOUND: 404,
+    ErrorCode.DEAD_LETTER_NOT_FOUND: 404,
+    # Unknown topics and subscriptions are bad filters, as unknown queues and tasks are.
+    ErrorCode.TOPIC_NOT_FOUND: 400,
+    ErrorCode.SUBSCRIPTION_NOT_FOUND: 400,
     ErrorCode.INVALID_STATE: 409,
     ErrorCode.STORAGE_CONFLICT: 409,
     ErrorCode.STORAGE_UNAVAILABLE: 503,

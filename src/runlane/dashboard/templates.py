@@ -16,9 +16,15 @@ from runlane.dashboard.csrf import CSRF_FIELD, csrf_token
 from runlane.dashboard.settings import dashboard_of
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
-#: The navigation bar: (route name, label). A new page (dead letters, once topics
-#: exist) adds its routes module and one entry here.
-NAV_PAGES = (("overview", "Overview"), ("runs", "Runs"), ("schedules", "Schedules"))
+#: The navigation bar: (route name, label). A new page adds its routes module and
+#: one entry here.
+NAV_PAGES = (
+    ("overview", "Overview"),
+    ("runs", "Runs"),
+    ("schedules", "Schedules"),
+    ("subscriptions", "Subscriptions"),
+    ("dead_letters", "Dead letters"),
+)
 
 # Autoescaping is forced for every template: all stored data (payloads, results,
 # failure text, task ids) is user-controlled.

@@ -2,7 +2,16 @@
 
 from starlette.routing import BaseRoute
 
-from runlane.dashboard.routes import monitoring, overview, run_detail, runs, schedules, session
+from runlane.dashboard.routes import (
+    dead_letters,
+    monitoring,
+    overview,
+    run_detail,
+    runs,
+    schedules,
+    session,
+    subscriptions,
+)
 
 
 def all_routes() -> list[BaseRoute]:
@@ -12,6 +21,8 @@ def all_routes() -> list[BaseRoute]:
         *runs.ROUTES,
         *run_detail.ROUTES,
         *schedules.ROUTES,
+        *subscriptions.ROUTES,
+        *dead_letters.ROUTES,
         *session.ROUTES,
         *monitoring.ROUTES,
     ]

@@ -40,7 +40,16 @@ async def overview_data(dash: Dashboard) -> View:
         "read_only": dash.read_only,
         "queues": queues,
         "totals": totals,
+        "dead_letters": await _dead_letters(dash),
     }
+
+
+async def _dead_letters(dash: Dashboard) -> View:
+    """``{"enabled", "count"}``: dead letters over every subscription (0 without any)."""
+    if not dash.rl.topic_registry.subscriptions:
+        return {"enabled": False, "count": 0}
+    stats = await dash.rl.subscriptions.list()
+    return {"enabled": True, "count": sum(s.dead_lettered for s in stats)}
 
 
 def _queue_row(name: str, parts: list[QueueStats]) -> View:

@@ -30,30 +30,54 @@ def shown_run(dash: Dashboard, run: Run) -> View:
 
 async def run_data(dash: Dashboard, run_id: str) -> View:
     """``{"run": run_view, "events": [event_view...]}`` (events oldest first)."""
+    run, events = await _run_and_events(dash, run_id)
+    return {"run": shown_run(dash, run), "events": events}
+
+
+async def _run_and_events(dash: Dashboard, run_id: str) -> tuple[Run, list[View]]:
     run = await dash.rl.runs.get(run_id)
     events = await dash.rl.runs.events(run_id)
-    return {"run": shown_run(dash, run), "events": [event_view(e) for e in events]}
+    return run, [event_view(e) for e in events]
 
 
-def allowed_actions(status: str) -> list[str]:
-    """The actions the operator API accepts for a run in ``status``."""
+def allowed_actions(status: str, *, delivery: bool = False) -> list[str]:
+    """The actions the operator API accepts for a run in ``status``.
+
+    A subscription's delivery is never retried or rerun, and a dead letter is
+    replayed or discarded on its own page rather than cancelled.
+    """
     current = RunStatus(status)
+    if current in (RunStatus.CANCELLATION_REQUESTED, RunStatus.DEAD_LETTERED):
+        return []
     if current.is_active:
-        return [] if current is RunStatus.CANCELLATION_REQUESTED else ["cancel"]
+        return ["cancel"]
+    if delivery:
+        return []
     return ["retry", "rerun"] if current is RunStatus.FAILED else ["rerun"]
 
 
-async def run_page(request: Request, *, flash: str | None = None, status: int = 200) -> Response:
-    """One run as HTML."""
+async def run_page(
+    request: Request,
+    *,
+    run_id: str | None = None,
+    flash: str | None = None,
+    status: int = 200,
+) -> Response:
+    """One run as HTML (``run_id`` defaults to the path's)."""
     dash = dashboard_of(request)
-    data = await run_data(dash, request.path_params["run_id"])
-    failure = data["run"]["failure"] or {}
+    run, events = await _run_and_events(dash, run_id or request.path_params["run_id"])
+    view = shown_run(dash, run)
+    failure = view["failure"] or {}
     meta = dict(failure.get("meta") or {})
+    delivery = run.mode is not None
     context = {
-        **data,
+        "run": view,
+        "events": events,
+        "delivery": delivery,
+        "mode": run.mode.value if run.mode is not None else None,
         "traceback": meta.pop("traceback", None),
         "failure_meta": meta,
-        "actions": allowed_actions(data["run"]["status"]),
+        "actions": allowed_actions(view["status"], delivery=delivery),
         "flash": flash,
     }
     return render(request, "run.html", context, status=status)
@@ -100,7 +124,7 @@ async def run_action_api(request: Request) -> Response:
     """``POST /api/runs/{id}/{action}`` with a Bearer token: ``{"run": run_view}``."""
     check_api_operator(request)
     dash = dashboard_of(request)
-    body = await _json_body(request)
+    body = await json_body(request)
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise RunlaneError(ErrorCode.CONFIGURATION_INVALID, "reason must be a string.")
@@ -108,7 +132,8 @@ async def run_action_api(request: Request) -> Response:
     return JSONResponse({"run": shown_run(dash, run)})
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (``{}`` for an empty body); anything else is a 400."""
     raw = await request.body()
     if not raw.strip():
         return {}

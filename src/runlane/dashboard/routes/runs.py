@@ -49,7 +49,8 @@ async def runs_page(request: Request) -> Response:
     context: View = {
         "filters": filters,
         "limit": request.query_params.get("limit") or DEFAULT_LIMIT,
-        "tasks": sorted(dash.rl.tasks),
+        # A subscription's deliveries are runs whose task id is its name.
+        "tasks": sorted([*dash.rl.tasks, *dash.rl.topic_registry.subscriptions]),
         "queues": sorted(dash.rl.queues),
         "columns": RUN_ROW_FIELDS,
         "error": None,
