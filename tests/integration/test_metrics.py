@@ -170,7 +170,7 @@ def test_histograms_count_like_the_client_and_share_series_by_queue_and_task(
 ) -> None:
     """Series are plain numbers read at scrape: a bound is inclusive (as
     prometheus_client's own histogram), buckets are cumulative, +Inf is the count."""
-    from runlane import Attempt, Outcome
+    from runlane import Attempt, AttemptOutcome
     from runlane.types.runs import Lease, Run, RunStatus
 
     registry = CollectorRegistry()
@@ -192,7 +192,7 @@ def test_histograms_count_like_the_client_and_share_series_by_queue_and_task(
         lease=Lease("w", "t", now),
     )
     for duration in (0.5, 0.75, 2.0):
-        attempt = Attempt(run, "w", duration=duration, outcome=Outcome.SUCCEEDED)
+        attempt = Attempt(run, "w", duration=duration, outcome=AttemptOutcome.SUCCEEDED)
         metrics.attempt(attempt)
         metrics.settled(attempt)
     metrics.triggered([run, run])
