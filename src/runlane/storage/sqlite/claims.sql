@@ -7,8 +7,9 @@
 -- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
 -- (task_id, partition_key) holds an unexpired lease; ORDERED, also no delivery of
 -- it with a lower sequence is unfinished. One claim takes at most one delivery per
--- key. The status lists are spelled as in the runlane_runs_keyed index, so that
--- index serves the keyed scans.
+-- key. The keyed scans name the partial runlane_runs_keyed index (their status
+-- lists spelled as its own, so SQLite can use it): holding no task run, it keeps
+-- those scans empty on a lane of tasks, however long its queue.
 
 -- name: claim_due_runs
 -- One queue: the oldest due runs without a key, and the first claimable delivery of
@@ -40,7 +41,7 @@ WHERE environment = :environment AND id IN (
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                    ) AS rank_in_key
-            FROM runlane_runs k
+            FROM runlane_runs k INDEXED BY runlane_runs_keyed
             WHERE k.environment = :environment
               AND k.partition_key IS NOT NULL
               AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
@@ -101,7 +102,7 @@ WHERE environment = :environment AND id IN (
                        row_number() OVER (
                            PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                        ) AS rank_in_key
-                FROM runlane_runs k
+                FROM runlane_runs k INDEXED BY runlane_runs_keyed
                 JOIN (
                     SELECT json_extract(value, '$[0]') AS queue,
                            json_extract(value, '$[1]') AS lim

@@ -18,7 +18,8 @@ RETURNING *;
 -- name: undelivered_runs
 -- Due runs without a delivery request. A delivery with a partition key is requested
 -- only when claimable (contract 5.7.5, the rule of claim_run), at most one per key,
--- and not while another delivery of its key still waits on a request.
+-- and not while another delivery of its key still waits on a request. The keyed
+-- scan reads the partial runlane_runs_keyed index, which holds no task run.
 SELECT id, queue, concurrency_key FROM (
     SELECT id, queue, concurrency_key, run_at FROM (
         SELECT id, queue, concurrency_key, run_at FROM runlane_runs
@@ -37,7 +38,7 @@ SELECT id, queue, concurrency_key FROM (
                row_number() OVER (
                    PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                ) AS rank_in_key
-        FROM runlane_runs k
+        FROM runlane_runs k INDEXED BY runlane_runs_keyed
         WHERE k.environment = :environment
           AND k.partition_key IS NOT NULL
           AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
