@@ -5,12 +5,30 @@ from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.definitions import QueueDef, TaskDef, queue, task
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.lane_spec import Lane
-from runlane.core.observing import Attempt, Observer, Outcome
+from runlane.core.observing import Attempt, Observer
+from runlane.core.observing import Outcome as AttemptOutcome
 from runlane.core.retry import BackoffType, RetryPolicy
 from runlane.core.runtime import Runlane
 from runlane.core.schedule_defs import ScheduleDef, schedule
 from runlane.core.worker import Worker, WorkerMode
 from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
+from runlane.topics.definitions import (
+    SubscriptionDef,
+    SubscriptionMode,
+    TopicDef,
+    subscription,
+    topic,
+)
+from runlane.topics.messages import DeliveryContext, Message
+from runlane.topics.outcomes import (
+    DeadLetterReason,
+    FatalWorkError,
+    Outcome,
+    OutcomeKind,
+    TransientWorkError,
+)
+from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
+from runlane.types.records import HaltedKey
 from runlane.types.runs import (
     Page,
     QueueStats,
@@ -27,15 +45,24 @@ from runlane.types.runs import (
 
 __all__ = [
     "Attempt",
+    "AttemptOutcome",
     "BackoffType",
     "Clock",
     "Context",
+    "DeadLetter",
+    "DeadLetterReason",
+    "DeliveryContext",
     "ErrorCode",
+    "FatalWorkError",
+    "HaltedKey",
     "Lane",
     "ManualClock",
+    "Message",
     "Observer",
     "Outcome",
+    "OutcomeKind",
     "Page",
+    "PublishReceipt",
     "QueueDef",
     "QueueStats",
     "QueueThroughput",
@@ -53,9 +80,14 @@ __all__ = [
     "ScheduleDef",
     "Signal",
     "SignalReason",
+    "SubscriptionDef",
+    "SubscriptionMode",
+    "SubscriptionStats",
     "SystemClock",
     "TaskDef",
     "TickReport",
+    "TopicDef",
+    "TransientWorkError",
     "Worker",
     "WorkerMode",
     "postgres_lane",
@@ -63,7 +95,9 @@ __all__ = [
     "queue",
     "schedule",
     "sqlite_lane",
+    "subscription",
     "task",
+    "topic",
 ]
 #: The package version; the build reads it from here (the only place it is written).
 __version__ = "0.1.0"

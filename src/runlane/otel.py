@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
-from runlane import Attempt, Observer, Outcome, Run, __version__
+from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
 from runlane.core.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ __all__ = ["OtelTracing", "otel_tracing"]
 #: The producer span of the trigger in progress (to name the run it created).
 _PRODUCER: contextvars.ContextVar[Any] = contextvars.ContextVar("runlane_producer", default=None)
 
-_FAILED = (Outcome.FAILED, Outcome.RETRIED)
+_FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED)
 
 
 def _api() -> tuple[Any, Any, Any]:

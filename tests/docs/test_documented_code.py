@@ -38,6 +38,7 @@ PAGES = [
     "docs/guides/idempotency.md",
     "docs/guides/schedules.md",
     "docs/guides/transactional-enqueue.md",
+    "docs/guides/topics.md",
     "docs/guides/sqs.md",
     "docs/guides/observability.md",
 ]

@@ -41,6 +41,20 @@ def test_demo_drains_every_run_to_a_final_status_and_summarises(tmp_path: Path) 
     assert db.exists()
 
 
+def test_demo_fans_messages_out_and_replays_the_dead_letter(tmp_path: Path) -> None:
+    summary = json.loads(
+        run_demo("--runs", "50", "--messages", "20", "--json", cwd=tmp_path).stdout
+    )
+
+    fan_out = summary["fan_out"]
+    assert fan_out["messages"] == 20
+    # Receipts and the ledger get every message; the warehouse the 10 paid ones.
+    assert fan_out["deliveries"] == 50
+    assert fan_out["dead_lettered"] == 1 and fan_out["replayed"] == 1
+    assert fan_out["halted_keys"] == 1
+    assert fan_out["succeeded"] == 50
+
+
 def test_demo_retries_and_releases_with_a_fixed_seed(tmp_path: Path) -> None:
     summary = json.loads(run_demo("--runs", "400", "--seed", "7", "--json", cwd=tmp_path).stdout)
 
@@ -58,3 +72,4 @@ def test_demo_prints_a_progress_bar_and_summary_tables_for_people(tmp_path: Path
     assert "per queue" in out
     for name in ("emails", "reports", "billing", "total", "retries", "releases"):
         assert name in out
+    assert "topic fan-out" in out and "replayed" in out

@@ -13,17 +13,19 @@ import pytest
 
 from runlane.core.clock import to_micros
 from runlane.storage.postgres.params import creation_batch
+from runlane.storage.postgres.publishing import delivery_row
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.shapes import (
     COPY_RUN,
+    INSERT_DELIVERY,
     INSERT_RUN,
     TRANSITION,
     TRANSITION_EVENT,
     RowShape,
 )
 from runlane.storage.postgres.transitions import transition_params
-from runlane.storage.protocol import NewEvent, NewRun, RunChanges, Transition
-from runlane.types.runs import RunEventType, RunFailure, RunSource, RunStatus
+from runlane.storage.protocol import NewDelivery, NewEvent, NewRun, RunChanges, Transition
+from runlane.types.runs import RunEventType, RunFailure, RunSource, RunStatus, SubscriptionMode
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NOW_US = to_micros(NOW)
@@ -59,6 +61,7 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("insert_runs", "r", INSERT_RUN),
         ("apply_transitions", "t", TRANSITION),
         ("apply_transitions", "e", TRANSITION_EVENT),
+        ("insert_deliveries", "d", INSERT_DELIVERY),
     ],
 )
 def test_each_json_row_statement_reads_the_declared_fields_in_order(
@@ -183,4 +186,17 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "sequence": 4,
         "type": "run.failed",
         "data": {"attempt": 1},
+    }
+
+
+def test_the_delivery_encoder_writes_the_declared_fields() -> None:
+    new = NewDelivery("run-1", "ship", "main", SubscriptionMode.ORDERED, "k", True)
+    row = json.loads(json.dumps(delivery_row(new)))
+    assert dict(zip(INSERT_DELIVERY.names, row, strict=True)) == {
+        "id": "run-1",
+        "task_id": "ship",
+        "queue": "main",
+        "partition_key": "k",
+        "subscription_mode": "ordered",
+        "request_delivery": True,
     }

@@ -25,6 +25,7 @@ from runlane.cli.params import JSON_REQUESTED
 from runlane.cli.queues import queues
 from runlane.cli.runs import runs
 from runlane.cli.schedules import schedules
+from runlane.cli.topics import dead_letters, publish, subscriptions
 from runlane.cli.trigger import trigger
 from runlane.cli.worker import worker
 from runlane.logs import JsonFormatter
@@ -115,6 +116,9 @@ cli.add_command(trigger)
 cli.add_command(runs)
 cli.add_command(queues)
 cli.add_command(schedules)
+cli.add_command(publish)
+cli.add_command(dead_letters)
+cli.add_command(subscriptions)
 cli.add_command(dashboard)
 cli.add_command(demo)
 

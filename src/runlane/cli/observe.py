@@ -18,7 +18,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from runlane import Attempt, Observer, Outcome, Run, Runlane, RunStatus
+from runlane import Attempt, AttemptOutcome, Observer, Run, Runlane, RunStatus
 from runlane.cli.output import STATUS_STYLES, clock_label, console, print_json_line, print_notice
 from runlane.operator import run_row
 
@@ -34,7 +34,7 @@ def failure_text(run: Run) -> str | None:
 
 def release_text(attempt: Attempt) -> str | None:
     """``reason, in 5s`` of a released attempt (what the task said, and when it is due)."""
-    if attempt.outcome is not Outcome.RELEASED:
+    if attempt.outcome is not AttemptOutcome.RELEASED:
         return None
     delay = f"again in {attempt.delay_seconds:g}s" if attempt.delay_seconds is not None else None
     return ", ".join(part for part in (attempt.release_reason, delay) if part) or None

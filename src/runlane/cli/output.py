@@ -31,6 +31,8 @@ STATUS_STYLES = {
     RunStatus.SUCCEEDED: "green",
     RunStatus.FAILED: "bold red",
     RunStatus.CANCELLED: "dim",
+    RunStatus.DEAD_LETTERED: "bold red",
+    RunStatus.DISCARDED: "dim",
 }
 
 #: Shorter column headers where the status name is long.

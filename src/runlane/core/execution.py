@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
 from runlane.core.context import Context, Release, Signal, SignalReason
+from runlane.core.delivering import (
+    Ended,
+    HandlerCall,
+    HandlerEnd,
+    Subscriptions,
+    settle_delivery_attempt,
+)
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
@@ -92,12 +99,16 @@ class AttemptRunner:
         tasks: Mapping[str, TaskDef[Any]],
         observers: Observers,
         threads: Callable[[], Executor],
+        subscriptions: Subscriptions | None = None,
     ) -> None:
         """Run attempts of ``tasks`` against ``store``, seen by ``observers``; sync
         task functions run on ``threads()`` (called when one first runs, so a runtime
-        that only runs async tasks never starts a pool)."""
+        that only runs async tasks never starts a pool). Delivery runs call the
+        handlers of ``subscriptions`` (none registered: every delivery fails as an
+        unknown subscription would)."""
         self._store = store
         self._tasks = tasks
+        self._subscriptions = subscriptions or Subscriptions(store, {})
         self._observers = observers
         self._threads = threads
         self._settles = TransitionBatcher(store)
@@ -211,6 +222,8 @@ class AttemptRunner:
         if type(outcome) is Failed:
             report.failure = outcome.failure
             report.error = outcome.error
+        elif type(outcome) is Ended and outcome.raised:
+            report.error = outcome.value  # type: ignore[assignment]
         settled = await self.settle(run, outcome, policy, batcher, project=project, report=report)
         _log_outcome(report)
         return settled
@@ -222,10 +235,12 @@ class AttemptRunner:
         *,
         stop: Signal | None = None,
         max_attempt_duration: float | None = None,
-    ) -> tuple[AttemptOutcome, RetryPolicy]:
+    ) -> tuple[AttemptOutcome | Ended, RetryPolicy]:
         """Call the handler of the attempt ``run`` is leased for, keeping the lease alive;
         the outcome to settle and the retry policy that applies to it."""
         assert run.lease is not None
+        if run.mode is not None:
+            return await self._attempt_delivery(run, settings, stop, max_attempt_duration)
         signal = Signal()
         if stop is not None:
             stop.add_callback(signal.set)
@@ -262,7 +277,11 @@ class AttemptRunner:
                                 raise  # a real cancellation of this attempt (a shutdown)
                             outcome = _raised(run, error)
                     else:
-                        outcome = await self._call(task, run, signal, prepared, time_limit)
+                        called = await self._call(
+                            task.fn, task.is_async, run, signal, prepared, time_limit
+                        )
+                        assert not isinstance(called, Ended)
+                        outcome = called
                 except (SystemExit, KeyboardInterrupt) as error:
                     outcome, exiting = _raised(run, error), error
                 finally:
@@ -285,24 +304,97 @@ class AttemptRunner:
                 raise exiting
         return outcome, policy
 
+    async def _attempt_delivery(
+        self,
+        run: Run,
+        settings: LeaseSettings,
+        stop: Signal | None,
+        max_attempt_duration: float | None,
+    ) -> tuple[HandlerEnd, RetryPolicy]:
+        """:meth:`attempt` for a delivery run: its subscription's handler with the
+        message, under the same lease, signal, time limit and shutdown rules."""
+        signal = Signal()
+        if stop is not None:
+            stop.add_callback(signal.set)
+        calls = self._subscriptions
+        policy = calls.policy(run)
+        outcome: HandlerEnd
+        exiting: BaseException | None = None
+        heartbeat = _Heartbeat(self._store, run, settings, signal, self._keeper)
+        try:
+            try:
+                prepared = await calls.prepare(run, signal, heartbeat.beat)
+                if isinstance(prepared, Ended):
+                    outcome = prepared
+                else:
+                    outcome = await self._call_handler(run, signal, prepared, max_attempt_duration)
+            except (SystemExit, KeyboardInterrupt) as error:
+                outcome, exiting = Ended(error, raised=True), error
+            finally:
+                renewing = heartbeat.stop()
+                if renewing is not None:
+                    await _cancelled(renewing)
+        finally:
+            if stop is not None:
+                stop.remove_callback(signal.set)
+        if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Ended) and outcome.raised:
+            # Stopped by worker shutdown, not by its own fault: as for tasks.
+            outcome = Released(0.0, "worker shutdown")
+        if exiting is not None:
+            try:
+                await self.settle(run, outcome, policy)
+            finally:
+                raise exiting
+        return outcome, policy
+
+    async def _call_handler(
+        self, run: Run, signal: Signal, call: HandlerCall, max_attempt_duration: float | None
+    ) -> Ended:
+        """Call a subscription handler; how it ended, undigested (decide_delivery reads it)."""
+        time_limit = _min_or_none(call.timeout, max_attempt_duration)
+        if call.is_async and time_limit is None:
+            try:
+                return Ended(await call.fn(*call.args), raised=False)
+            except Exception as error:
+                return Ended(error, raised=True)
+            except asyncio.CancelledError as error:
+                if _being_cancelled():
+                    raise
+                return Ended(error, raised=True)
+        ended = await self._call(
+            call.fn, call.is_async, run, signal, call.args, time_limit, _ended, _ended_by
+        )
+        if isinstance(ended, Failed):  # the time limit
+            failure = ended.failure
+            timeout = RunlaneError(ErrorCode(failure.code), failure.message, retryable=True)
+            return Ended(timeout, raised=True)
+        assert isinstance(ended, Ended)
+        return ended
+
     async def _call(
         self,
-        task: Any,
+        fn: Callable[..., Any],
+        is_async: bool,
         run: Run,
         signal: Signal,
         prepared: tuple[Any, Context],
         time_limit: float | None,
-    ) -> AttemptOutcome:
-        """A sync handler (in the thread pool) or a handler with a time limit (as a task)."""
+        returned: Callable[[Run, Any], AttemptOutcome | Ended] | None = None,
+        raised: Callable[[Run, BaseException], AttemptOutcome | Ended] | None = None,
+    ) -> AttemptOutcome | Ended:
+        """A sync handler (in the thread pool) or a handler with a time limit (as a
+        task); ``returned`` and ``raised`` say what its end means (a task's, by default)."""
+        on_return = returned or _outcome
+        on_raise = raised or _raised
         loop = asyncio.get_running_loop()
         job: asyncio.Future[Any]
-        if task.is_async:
-            job = asyncio.ensure_future(_guarded(task.fn(*prepared)))
+        if is_async:
+            job = asyncio.ensure_future(_guarded(fn(*prepared)))
         else:
             # In a copy of the caller's context: a span or log context set around the
             # attempt (an observer's, or the app's) is visible inside the sync task too.
             job = loop.run_in_executor(
-                self._threads(), contextvars.copy_context().run, task.fn, *prepared
+                self._threads(), contextvars.copy_context().run, fn, *prepared
             )
         try:
             done, _ = await asyncio.wait({job}, timeout=time_limit)
@@ -323,19 +415,19 @@ class AttemptRunner:
             value = job.result()
             if isinstance(value, _Escaped):
                 raise value.error
-            return _outcome(run, value)
+            return on_return(run, value)
         except asyncio.CancelledError as error:
             if _being_cancelled():
                 job.cancel()
                 raise
-            return _raised(run, error)  # the task cancelled itself: its own failure
+            return on_raise(run, error)  # the task cancelled itself: its own failure
         except Exception as error:
-            return _raised(run, error)
+            return on_raise(run, error)
 
     async def settle(
         self,
         run: Run,
-        outcome: AttemptOutcome,
+        outcome: AttemptOutcome | Ended,
         policy: RetryPolicy,
         batcher: TransitionBatcher | None = None,
         *,
@@ -354,7 +446,16 @@ class AttemptRunner:
         current = run
         for _ in range(MAX_SETTLE_ATTEMPTS):
             now = store.now()
-            transition = settle_attempt(current, outcome, policy, now)
+            if isinstance(outcome, Ended) or current.mode is not None:
+                transition = settle_delivery_attempt(
+                    current,
+                    outcome,  # type: ignore[arg-type]
+                    policy,
+                    now,
+                    describe=_describe_delivery_failure,
+                )
+            else:
+                transition = settle_attempt(current, outcome, policy, now)
             settled = await settles.apply(current, transition, project=project)
             if settled is not None:
                 if report is not None:
@@ -551,6 +652,28 @@ def _being_cancelled() -> bool:
     return current is not None and current.cancelling() > 0
 
 
+def _ended(run: Run, value: Any) -> Ended:
+    return Ended(value, raised=False)
+
+
+def _ended_by(run: Run, error: BaseException) -> Ended:
+    return Ended(error, raised=True)
+
+
+def _describe_delivery_failure(error: BaseException) -> RunFailure:
+    """A delivery handler's exception as stored: as a task's, with its traceback
+    when it was raised (an error made by the runtime itself has none)."""
+    failure = sanitize_exception(error)
+    if error.__traceback__ is None:
+        return failure
+    text = format_traceback(error)
+    if text is None:
+        return failure
+    return RunFailure(
+        failure.code, failure.message, failure.retryable, {**failure.meta, "traceback": text}
+    )
+
+
 def _raised(run: Run, error: BaseException) -> Failed:
     failure = sanitize_exception(error)
     text = format_traceback(error)
@@ -640,7 +763,7 @@ def _log_outcome(report: Attempt) -> None:
 
 def _report_settled(
     report: Attempt,
-    outcome: AttemptOutcome,
+    outcome: AttemptOutcome | Ended,
     changes: RunChanges,
     settled: Run,
     projected: bool,
@@ -653,6 +776,8 @@ def _report_settled(
         report.delay_seconds = max(0.0, (changes.run_at - now).total_seconds())
     if type(outcome) is Released:
         report.release_reason = outcome.reason
+    if type(outcome) is Ended:
+        report.failure = changes.failure
 
 
 def _outcome(run: Run, value: Any) -> AttemptOutcome:

@@ -14,18 +14,20 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, Protocol
 
 from runlane.core.context import Signal
 from runlane.core.definitions import TaskDef
+from runlane.core.delivering import expire_delivery
 from runlane.core.dispatch import Dispatcher
 from runlane.core.observing import Observers
-from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.schedule_service import ScheduleMaterializer
 from runlane.core.store import StoreScope
 from runlane.core.transitions import LeaseExpired, settle_attempt
+from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
 from runlane.types.runs import TERMINAL_STATUSES, RunStatus, TickReport
 
 logger = logging.getLogger("runlane.maintenance")
@@ -89,7 +91,8 @@ class ReservationExpiry:
 @dataclass(frozen=True, slots=True)
 class LeaseRecovery:
     """Runs whose worker vanished: the attempt counts as failed (or the cancel
-    completes), by the task's retry policy."""
+    completes), by the task's retry policy. A delivery retries while its
+    subscription's budget lasts and is dead-lettered (``lease_expired``) after."""
 
     name: ClassVar[str] = "lease_recovery"
     store: StoreScope
@@ -97,6 +100,9 @@ class LeaseRecovery:
     tasks: Mapping[str, TaskDef[Any]]
     observers: Observers
     batch_size: int = LEASE_RECOVERY_BATCH
+    #: Registered subscriptions' retry policies by name (unknown ones use the
+    #: default subscription policy).
+    subscription_retries: Mapping[str, RetryPolicy] = field(default_factory=dict)
 
     async def run(self, report: TickReport) -> None:
         """Recover every expired lease, ``batch_size`` runs per round trip."""
@@ -110,6 +116,10 @@ class LeaseRecovery:
                 return
             transitions = []
             for run in expired:
+                if run.mode is not None:
+                    retry = self.subscription_retries.get(run.task_id, DEFAULT_SUBSCRIPTION_RETRY)
+                    transitions.append(expire_delivery(run, retry, now))
+                    continue
                 task = self.tasks.get(run.task_id)
                 policy = task.retry if task is not None else DEFAULT_RETRY_POLICY
                 transitions.append(settle_attempt(run, LeaseExpired(), policy, now))
@@ -183,6 +193,22 @@ class IdempotencyKeyRelease:
 
 
 @dataclass(frozen=True, slots=True)
+class DeduplicationKeyRelease:
+    """Releases topics' deduplication keys whose window has ended (contract 5.4.3)."""
+
+    name: ClassVar[str] = "deduplication_keys"
+    store: StoreScope
+
+    async def run(self, report: TickReport) -> None:
+        """Release the expired keys."""
+        store = self.store
+        released = await store.messages().release_expired_deduplication_keys(
+            store.environment, store.now()
+        )
+        report.deduplication_keys_released += released
+
+
+@dataclass(frozen=True, slots=True)
 class Pruning:
     """Deletes finished runs older than the runtime's retention."""
 
@@ -226,16 +252,22 @@ def standard_duties(
     schedules: ScheduleMaterializer,
     dispatcher: Dispatcher | None,
     retention: float | None,
+    subscription_retries: Mapping[str, RetryPolicy] | None = None,
 ) -> tuple[Duty, ...]:
     """Every duty a runtime runs, in the order one pass runs them: the transport
-    duties only on a lane with a transport, pruning only with a retention."""
+    duties only on a lane with a transport, the deduplication keys only on a storage
+    that stores messages, pruning only with a retention."""
     duties: list[Duty] = [ScheduleDuty(schedules)]
     if dispatcher is not None:
         duties.append(ReservationExpiry(store))
-    duties.append(LeaseRecovery(store, tasks, observers))
+    duties.append(
+        LeaseRecovery(store, tasks, observers, subscription_retries=subscription_retries or {})
+    )
     if dispatcher is not None:
         duties += [DeliveryRequests(dispatcher), OutboxPublish(dispatcher)]
     duties.append(IdempotencyKeyRelease(store))
+    if store.storage.capabilities.stores_messages:
+        duties.append(DeduplicationKeyRelease(store))
     if retention is not None:
         duties.append(Pruning(store, retention))
     return tuple(duties)

@@ -46,6 +46,8 @@ OUTCOME_BY_STATUS: Mapping[RunStatus, Outcome] = {
     RunStatus.RETRYING: Outcome.RETRIED,
     RunStatus.RELEASED: Outcome.RELEASED,
     RunStatus.CANCELLED: Outcome.CANCELLED,
+    # A delivery's spent budget (or its handler's refusal) is its failure.
+    RunStatus.DEAD_LETTERED: Outcome.FAILED,
 }
 
 

@@ -17,6 +17,8 @@ from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
 from runlane.core.storable_text import unstorable
 from runlane.core.transitions import project, request_cancellation
+from runlane.topics.runs import delivery_state
+from runlane.topics.states import RunsOperation, refuse_runs_operation
 from runlane.types.records import RunFilter
 from runlane.types.runs import (
     TERMINAL_STATUSES,
@@ -119,6 +121,7 @@ class Runs:
                 raise configuration_error(f"reason must not contain {problem}.")
         for _ in range(MAX_CANCEL_ATTEMPTS):
             run = await self.get(run_id)
+            _refuse_delivery(run, RunsOperation.CANCEL)
             transition = request_cancellation(run, reason)
             if transition is None:
                 return run
@@ -133,6 +136,7 @@ class Runs:
     async def retry(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
         """A failed run → a new linked child run (``source.type == "manual_retry"``)."""
         source = await self.get(run_id)
+        _refuse_delivery(source, RunsOperation.RETRY)
         if source.status is not RunStatus.FAILED:
             raise RunlaneError(
                 ErrorCode.INVALID_STATE,
@@ -145,6 +149,7 @@ class Runs:
     async def rerun(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
         """Any finished run → a new linked child run (``source.type == "rerun"``)."""
         source = await self.get(run_id)
+        _refuse_delivery(source, RunsOperation.RERUN)
         if not source.status.is_terminal:
             raise RunlaneError(
                 ErrorCode.INVALID_STATE,
@@ -271,6 +276,12 @@ def _decode_cursor(value: object) -> str | None:
             "unchanged, or no cursor for the first page."
         )
     return decoded
+
+
+def _refuse_delivery(run: Run, operation: RunsOperation) -> None:
+    """What ``rl.runs`` refuses of a delivery run (contract 5.6); task runs pass."""
+    if run.mode is not None:
+        refuse_runs_operation(operation, delivery_state(run))
 
 
 def _not_found(run_id: object) -> RunlaneError:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from runlane.core.clock import Clock, SystemClock
 from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.delivering import Subscriptions
 from runlane.core.delivery import DeliveryResult, execute_delivery
 from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
@@ -31,12 +32,17 @@ from runlane.core.maintenance import (
 from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.core.producing import Producer, RunWriter, TriggerPlan
+from runlane.core.publisher import Publisher
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
+from runlane.core.topic_operations import DeadLetters, SubscriptionOperations
 from runlane.core.worker import WorkBell, Worker, WorkerMode
+from runlane.topics.definitions import SubscriptionDef, TopicDef
+from runlane.topics.records import PublishReceipt
+from runlane.topics.registration import TopicRegistry, register_topics
 from runlane.transport.protocol import DeliveryMessage
 from runlane.types.records import NewRun
 from runlane.types.runs import (
@@ -75,6 +81,8 @@ class Runlane:
         lane: Lane,
         queues: Sequence[QueueDef],
         tasks: Sequence[TaskDef[Any]] | Mapping[str, TaskDef[Any]],
+        topics: Sequence[TopicDef] = (),
+        subscriptions: Sequence[SubscriptionDef] = (),
         environment: str = DEFAULT_ENVIRONMENT,
         clock: Clock | None = None,
         worker_id: str | None = None,
@@ -90,6 +98,15 @@ class Runlane:
                 "lane must be built by sqlite_lane(...) or postgres_lane(...)."
             )
         self.registry = Registry(queues, tasks)
+        #: Topics and subscriptions, checked against the queues and tasks (contract 5.3).
+        self.topic_registry: TopicRegistry = register_topics(
+            topics=topics,
+            subscriptions=subscriptions,
+            queues=self.registry.queues,
+            default_queue=self.registry.default_queue,
+            task_ids=self.registry.tasks.keys(),
+            stores_messages=lane.storage.capabilities.stores_messages,
+        )
         self.environment = validate_identifier(environment, name="environment")
         self.worker_id = validate_identifier(worker_id or default_worker_id(), name="worker_id")
         if (
@@ -128,6 +145,16 @@ class Runlane:
         """Wire this runtime to ``lane`` and ``clock``: its store scope, dispatcher and
         maintenance duties. The constructor calls it; ``runlane.testing.on_lane`` calls
         it again on a closed runtime to point an app's runtime at a test lane."""
+        if self.topic_registry.topics and not lane.storage.capabilities.stores_messages:
+            # The same rule register_topics applies, for a lane swapped in later.
+            register_topics(
+                topics=list(self.topic_registry.topics.values()),
+                subscriptions=(),
+                queues=self.registry.queues,
+                default_queue=self.registry.default_queue,
+                task_ids=(),
+                stores_messages=False,
+            )
         store = StoreScope(lane.storage, self.environment, clock)
         dispatcher = None
         if lane.transport is not None:
@@ -142,8 +169,13 @@ class Runlane:
         #: The storage calls of this runtime: its storage, environment and clock.
         self.store = store
         self.dispatcher: Dispatcher | None = dispatcher
+        topics = self.topic_registry
         self._attempts = AttemptRunner(
-            store, self.registry.tasks, self.observers, lambda: self.thread_pool
+            store,
+            self.registry.tasks,
+            self.observers,
+            lambda: self.thread_pool,
+            Subscriptions(store, topics.subscriptions),
         )
         writer = RunWriter(
             store,
@@ -152,8 +184,7 @@ class Runlane:
             opened=connect,
             on_created=self.work_bell.ring,
         )
-        # The producer services: runs (trigger, schedules, reruns). Another kind of
-        # produced thing (a topic's messages) gets its own service beside this one.
+        # The producer services: runs (trigger, schedules, reruns), and messages.
         self._producer = Producer(
             self.registry,
             writer,
@@ -161,6 +192,16 @@ class Runlane:
             clock,
             max_payload_bytes=self.max_payload_bytes,
             transport=dispatcher is not None,
+        )
+        self._publisher = Publisher(
+            topics,
+            store,
+            self.observers,
+            dispatcher=dispatcher,
+            eager_dispatch=self.eager_dispatch,
+            opened=connect,
+            on_created=self.work_bell.ring,
+            max_payload_bytes=self.max_payload_bytes,
         )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
@@ -172,6 +213,7 @@ class Runlane:
             ),
             dispatcher=dispatcher,
             retention=self.retention,
+            subscription_retries={name: sub.retry for name, sub in topics.subscriptions.items()},
         )
         self._maintenance = Maintenance(self.duties, self.observers, connect)
         self._counts = QueueCounts(store, self.registry, connect)
@@ -180,6 +222,10 @@ class Runlane:
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, connect)
         #: Listing, pausing and resuming this lane's schedules.
         self.schedules: Schedules = Schedules(store, self.registry.schedules, connect)
+        #: Listing, replaying and discarding dead letters of stored topics.
+        self.dead_letters: DeadLetters = DeadLetters(store, topics, connect)
+        #: Deliveries per status and halted keys of each registered subscription.
+        self.subscriptions: SubscriptionOperations = SubscriptionOperations(store, topics, connect)
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -199,6 +245,11 @@ class Runlane:
     def queues(self) -> Mapping[str, QueueDef]:
         """Registered queues by name."""
         return self.registry.queues
+
+    @property
+    def topics(self) -> Mapping[str, TopicDef]:
+        """Registered topics by name (their subscriptions: ``rl.topic_registry``)."""
+        return self.topic_registry.topics
 
     @property
     def thread_pool(self) -> ThreadPoolExecutor:
@@ -300,6 +351,37 @@ class Runlane:
             delay=delay,
             run_at=run_at,
             concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            connection=connection,
+        )
+
+    async def publish(
+        self,
+        topic: TopicDef | str,
+        payload: Any = None,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+        deduplication_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+        connection: Any = None,
+    ) -> PublishReceipt:
+        """Publish a message to a stored topic: the message and one delivery run per
+        matching subscription are written in one transaction, committed when this
+        returns (inside ``connection``: part of the caller's transaction).
+
+        A ``deduplication_key`` held within the topic's window, or a ``message_id``
+        published before with the same content, returns the original's receipt with
+        ``duplicate=True`` and writes nothing.
+
+        >>> receipt = await rl.publish(orders, {"id": 7}, attributes={"event": "paid"})
+        """
+        return await self._publisher.publish(
+            topic,
+            payload,
+            attributes=attributes,
+            message_id=message_id,
+            deduplication_key=deduplication_key,
             trace_carrier=trace_carrier,
             connection=connection,
         )

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from runlane.core.clock import Clock
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import Storage
+from runlane.storage.protocol import Storage, StoresMessages
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,3 +35,8 @@ class StoreScope:
                 f"this lane's storage does not support {capability.replace('_', ' ')}.",
                 meta={"capability": capability},
             )
+
+    def messages(self) -> StoresMessages:
+        """The storage's topic operations; CAPABILITY_UNSUPPORTED unless it stores messages."""
+        self.require("stores_messages")
+        return cast(StoresMessages, self.storage)

@@ -66,7 +66,7 @@ class _BlockingProxy:
         return value
 
 
-_SUB_APIS = frozenset({"runs", "idempotency_keys", "schedules"})
+_SUB_APIS = frozenset({"runs", "idempotency_keys", "schedules", "dead_letters", "subscriptions"})
 
 
 class Blockable(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
-from runlane import Attempt, Observer, Outcome, Run, TickReport, __version__
+from runlane import Attempt, AttemptOutcome, Observer, Run, TickReport, __version__
 from runlane.core.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
@@ -39,11 +39,11 @@ DURATION_BUCKETS: tuple[float, ...] = (
 )
 
 _COUNTER_BY_OUTCOME = {
-    Outcome.SUCCEEDED: "succeeded",
-    Outcome.FAILED: "failed",
-    Outcome.RETRIED: "retried",
-    Outcome.RELEASED: "released",
-    Outcome.CANCELLED: "cancelled",
+    AttemptOutcome.SUCCEEDED: "succeeded",
+    AttemptOutcome.FAILED: "failed",
+    AttemptOutcome.RETRIED: "retried",
+    AttemptOutcome.RELEASED: "released",
+    AttemptOutcome.CANCELLED: "cancelled",
 }
 
 
@@ -70,19 +70,19 @@ class _Collectors:
         self.triggered_total = counter("runlane_runs_triggered", "Runs created by this process.")
         self.attempts_started = counter("runlane_attempts_started", "Attempts begun.")
         self.outcomes = {
-            Outcome.SUCCEEDED: counter(
+            AttemptOutcome.SUCCEEDED: counter(
                 "runlane_runs_succeeded", "Attempts that ended the run SUCCEEDED."
             ),
-            Outcome.FAILED: counter(
+            AttemptOutcome.FAILED: counter(
                 "runlane_runs_failed", "Runs that ended FAILED (no retry left or not retryable)."
             ),
-            Outcome.RETRIED: counter(
+            AttemptOutcome.RETRIED: counter(
                 "runlane_runs_retried", "Failed attempts that scheduled a retry."
             ),
-            Outcome.RELEASED: counter(
+            AttemptOutcome.RELEASED: counter(
                 "runlane_runs_released", "Attempts that returned ctx.release(...)."
             ),
-            Outcome.CANCELLED: counter(
+            AttemptOutcome.CANCELLED: counter(
                 "runlane_runs_cancelled", "Runs that ended CANCELLED in this process."
             ),
         }
@@ -125,12 +125,12 @@ class _Children:
     def __init__(self, c: _Collectors, queue: str, task_id: str) -> None:
         self.started = c.attempts_started.labels(queue, task_id)
         self.start_latency = c.start_latency.labels(queue, task_id)
-        self.by_outcome: dict[Outcome, tuple[Any, Any]] = {
+        self.by_outcome: dict[AttemptOutcome, tuple[Any, Any]] = {
             outcome: (
                 c.outcomes[outcome].labels(queue, task_id) if outcome in c.outcomes else None,
                 c.duration.labels(queue, task_id, outcome.value),
             )
-            for outcome in Outcome
+            for outcome in AttemptOutcome
         }
 
 

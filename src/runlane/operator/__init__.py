@@ -9,32 +9,42 @@ never reach into storage.
 from runlane.core.durations import parse_duration
 from runlane.operator.loading import APP_ENV_VAR, load_runtime
 from runlane.operator.views import (
+    DEAD_LETTER_ROW_FIELDS,
     RUN_ROW_FIELDS,
     View,
     active_run_count,
+    dead_letter_view,
     event_view,
+    halted_key_view,
     iso,
+    publish_receipt_view,
     queue_stats_view,
     run_row,
     run_view,
     schedule_view,
+    subscription_stats_view,
     throughput_view,
     tick_report_view,
 )
 
 __all__ = [
     "APP_ENV_VAR",
+    "DEAD_LETTER_ROW_FIELDS",
     "RUN_ROW_FIELDS",
     "View",
     "active_run_count",
+    "dead_letter_view",
     "event_view",
+    "halted_key_view",
     "iso",
     "load_runtime",
     "parse_duration",
+    "publish_receipt_view",
     "queue_stats_view",
     "run_row",
     "run_view",
     "schedule_view",
+    "subscription_stats_view",
     "throughput_view",
     "tick_report_view",
 ]

@@ -13,6 +13,8 @@ from typing import Any
 
 from runlane.core.payloads import UnreadablePayload
 from runlane.core.schedule_service import ScheduleInfo
+from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
+from runlane.types.records import HaltedKey
 from runlane.types.runs import (
     ACTIVE_STATUSES,
     QueueStats,
@@ -69,6 +71,8 @@ def run_view(run: Run) -> View:
             else None
         ),
         "cancel_reason": run.cancel_reason,
+        "partition_key": run.partition_key,
+        "replays": run.replays,
     }
 
 
@@ -141,3 +145,80 @@ def tick_report_view(report: TickReport) -> View:
     # Flat counts, one per duty that failed: tables and JSON lines stay one level deep.
     failed = {f"failed_{duty}": count for duty, count in failures.items()}
     return {**counts, **failed, "total": report.total()}
+
+
+# -- topics ------------------------------------------------------------------------------
+
+#: Columns of a dead-letter listing, in display order.
+DEAD_LETTER_ROW_FIELDS = (
+    "id",
+    "subscription",
+    "key",
+    "reason",
+    "attempt",
+    "dead_lettered_at",
+    "blocks_key",
+)
+
+
+def publish_receipt_view(receipt: PublishReceipt) -> View:
+    """What one publish did: the message and its delivery runs (short rows)."""
+    return {
+        "message_id": receipt.message_id,
+        "topic": receipt.topic,
+        "duplicate": receipt.duplicate,
+        "sequence": receipt.sequence,
+        "published_at": iso(receipt.published_at),
+        "runs": [run_row(run) for run in receipt.runs],
+    }
+
+
+def dead_letter_view(letter: DeadLetter) -> View:
+    """One dead letter with its message, exactly the fields of the contract."""
+    message = letter.message
+    return {
+        "id": letter.id,
+        "subscription": letter.subscription,
+        "topic": letter.topic,
+        "key": letter.key,
+        "reason": letter.reason,
+        "failure": letter.failure.to_json() if letter.failure is not None else None,
+        "attempt": letter.attempt,
+        "replays": letter.replays,
+        "dead_lettered_at": iso(letter.dead_lettered_at),
+        "blocks_key": letter.blocks_key,
+        "message": {
+            "id": message.id,
+            "attributes": dict(message.attributes),
+            "payload": message.payload,
+            "published_at": iso(message.published_at),
+            "sequence": message.sequence,
+        },
+    }
+
+
+def subscription_stats_view(stats: SubscriptionStats) -> View:
+    """A subscription's deliveries by status (statuses with none left out) and totals."""
+    return {
+        "name": stats.name,
+        "topic": stats.topic,
+        "mode": stats.mode.value,
+        "queue": stats.queue,
+        "counts": {status.value: count for status, count in stats.counts.items()},
+        "waiting": stats.waiting,
+        "running": stats.running,
+        "dead_lettered": stats.dead_lettered,
+        "halted_keys": stats.halted_keys,
+        "approximate": stats.approximate,
+    }
+
+
+def halted_key_view(halted: HaltedKey) -> View:
+    """An ORDERED key whose head is dead-lettered."""
+    return {
+        "subscription": halted.subscription,
+        "key": halted.key,
+        "dead_letter_id": halted.dead_letter_id,
+        "dead_lettered_at": iso(halted.dead_lettered_at),
+        "waiting": halted.waiting,
+    }

@@ -188,10 +188,10 @@ def check_envelope_reuse(message_id: str, stored_envelope: str, envelope: str) -
         )
 
 
-def _prepare_payload(topic: TopicDef, payload: Any, max_bytes: int) -> tuple[Any, Any, str]:
-    # The payload rules are the tasks' own; they name their owner as a task, so the
-    # owner is presented under the topic's name and the message says "topic".
-    owner: TaskDef[Any] = TaskDef(
+def payload_owner(topic: TopicDef) -> TaskDef[Any]:
+    """``topic`` presented as the owner the tasks' payload checks take (its name, its
+    schema): publishing and delivering check a message's payload with the same rules."""
+    return TaskDef(
         id=topic.name,
         fn=_no_call,
         queue=None,
@@ -203,8 +203,13 @@ def _prepare_payload(topic: TopicDef, payload: Any, max_bytes: int) -> tuple[Any
         idempotency_key_ttl=None,
         is_async=False,
     )
+
+
+def _prepare_payload(topic: TopicDef, payload: Any, max_bytes: int) -> tuple[Any, Any, str]:
+    # The payload rules are the tasks' own; they name their owner as a task, so the
+    # message is rewritten to say "topic".
     try:
-        return prepare_payload(owner, payload, max_bytes)
+        return prepare_payload(payload_owner(topic), payload, max_bytes)
     except RunlaneError as error:
         needle = f"for task {topic.name!r}"
         if needle in error.message:

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from runlane import Attempt, Observer, Runlane, WorkerMode
 from runlane.cli.demo.app import build_runtime, plan_payloads
+from runlane.cli.demo.fanout import FanOutResult, build_fanout_runtime, run_fanout
 from runlane.cli.demo.tally import DemoTally, QueueTally
 from runlane.cli.output import console, print_json
 from runlane.cli.params import json_option
@@ -33,6 +34,8 @@ from runlane.operator import active_run_count
 
 DEFAULT_RUNS = 5000
 DEFAULT_CONCURRENCY = 32
+#: Messages the fan-out publishes (each reaches two or three subscriptions).
+DEFAULT_MESSAGES = 40
 #: Drain-mode workers stop when nothing is due; retries and releases come due this soon.
 DRAIN_PAUSE_SECONDS = 0.02
 
@@ -47,6 +50,7 @@ class DemoResult:
     completed: bool
     tally: DemoTally
     environment: str
+    fanout: FanOutResult | None = None
 
     @property
     def wall_seconds(self) -> float:
@@ -65,6 +69,7 @@ class DemoResult:
             "totals": self.tally.totals().as_dict(),
             "queues": {name: entry.as_dict() for name, entry in sorted(self.tally.queues.items())},
             "environment": self.environment,
+            "fan_out": self.fanout.as_dict() if self.fanout is not None else None,
         }
 
 
@@ -79,15 +84,34 @@ class DemoResult:
     "--concurrency", default=DEFAULT_CONCURRENCY, show_default=True, type=click.IntRange(1)
 )
 @click.option("--seed", type=int, help="Seed for which runs fail, retry and release.")
+@click.option(
+    "--messages",
+    default=DEFAULT_MESSAGES,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Messages the topic fan-out publishes afterwards (0: skip it).",
+)
 @json_option
-def demo(total: int, db: Path | None, concurrency: int, seed: int | None, as_json: bool) -> None:
+def demo(
+    total: int,
+    db: Path | None,
+    concurrency: int,
+    seed: int | None,
+    messages: int,
+    as_json: bool,
+) -> None:
     """Trigger RUNS runs on SQLite (emails, reports, billing; some retry, fail or release)
-    and drain them with a worker, then print what happened."""
+    and drain them with a worker; then publish orders to a topic with three subscriptions,
+    replay the one that was dead-lettered, and print what happened."""
     with _database(db) as path:
-        runtime = build_runtime(path, environment=f"demo-{secrets.token_hex(4)}")
+        environment = f"demo-{secrets.token_hex(4)}"
+        runtime = build_runtime(path, environment=environment)
         result = asyncio.run(
             _run_demo(runtime, total, concurrency, random.Random(seed), show_progress=not as_json)
         )
+        if result.completed and messages:
+            fanout = build_fanout_runtime(path, environment=f"{environment}-topics")
+            result.fanout = asyncio.run(run_fanout(fanout, messages, concurrency))
     if as_json:
         print_json({**result.as_dict(), "db": str(db) if db else None})
     else:
@@ -197,6 +221,8 @@ def _print_summary(result: DemoResult, concurrency: int, db: Path | None) -> Non
         overview.add_row("database", f"{db} (environment {result.environment})")
     out.print(overview)
     out.print(_queue_table(result.tally))
+    if result.fanout is not None:
+        out.print(_fanout_table(result.fanout))
     if not result.completed:
         out.print(
             "[yellow]interrupted: runs that had not finished stay in the database as they were."
@@ -217,4 +243,17 @@ def _queue_table(tally: DemoTally) -> Table:
     for name, entry in sorted(tally.queues.items()):
         add(name, entry)
     add("total", tally.totals(), style="bold")
+    return table
+
+
+def _fanout_table(fanout: FanOutResult) -> Table:
+    table = Table(title="topic fan-out", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("messages published", f"{fanout.messages:,}")
+    table.add_row("deliveries (3 subscriptions)", f"{fanout.deliveries:,}")
+    table.add_row("dead-lettered", str(fanout.dead_lettered))
+    table.add_row("keys it halted", str(fanout.halted_keys))
+    table.add_row("replayed", str(fanout.replayed))
+    table.add_row("deliveries succeeded", f"{fanout.succeeded:,}")
     return table

@@ -64,7 +64,7 @@ from runlane.storage.protocol import (
     SubscriptionCounts,
     Transition,
 )
-from runlane.storage.sql.batches import check_distinct_ids
+from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
@@ -526,6 +526,7 @@ class PostgresStorage(SqlStorageBase):
         """
         if not messages:
             return []
+        check_distinct_delivery_ids(messages)
         publish = partial(
             publishing.publish_messages,
             q=self._q,

@@ -65,7 +65,8 @@ RETURNING message_id;
 -- gets one (run.delivery_requested and an outbox row) only if it is claimable at
 -- once (5.7.5): keyless or NONE; EXCLUSIVE, no delivery of its key holds an unexpired
 -- lease; ORDERED, no unfinished delivery of its key comes before it. The deliveries
--- travel as one JSON array of [id, task_id, queue, partition_key, mode, request].
+-- travel as one JSON array of [id, task_id, queue, partition_key, mode, request]. A
+-- run id that is taken already is skipped: the caller refuses the publish.
 WITH input AS (
     SELECT d.x->>0 AS id, d.x->>1 AS task_id, d.x->>2 AS queue, d.x->>3 AS partition_key,
            d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery
@@ -100,6 +101,7 @@ inserted AS (
            CASE WHEN requested THEN %(now)s::bigint END, partition_key, 0, subscription_mode,
            %(sequence)s
     FROM decided
+    ON CONFLICT DO NOTHING
     RETURNING id, queue, trace_carrier, delivery_requested_at
 ),
 events AS (

@@ -22,6 +22,7 @@ from runlane.storage.protocol import (
     PublishOutcome,
     StoredMessage,
 )
+from runlane.storage.sql.batches import taken_run_id
 from runlane.storage.sql.claiming import key_lock_name
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.storage.sql.messages import (
@@ -133,10 +134,13 @@ async def _create_deliveries(
         "trace_carrier": dumps(carrier) if carrier is not None else None,
         "outbox_claimed_until": claimed_until,
         "channel": WORK_CHANNEL,
-        "deliveries": dumps([_delivery_row(d) for d in message.deliveries]),
+        "deliveries": dumps([delivery_row(d) for d in message.deliveries]),
     }
     rows = await session.fetch(q["insert_deliveries"], params)
     requested = {row["id"]: bool(row["requested"]) for row in rows}
+    for delivery in message.deliveries:
+        if delivery.run_id not in requested:
+            raise taken_run_id(delivery.run_id)
     source_text = params["source"]
     runs: list[Run] = []
     outbox: list[OutboxMessage] = []
@@ -161,8 +165,9 @@ async def _create_deliveries(
     return runs, tuple(outbox)
 
 
-def _delivery_row(delivery: NewDelivery) -> list[Any]:
-    """One delivery of ``insert_deliveries``' ``deliveries`` parameter."""
+def delivery_row(delivery: NewDelivery) -> list[Any]:
+    """One delivery of ``insert_deliveries``' ``deliveries`` parameter
+    (:data:`~.shapes.INSERT_DELIVERY`)."""
     return [
         delivery.run_id,
         delivery.subscription,

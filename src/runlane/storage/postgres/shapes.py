@@ -1,6 +1,7 @@
 """Batch row shapes: the positional rows the hot statements take, each declared once.
 
-A batch travels as one JSON array of arrays (``insert_runs``, ``apply_transitions``)
+A batch travels as one JSON array of arrays (``insert_runs``, ``apply_transitions``,
+``insert_deliveries``)
 or as binary COPY rows (``copy_runs``): by position, which is what makes them cheap.
 Each shape below is the one place that order is written down. The statements in
 the ``.sql`` files stay whole (they can be copied into ``EXPLAIN``) and name the
@@ -71,6 +72,18 @@ TRANSITION = RowShape(
         ("replays", "int"),
         ("dead_letter_reason", "text"),
         ("dead_lettered_at", "bigint"),
+    )
+)
+
+#: A delivery of ``insert_deliveries``' ``deliveries`` parameter (one published message's).
+INSERT_DELIVERY = RowShape(
+    (
+        ("id", "text"),
+        ("task_id", "text"),
+        ("queue", "text"),
+        ("partition_key", "text"),
+        ("subscription_mode", "text"),
+        ("request_delivery", "bool"),
     )
 )
 

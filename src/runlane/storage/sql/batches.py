@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import NewRun
+from runlane.storage.protocol import NewMessage, NewRun
 
 
 def check_distinct_ids(runs: Sequence[NewRun]) -> None:
@@ -22,3 +22,27 @@ def check_distinct_ids(runs: Sequence[NewRun]) -> None:
                 "Give each run of a batch its own id.",
             )
         seen.add(new.id)
+
+
+def check_distinct_delivery_ids(messages: Sequence[NewMessage]) -> None:
+    """Refuse a publish that names one delivery run id twice, before anything is written."""
+    seen: set[str] = set()
+    for message in messages:
+        for delivery in message.deliveries:
+            if delivery.run_id in seen:
+                raise RunlaneError(
+                    ErrorCode.STORAGE_CONFLICT,
+                    f"publish_messages got delivery run id {delivery.run_id!r} twice; nothing "
+                    "was published. Give each delivery its own run id.",
+                )
+            seen.add(delivery.run_id)
+
+
+def taken_run_id(run_id: str) -> RunlaneError:
+    """A delivery run id that already names a run: the publish writes nothing."""
+    return RunlaneError(
+        ErrorCode.STORAGE_CONFLICT,
+        f"run id {run_id!r} already exists; nothing was published. Publish again with new "
+        "delivery run ids.",
+        retryable=True,
+    )

@@ -16,12 +16,14 @@ from runlane.storage.protocol import (
     QueuePolicy,
     ScheduleState,
     StoredDeadLetter,
+    StoredMessage,
 )
 from runlane.storage.sql.messages import (
     check_limit,
     dead_letter_cursor,
     dead_letter_from_row,
     halted_key_from_row,
+    message_from_row,
     parse_dead_letter_cursor,
 )
 from runlane.storage.sql.rows import run_from_row, schedule_states
@@ -139,6 +141,11 @@ class SqlStorageBase(ABC):
         rows = await self._fetch("list_halted_keys", params)
         keys = [halted_key_from_row(row) for row in rows[:limit]]
         return Page(keys, keys[-1].key if len(rows) > limit and keys else None)
+
+    async def get_message(self, environment: str, message_id: str) -> StoredMessage | None:
+        """One stored message (a delivery's attributes and place are read from it)."""
+        rows = await self._fetch("get_message", {"environment": environment, "id": message_id})
+        return message_from_row(rows[0]) if rows else None
 
     async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
         """Drop deduplication entries whose window has ended."""

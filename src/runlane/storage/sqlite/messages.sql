@@ -60,7 +60,8 @@ INSERT INTO runlane_runs (
     :environment, :id, :task_id, :queue, 'queued', :payload, 0, 0,
     :now, :now, :now, :event_sequence, :source, :trace_carrier,
     :delivery_requested_at, :partition_key, 0, :subscription_mode, :message_sequence
-);
+)
+ON CONFLICT DO NOTHING;
 
 -- name: runs_of_message
 SELECT * FROM runlane_runs

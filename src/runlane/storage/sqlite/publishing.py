@@ -15,6 +15,7 @@ from typing import Any
 
 from runlane.core.clock import to_micros
 from runlane.storage.protocol import NewMessage, OutboxMessage, PublishOutcome, StoredMessage
+from runlane.storage.sql.batches import check_distinct_delivery_ids, taken_run_id
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
 from runlane.storage.sql.messages import (
     check_reuse,
@@ -51,6 +52,7 @@ def publish_messages(
     In the caller's transaction the publish sits in a savepoint, so a refused
     message id takes back every message of the call and nothing else of theirs.
     """
+    check_distinct_delivery_ids(messages)
     now_us = to_micros(now)
     claimed_until = micros_or_none(outbox_claimed_until)
     with db.transaction(connection) as cur:
@@ -130,7 +132,8 @@ def _create_deliveries(
             source_text=source_text, requested=requested,
         )  # fmt: skip
         run = planned.run
-        cur.execute(QUERIES["insert_delivery"], planned.params)
+        if cur.execute(QUERIES["insert_delivery"], planned.params).rowcount != 1:
+            raise taken_run_id(run.id)
         events.append(
             event_row(environment, run.id, 1, RunEventType.CREATED, now_us, created_event_data(run))
         )

@@ -17,10 +17,10 @@ import pytest
 
 from runlane import (
     Attempt,
+    AttemptOutcome,
     Context,
     ManualClock,
     Observer,
-    Outcome,
     Release,
     RetryPolicy,
     Run,
@@ -163,8 +163,8 @@ async def test_an_observer_sees_a_trigger_and_the_attempt_around_the_handler(
         ("producing", ("observed.echo", "main", 1)),
         ("triggered", [run.id]),
         ("attempt.enter", run.id),
-        ("settled", Outcome.SUCCEEDED),
-        ("attempt.exit", Outcome.SUCCEEDED),
+        ("settled", AttemptOutcome.SUCCEEDED),
+        ("attempt.exit", AttemptOutcome.SUCCEEDED),
     ]
     (attempt,) = recorder.settles
     assert attempt.run.status is RunStatus.RUNNING and attempt.run.attempt == 1
@@ -207,7 +207,7 @@ async def test_every_entry_point_is_observed(make_runtime: Factory) -> None:
     assert result.run.result["around"] == f"around {delivered.id}"
     entered = [value for name, value in recorder.calls if name == "attempt.enter"]
     assert entered == [now_run.id, worker_run.id, delivered.id]
-    assert [a.outcome for a in recorder.settles] == [Outcome.SUCCEEDED] * 3
+    assert [a.outcome for a in recorder.settles] == [AttemptOutcome.SUCCEEDED] * 3
     slots = [value for name, value in recorder.calls if name == "slots"]
     assert slots[0] == (0, 2) and (1, 2) in slots and slots[-1] == (0, 2)
 
@@ -244,7 +244,7 @@ async def test_an_observer_that_raises_is_logged_once_per_hook_and_changes_nothi
         "triggered (ignored; logged once)",
     ]
     # The healthy observer still saw everything.
-    assert [a.outcome for a in recorder.settles] == [Outcome.SUCCEEDED] * 3
+    assert [a.outcome for a in recorder.settles] == [AttemptOutcome.SUCCEEDED] * 3
 
 
 async def test_an_observer_that_raises_when_left_changes_nothing_either(
@@ -290,9 +290,11 @@ async def test_a_failed_attempt_keeps_its_traceback_in_the_failure_and_the_event
         assert "in _innermost" in events[name].data["failure"]["meta"]["traceback"]
     # What observers saw: the exception itself, the outcome and the retry delay.
     retried, failed_attempt = recorder.settles
-    assert retried.outcome is Outcome.RETRIED and retried.delay_seconds == pytest.approx(10, 0.5)
+    assert retried.outcome is AttemptOutcome.RETRIED and retried.delay_seconds == pytest.approx(
+        10, 0.5
+    )
     assert isinstance(retried.error, ValueError)
-    assert failed_attempt.outcome is Outcome.FAILED and failed_attempt.delay_seconds is None
+    assert failed_attempt.outcome is AttemptOutcome.FAILED and failed_attempt.delay_seconds is None
 
 
 async def test_a_long_traceback_keeps_its_innermost_frames_within_the_cap(

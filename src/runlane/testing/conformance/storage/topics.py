@@ -239,6 +239,24 @@ async def test_publish_messages_of_a_known_id_with_other_content_is_refused_writ
     assert not fresh.duplicate
 
 
+async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_writing_nothing(
+    storage: Storage, environment: str
+) -> None:
+    topics = _topics(storage)
+    await storage.create_runs(environment, [new_run("taken")], NOW)
+    for batch in (
+        [message("m1", delivery("d1"), delivery("d1", "ship"))],
+        [message("m1", delivery("d1")), message("m2", delivery("d1", "ship"))],
+        [message("m1", delivery("d1")), message("m2", delivery("taken"))],
+    ):
+        with pytest.raises(RunlaneError) as refused:
+            await topics.publish_messages(environment, batch, NOW)
+        assert refused.value.code is ErrorCode.STORAGE_CONFLICT
+    assert [r.id for r in await _all_runs(storage, environment)] == ["taken"]
+    (fresh,) = await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
+    assert not fresh.duplicate
+
+
 async def test_publish_messages_sees_message_ids_of_its_own_environment_only(
     storage: Storage, environment: str
 ) -> None:
