@@ -23,19 +23,21 @@
 -- ids taken are kept in runlane.claim_keys until the transaction ends; with no
 -- keyed delivery due (task runs only) the scan finds nothing in runlane_runs_keyed.
 SELECT set_config(
-    'runlane.claim_keys', coalesce(string_agg(keys.lock_id::text, ',' ORDER BY keys.lock_id), ''),
+    'runlane.claim_keys', coalesce(string_agg(taken.lock_id::text, ',' ORDER BY taken.lock_id), ''),
     true
 ) AS claim_keys
 FROM (
     SELECT chosen.lock_id
     FROM (
-        SELECT k.lock_id
+        SELECT firsts.lock_id
         FROM (
-            SELECT hashtextextended(
+            -- Each key's first claimable delivery, in claim order.
+            SELECT DISTINCT ON (k.task_id, k.partition_key)
+                   hashtextextended(
                        %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
                        || ':' || k.partition_key, 0
                    ) AS lock_id,
-                   min(k.run_at) AS first_run_at
+                   k.run_at, k.id
             FROM {schema}.runlane_runs k
             WHERE k.environment = %(environment)s
               AND k.partition_key IS NOT NULL
@@ -53,14 +55,14 @@ FROM (
                          OR (k.subscription_mode = 'ordered'
                              AND o.message_sequence < k.message_sequence))
               )
-            GROUP BY 1
-            ORDER BY 2, 1
-            LIMIT %(limit)s
-        ) AS k
-        ORDER BY k.lock_id
+            ORDER BY k.task_id, k.partition_key, k.run_at, k.id
+        ) AS firsts
+        ORDER BY firsts.run_at, firsts.id
+        LIMIT %(limit)s
     ) AS chosen
-    WHERE pg_try_advisory_xact_lock(chosen.lock_id)
-) AS keys;
+    ORDER BY chosen.lock_id
+) AS taken
+WHERE pg_try_advisory_xact_lock(taken.lock_id);
 
 -- name: lock_run_key
 -- claim_run: wait for the key lock of the run's (subscription, key), if it has a key;
