@@ -49,9 +49,11 @@ class Workers:
         self.env = env
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, role: str = "worker") -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.topic_app"], cwd=ROOT, env=self.env
+            [sys.executable, "-m", "tests.support.topic_app"],
+            cwd=ROOT,
+            env={**self.env, "RUNLANE_APP_ROLE": role},
         )
         self.procs.append(proc)
         return proc
@@ -165,7 +167,11 @@ async def test_four_processes_never_hold_one_exclusive_key_twice_and_keep_ordere
 ) -> None:
     customers, per_customer = 3, 40
     hold = {"RUNLANE_APP_HOLD": "0.002", "RUNLANE_APP_RETRY_FIRST": "0.003"}
-    with workers(4, postgres_dsn, environment, **hold):
+    with workers(4, postgres_dsn, environment, **hold) as group:
+        # Two more processes execute deliveries as transport wakeups would, picked at
+        # random: their claim_run races the workers' polling claims on every key.
+        group.start("wakeups")
+        group.start("wakeups")
         # Published while the workers run: each publish wakes all of them at once, so
         # their claims of one key meet.
         total = await _publish(app, customers, per_customer)

@@ -28,6 +28,7 @@ from runlane import (
     subscription,
     topic,
 )
+from runlane.transport.protocol import DeliveryMessage
 
 DSN = os.environ.get("RUNLANE_APP_DSN", "")
 ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")
@@ -99,9 +100,30 @@ def build_runtime(dsn: str, environment: str) -> Runlane:
     )
 
 
+async def _wake(rl: Runlane) -> None:
+    """Act as wakeups do on a transport lane: ``execute_delivery`` of deliveries picked
+    at random among those waiting, whatever their key (most are ignored)."""
+    schema = getattr(rl.storage, "schema", "runlane")
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        while True:
+            cursor = await conn.execute(
+                f"SELECT id, queue FROM {schema}.runlane_runs"
+                " WHERE environment = %s AND status IN ('queued', 'retrying')"
+                " ORDER BY random() LIMIT 8",
+                (ENVIRONMENT,),
+            )
+            rows = await cursor.fetchall()
+            wakeups = [DeliveryMessage(environment=ENVIRONMENT, run_id=i, queue=q) for i, q in rows]
+            await asyncio.gather(*(rl.execute_delivery(w) for w in wakeups))
+            await asyncio.sleep(0.005)
+
+
 async def _main() -> None:
     rl = build_runtime(DSN, ENVIRONMENT)
     async with rl:
+        if os.environ.get("RUNLANE_APP_ROLE") == "wakeups":
+            await _wake(rl)
+            return
         await rl.worker(
             concurrency=int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8")),
             mode=WorkerMode.POLL,
