@@ -133,9 +133,13 @@ async def run_fanout(rl: Runlane, messages: int, concurrency: int) -> FanOutResu
 
 
 async def _drain(rl: Runlane, concurrency: int) -> None:
-    """Run workers until no delivery waits or runs (dead letters wait for an operator)."""
+    """Run workers until nothing more can run: a dead letter waits for an operator, and
+    an ORDERED key it halts keeps its later deliveries waiting too."""
+    waiting = -1
     while True:
         await rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency, handle_signals=False).run()
         stats = await rl.subscriptions.list()
-        if not any(s.waiting or s.running for s in stats):
+        now_waiting = sum(s.waiting + s.running for s in stats)
+        if now_waiting in (0, waiting):
             return
+        waiting = now_waiting
