@@ -62,6 +62,7 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("apply_transitions", "t", TRANSITION),
         ("apply_transitions", "e", TRANSITION_EVENT),
         ("insert_deliveries", "d", INSERT_DELIVERY),
+        ("publish_plain_message", "d", INSERT_DELIVERY),
     ],
 )
 def test_each_json_row_statement_reads_the_declared_fields_in_order(

@@ -376,6 +376,12 @@ class StoresMessages(Protocol):
         by id), ``limit`` at a time; a cursor this method did not return is
         ``CONFIGURATION_INVALID``."""
 
+    async def get_messages(
+        self, environment: str, message_ids: Sequence[str]
+    ) -> dict[str, StoredMessage]:
+        """The stored messages among ``message_ids``, by id (a delivery's handler gets
+        its message's attributes, publish time and sequence from here)."""
+
     async def subscription_stats(
         self, environment: str, subscriptions: Sequence[str]
     ) -> list[SubscriptionCounts]:

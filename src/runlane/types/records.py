@@ -246,6 +246,8 @@ class DeadLetterFilter:
     topic: str | None = None
     subscription: str | None = None
     partition_key: str | None = None
+    #: Only this delivery run (reading one dead letter).
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

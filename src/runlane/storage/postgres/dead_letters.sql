@@ -23,6 +23,7 @@ WHERE r.environment = %(environment)s AND r.status = 'dead_lettered'
   AND (%(topic)s::text IS NULL OR m.topic = %(topic)s::text)
   AND (%(subscription)s::text IS NULL OR r.task_id = %(subscription)s::text)
   AND (%(partition_key)s::text IS NULL OR r.partition_key = %(partition_key)s::text)
+  AND (%(run_id)s::text IS NULL OR r.id = %(run_id)s::text)
   AND (%(after_at)s::bigint IS NULL
        OR (r.dead_lettered_at, r.id) > (%(after_at)s::bigint, %(after_id)s::text))
 ORDER BY r.dead_lettered_at, r.id

@@ -61,14 +61,12 @@ from runlane.storage.protocol import (
     RunFilter,
     ScheduleOccurrence,
     StorageCapabilities,
-    SubscriptionCounts,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
-from runlane.storage.sql.messages import subscription_counts
 from runlane.storage.sql.rows import (
     event_from_row,
     implied_created_event,
@@ -285,6 +283,9 @@ class PostgresStorage(SqlStorageBase):
             return max(cur.rowcount, 0)
 
         return await self._run(op)
+
+    def _texts(self, values: Sequence[str]) -> list[str]:
+        return list(values)
 
     def _lock_prefix(self, environment: str) -> str:
         return claims.capacity_lock_prefix(self.schema, environment)
@@ -527,13 +528,14 @@ class PostgresStorage(SqlStorageBase):
         if not messages:
             return []
         check_distinct_delivery_ids(messages)
+        now_us, claimed_until = to_micros(now), micros_or_none(outbox_claimed_until)
         publish = partial(
             publishing.publish_messages,
             q=self._q,
             environment=environment,
             messages=messages,
-            now_us=to_micros(now),
-            claimed_until=micros_or_none(outbox_claimed_until),
+            now_us=now_us,
+            claimed_until=claimed_until,
             locks=publishing.lock_names(self.schema, environment, messages),
         )
         if connection is not None:
@@ -549,18 +551,19 @@ class PostgresStorage(SqlStorageBase):
             except psycopg.Error as error:
                 raise self._error(error) from None
 
+        plain = publishing.is_plain(messages)
+
         async def op(conn: Connection) -> list[PublishOutcome]:
+            if plain:
+                outcome = await publishing.publish_plain_message(
+                    AsyncSession(conn), self._q, environment, messages[0], now_us, claimed_until
+                )
+                if outcome is not None:
+                    return [outcome]
             async with conn.transaction():
                 return await publish(AsyncSession(conn))
 
         return await self._run(op)
-
-    async def subscription_stats(
-        self, environment: str, subscriptions: Sequence[str]
-    ) -> list[SubscriptionCounts]:
-        """Deliveries per status of each subscription, and its halted keys."""
-        params = {"environment": environment, "subscriptions": list(subscriptions)}
-        return subscription_counts(await self._fetch("subscription_stats", params), subscriptions)
 
     # -- dispatch and outbox -------------------------------------------------------
 

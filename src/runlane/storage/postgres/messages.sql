@@ -26,6 +26,10 @@ WHERE d.environment = %(environment)s AND d.topic = %(topic)s AND d.key = %(key)
 -- name: get_message
 SELECT * FROM {schema}.runlane_messages WHERE environment = %(environment)s AND id = %(id)s;
 
+-- name: get_messages
+SELECT * FROM {schema}.runlane_messages
+WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[]);
+
 -- name: insert_message
 -- Waits for a concurrent publish of the same id to end; nothing comes back if that
 -- one committed (the caller then compares with it).
@@ -131,6 +135,72 @@ wakeup AS (
 SELECT id, delivery_requested_at IS NOT NULL AS requested,
        (SELECT count(*) FROM wakeup) AS woken
 FROM inserted;
+
+-- name: publish_plain_message
+-- The common publish in one autocommitted statement: one message without a
+-- deduplication key whose deliveries need no key lock (NONE or keyless), so each
+-- delivery that asks for a delivery request gets one. A stored id (or one being
+-- written, waited for) inserts nothing and returns no row: the caller then reads
+-- and compares the stored message. A taken run id fails the whole statement. The
+-- deliveries are as in insert_deliveries.
+WITH message AS (
+    INSERT INTO {schema}.runlane_messages (
+        environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,
+        trace_carrier, sequence
+    ) VALUES (
+        %(environment)s, %(id)s, %(topic)s, %(payload)s::json, %(attributes)s::jsonb,
+        %(envelope)s, %(published_at)s, %(window_ends_at)s, %(trace_carrier)s::jsonb,
+        nextval('{schema}.runlane_message_sequence')
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING sequence
+),
+input AS (
+    SELECT d.x->>0 AS id, d.x->>1 AS task_id, d.x->>2 AS queue, d.x->>3 AS partition_key,
+           d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery
+    FROM jsonb_array_elements(%(deliveries)s::jsonb) AS d(x)
+),
+inserted AS (
+    INSERT INTO {schema}.runlane_runs (
+        environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+        first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
+        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+    )
+    SELECT %(environment)s, input.id, input.task_id, input.queue, 'queued', %(payload)s::json,
+           0, 0, %(published_at)s, %(published_at)s, %(published_at)s, %(published_at)s,
+           CASE WHEN input.request_delivery THEN 2 ELSE 1 END, %(source)s::jsonb,
+           %(trace_carrier)s::jsonb,
+           CASE WHEN input.request_delivery THEN %(published_at)s::bigint END,
+           input.partition_key, 0, input.subscription_mode, message.sequence
+    FROM input CROSS JOIN message
+    RETURNING id, queue, trace_carrier, delivery_requested_at
+),
+events AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
+    )
+    SELECT %(environment)s, id, 2, 'run.delivery_requested', %(published_at)s,
+           jsonb_build_object('queue', queue, 'outbox_id', id || '.2')
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+),
+outbox AS (
+    INSERT INTO {schema}.runlane_outbox (
+        environment, id, run_id, queue, status, available_at, claimed_until, requested_at,
+        trace_carrier
+    )
+    SELECT %(environment)s, id || '.2', id, queue,
+           CASE WHEN %(outbox_claimed_until)s::bigint IS NULL THEN 'pending' ELSE 'claimed' END,
+           %(published_at)s, %(outbox_claimed_until)s::bigint, %(published_at)s, trace_carrier
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+),
+wakeup AS (
+    SELECT pg_notify(%(channel)s, %(environment)s)
+    WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT message.sequence, (SELECT count(*) FROM wakeup) AS woken
+FROM message;
 
 -- name: runs_of_message
 SELECT * FROM {schema}.runlane_runs

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg import errors as pg_errors
+
 from runlane.storage.postgres.params import WORK_CHANNEL
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import (
@@ -50,6 +52,49 @@ def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) ->
         }
     )
     return [key_lock_name(schema, environment, sub, key) for sub, key in pairs]
+
+
+def is_plain(messages: Sequence[NewMessage]) -> bool:
+    """Whether the call is one message without a deduplication key whose deliveries
+    need no key lock: :func:`publish_plain_message` publishes it in one statement."""
+    return (
+        len(messages) == 1
+        and messages[0].deduplication_key is None
+        and all(d.partition_key is None for d in messages[0].deliveries)
+    )
+
+
+async def publish_plain_message(
+    session: Session,
+    q: Queries,
+    environment: str,
+    message: NewMessage,
+    now_us: int,
+    claimed_until: int | None,
+) -> PublishOutcome | None:
+    """Publish a message :func:`is_plain` accepts in one statement (autocommitted on a
+    pooled connection); ``None`` when a delivery run id was taken: the statement
+    failed whole, and the caller publishes again the general way, which says which id."""
+    params = {
+        **message_params(environment, message, now_us),
+        **_delivery_params(environment, message, now_us, claimed_until),
+    }
+    try:
+        rows = await session.fetch(q["publish_plain_message"], params)
+    except pg_errors.UniqueViolation:
+        return None
+    if not rows:
+        (existing,) = await session.fetch(
+            q["get_message"], {"environment": environment, "id": message.id}
+        )
+        check_reuse(message, existing["envelope"])
+        return await _duplicate(session, q, environment, message_from_row(existing))
+    sequence = int(rows[0]["sequence"])
+    asked = {d.run_id: d.request_delivery for d in message.deliveries}
+    runs, outbox = _outcome_runs(environment, message, sequence, now_us, asked)
+    return PublishOutcome(
+        stored_message(message, sequence, now_us), duplicate=False, runs=runs, outbox=outbox
+    )
 
 
 async def publish_messages(
@@ -124,11 +169,26 @@ async def _create_deliveries(
     """One statement: the runs, and the delivery requests of those claimable at once."""
     if not message.deliveries:
         return [], ()
-    carrier = message.trace_carrier
-    params: dict[str, Any] = {
-        "environment": environment,
-        "now": now_us,
+    params = {
+        **_delivery_params(environment, message, now_us, claimed_until),
         "sequence": sequence,
+        "now": now_us,
+    }
+    rows = await session.fetch(q["insert_deliveries"], params)
+    requested = {row["id"]: bool(row["requested"]) for row in rows}
+    for delivery in message.deliveries:
+        if delivery.run_id not in requested:
+            raise taken_run_id(delivery.run_id)
+    return _outcome_runs(environment, message, sequence, now_us, requested)
+
+
+def _delivery_params(
+    environment: str, message: NewMessage, now_us: int, claimed_until: int | None
+) -> dict[str, Any]:
+    """What the delivery statements take besides the message's own parameters."""
+    carrier = message.trace_carrier
+    return {
+        "environment": environment,
         "payload": message.payload_json,
         "source": dumps(publish_source(message).to_json()),
         "trace_carrier": dumps(carrier) if carrier is not None else None,
@@ -136,12 +196,17 @@ async def _create_deliveries(
         "channel": WORK_CHANNEL,
         "deliveries": dumps([delivery_row(d) for d in message.deliveries]),
     }
-    rows = await session.fetch(q["insert_deliveries"], params)
-    requested = {row["id"]: bool(row["requested"]) for row in rows}
-    for delivery in message.deliveries:
-        if delivery.run_id not in requested:
-            raise taken_run_id(delivery.run_id)
-    source_text = params["source"]
+
+
+def _outcome_runs(
+    environment: str,
+    message: NewMessage,
+    sequence: int,
+    now_us: int,
+    requested: dict[str, bool],
+) -> tuple[list[Run], tuple[OutboxMessage, ...]]:
+    """The delivery runs as inserted, and their delivery requests, in delivery order."""
+    source_text = dumps(publish_source(message).to_json())
     runs: list[Run] = []
     outbox: list[OutboxMessage] = []
     for delivery in message.deliveries:

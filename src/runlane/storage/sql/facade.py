@@ -17,6 +17,7 @@ from runlane.storage.protocol import (
     ScheduleState,
     StoredDeadLetter,
     StoredMessage,
+    SubscriptionCounts,
 )
 from runlane.storage.sql.messages import (
     check_limit,
@@ -25,6 +26,7 @@ from runlane.storage.sql.messages import (
     halted_key_from_row,
     message_from_row,
     parse_dead_letter_cursor,
+    subscription_counts,
 )
 from runlane.storage.sql.rows import run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
@@ -41,6 +43,10 @@ class SqlStorageBase(ABC):
     @abstractmethod
     async def _count(self, query: str, params: dict[str, Any]) -> int:
         """Run the named writing statement ``query``; how many rows it changed."""
+
+    @abstractmethod
+    def _texts(self, values: Sequence[str]) -> Any:
+        """A list of strings as this dialect's statements take one parameter of them."""
 
     # -- reads ---------------------------------------------------------------------
 
@@ -118,6 +124,7 @@ class SqlStorageBase(ABC):
             "topic": dead_letter_filter.topic,
             "subscription": dead_letter_filter.subscription,
             "partition_key": dead_letter_filter.partition_key,
+            "run_id": dead_letter_filter.run_id,
             "after_at": after_at,
             "after_id": after_id,
             "limit": limit + 1,
@@ -126,6 +133,23 @@ class SqlStorageBase(ABC):
         page = [dead_letter_from_row(row) for row in rows[:limit]]
         more = len(rows) > limit and page
         return Page(page, dead_letter_cursor(page[-1]) if more else None)
+
+    async def get_messages(
+        self, environment: str, message_ids: Sequence[str]
+    ) -> dict[str, StoredMessage]:
+        """Stored messages by id."""
+        if not message_ids:
+            return {}
+        params = {"environment": environment, "ids": self._texts(list(message_ids))}
+        rows = await self._fetch("get_messages", params)
+        return {message.id: message for message in map(message_from_row, rows)}
+
+    async def subscription_stats(
+        self, environment: str, subscriptions: Sequence[str]
+    ) -> list[SubscriptionCounts]:
+        """Deliveries per status of each subscription, and its halted keys."""
+        params = {"environment": environment, "subscriptions": self._texts(list(subscriptions))}
+        return subscription_counts(await self._fetch("subscription_stats", params), subscriptions)
 
     async def list_halted_keys(
         self, environment: str, subscription: str, limit: int, cursor: str | None

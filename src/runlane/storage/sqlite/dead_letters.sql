@@ -22,6 +22,7 @@ WHERE r.environment = :environment AND r.status = 'dead_lettered'
   AND (:topic IS NULL OR m.topic = :topic)
   AND (:subscription IS NULL OR r.task_id = :subscription)
   AND (:partition_key IS NULL OR r.partition_key = :partition_key)
+  AND (:run_id IS NULL OR r.id = :run_id)
   AND (:after_at IS NULL OR (r.dead_lettered_at, r.id) > (:after_at, :after_id))
 ORDER BY r.dead_lettered_at, r.id
 LIMIT :limit;

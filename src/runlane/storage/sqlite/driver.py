@@ -32,12 +32,10 @@ from runlane.storage.protocol import (
     RunFilter,
     ScheduleOccurrence,
     StorageCapabilities,
-    SubscriptionCounts,
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.facade import SqlStorageBase
-from runlane.storage.sql.messages import subscription_counts
 from runlane.storage.sql.rows import (
     event_from_row,
     outbox_from_row,
@@ -114,6 +112,9 @@ class SqliteStorage(SqlStorageBase):
 
     async def _count(self, query: str, params: dict[str, Any]) -> int:
         return await self._db.write_count(QUERIES[query], params)
+
+    def _texts(self, values: Sequence[str]) -> str:
+        return json.dumps(list(values))
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for a commit to the file by any process.
@@ -302,14 +303,6 @@ class SqliteStorage(SqlStorageBase):
         if connection is not None:
             return publish()
         return await self._db.run(publish)
-
-    async def subscription_stats(
-        self, environment: str, subscriptions: Sequence[str]
-    ) -> list[SubscriptionCounts]:
-        """Deliveries per status of each subscription, and its halted keys."""
-        params = {"environment": environment, "subscriptions": json.dumps(list(subscriptions))}
-        rows = await self._db.fetch(QUERIES["subscription_stats"], params)
-        return subscription_counts(rows, subscriptions)
 
     # -- dispatch and outbox --------------------------------------------------------
 

@@ -11,6 +11,10 @@ WHERE d.environment = :environment AND d.topic = :topic AND d.key = :key
 -- name: get_message
 SELECT * FROM runlane_messages WHERE environment = :environment AND id = :id;
 
+-- name: get_messages
+SELECT * FROM runlane_messages
+WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));
+
 -- name: next_message_sequence
 -- Writers are serialised, so the sequence drawn here follows commit order.
 INSERT INTO runlane_message_sequences (environment, last_sequence)

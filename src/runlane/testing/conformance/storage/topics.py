@@ -248,6 +248,8 @@ async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_w
         [message("m1", delivery("d1"), delivery("d1", "ship"))],
         [message("m1", delivery("d1")), message("m2", delivery("d1", "ship"))],
         [message("m1", delivery("d1")), message("m2", delivery("taken"))],
+        [message("m1", delivery("d1"), delivery("taken", "ship"))],
+        [message("m1", delivery("taken", mode=SubscriptionMode.ORDERED, key="k"))],
     ):
         with pytest.raises(RunlaneError) as refused:
             await topics.publish_messages(environment, batch, NOW)
@@ -411,6 +413,22 @@ async def test_concurrent_publishes_of_one_deduplication_key_fan_out_once(
     assert [r.id for r in await _all_runs(storage, environment)] == [fresh[0].runs[0].id]
 
 
+# -- get_messages ----------------------------------------------------------------------------
+
+
+async def test_get_messages_reads_stored_messages_by_id(storage: Storage, environment: str) -> None:
+    topics = _topics(storage)
+    published = await topics.publish_messages(
+        environment,
+        [message("m1", attributes={"kind": "new"}), message("m2", payload=[1, 2.5, None])],
+        NOW,
+    )
+    found = await topics.get_messages(environment, ["m2", "m1", "missing"])
+    assert found == {o.message.id: o.message for o in published}
+    assert await topics.get_messages(environment, []) == {}
+    assert await topics.get_messages(f"{environment}-other", ["m1"]) == {}
+
+
 # -- dead letter, replay and discard through apply_transitions ------------------------------
 
 
@@ -542,6 +560,9 @@ async def test_list_dead_letters_filters_by_topic_subscription_and_key(
     assert await ids(partition_key="k1") == ["a2", "b3", "a1"]
     assert await ids(partition_key="k2") == []
     assert await ids(topic="unknown") == []
+    assert await ids(run_id="b3") == ["b3"]
+    assert await ids(run_id="b3", subscription="ship") == []
+    assert await ids(run_id="missing") == []
 
 
 async def test_list_dead_letters_pages_with_its_cursor_and_refuses_a_foreign_one(
