@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ from runlane import (
     subscription,
     topic,
 )
+from runlane.core.delivery import IgnoredReason
+from runlane.storage.protocol import LeaseRequest
 from runlane.transport.memory import MemoryTransport
+from runlane.transport.protocol import DeliveryMessage
 
 MAIN = queue("main", default=True)
 ORDERS = topic("orders")
@@ -150,3 +154,28 @@ def test_sync_publish_blocks_until_committed(tmp_path: Path) -> None:
         assert rl.sync.dead_letters.list().data == []
     finally:
         rl.sync.close()
+
+
+async def test_execute_delivery_runs_a_delivery_and_ignores_one_whose_key_is_busy(
+    tmp_path: Path,
+) -> None:
+    transport = MemoryTransport([MAIN])
+    rl = _runtime(Lane(sqlite_lane(tmp_path / "app.db").storage, transport))
+    await rl.open()
+    try:
+        first = await rl.publish(ORDERS, {"n": 1}, attributes={"customer": "c1"})
+        second = await rl.publish(ORDERS, {"n": 2}, attributes={"customer": "c1"})
+        first_b, second_b = first.runs[1], second.runs[1]
+        assert first_b.id in {a.message.run_id for a in transport.published}
+        done = await rl.execute_delivery(DeliveryMessage(rl.environment, first.runs[0].id, "main"))
+        assert done.executed and done.run is not None
+        assert done.run.status is RunStatus.SUCCEEDED
+        now = rl.clock.now()
+        lease = LeaseRequest("elsewhere", now + timedelta(seconds=30))
+        held = await rl.storage.claim_run(rl.environment, first_b.id, lease, now)
+        assert held is not None
+        busy = await rl.execute_delivery(DeliveryMessage(rl.environment, second_b.id, "main"))
+        assert not busy.executed and busy.reason is IgnoredReason.KEY_UNAVAILABLE
+        assert (await rl.runs.get(second_b.id)).status is RunStatus.QUEUED
+    finally:
+        await rl.close()

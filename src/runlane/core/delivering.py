@@ -90,7 +90,8 @@ class Subscriptions:
             return Ended(RunlaneError(error.code, error.message, meta=error.meta), raised=True)
         message_id = run.source.message_id or ""
         store = self._store
-        stored = await store.messages().get_message(store.environment, message_id)
+        found = await store.messages().get_messages(store.environment, [message_id])
+        stored = found.get(message_id)
         if stored is None:
             return Ended(
                 RunlaneError(

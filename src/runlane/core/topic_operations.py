@@ -36,8 +36,6 @@ Connect = Callable[[], Awaitable[None]]
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-#: Dead letters of one key read per page while looking for one's ``blocks_key``.
-_SCAN_PAGE = 200
 
 
 def _check_limit(limit: object) -> int:
@@ -141,18 +139,12 @@ class DeadLetters:
         if run.status is not RunStatus.DEAD_LETTERED:
             raise _not_found(id, f"the delivery is {run.status.value}")
         store = self._store
-        key_filter = DeadLetterFilter(subscription=run.task_id, partition_key=run.partition_key)
-        cursor: str | None = None
-        while True:
-            page = await store.messages().list_dead_letters(
-                store.environment, key_filter, _SCAN_PAGE, cursor
-            )
-            for item in page.data:
-                if item.run.id == id:
-                    return dead_letter(item)
-            cursor = page.next_cursor
-            if cursor is None:
-                raise _not_found(id, "it was resolved while being read")
+        page = await store.messages().list_dead_letters(
+            store.environment, DeadLetterFilter(run_id=run.id), 1, None
+        )
+        if not page.data:
+            raise _not_found(id, "it was resolved while being read")
+        return dead_letter(page.data[0])
 
     async def replay(
         self,

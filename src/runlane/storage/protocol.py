@@ -394,10 +394,6 @@ class StoresMessages(Protocol):
         """ORDERED keys of ``subscription`` whose head is dead-lettered, by key; the
         cursor is the last key of the previous page."""
 
-    async def get_message(self, environment: str, message_id: str) -> StoredMessage | None:
-        """One stored message, or ``None``: a worker reads a delivery's message (its
-        attributes, publish time and sequence) before calling the handler."""
-
     async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
         """Drop deduplication entries whose window has ended by ``now``; return how many."""
 

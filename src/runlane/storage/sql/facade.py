@@ -166,11 +166,6 @@ class SqlStorageBase(ABC):
         keys = [halted_key_from_row(row) for row in rows[:limit]]
         return Page(keys, keys[-1].key if len(rows) > limit and keys else None)
 
-    async def get_message(self, environment: str, message_id: str) -> StoredMessage | None:
-        """One stored message (a delivery's attributes and place are read from it)."""
-        rows = await self._fetch("get_message", {"environment": environment, "id": message_id})
-        return message_from_row(rows[0]) if rows else None
-
     async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
         """Drop deduplication entries whose window has ended."""
         params = {"environment": environment, "now": to_micros(now)}

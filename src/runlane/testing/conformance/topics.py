@@ -13,6 +13,7 @@ Each test of a case ported from MemberJunction's work-queue suite names it
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -424,6 +425,74 @@ async def test_a_worker_without_the_subscription_dead_letters_after_the_default_
     assert run.status is RunStatus.DEAD_LETTERED and run.attempt == 5
     assert run.dead_letter_reason == "max_attempts_exceeded"
     assert run.failure is not None and run.failure.code == "task_not_found"
+
+
+async def test_a_stored_payload_the_worker_schema_refuses_is_dead_lettered(
+    make_runtime: Factory,
+) -> None:
+    loose = topic("orders")  # the publisher's topic has no schema
+    strict = _orders()  # the worker's checks the payload again
+
+    async def noop(message: Message[Any], ctx: DeliveryContext) -> None:
+        return None
+
+    publisher = await _runtime(make_runtime, [_sub("s", noop, loose)])
+    worker = await _runtime(make_runtime, [_sub("s", noop, strict)])
+    receipt = await publisher.publish(loose, {"order_id": "not a number"})
+    (run,) = await _drain(worker)
+    assert run.id == receipt.runs[0].id
+    assert run.status is RunStatus.DEAD_LETTERED and run.dead_letter_reason == "payload_invalid"
+    assert run.failure is not None and run.failure.code == "payload_invalid"
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_handler_past_its_timeout_is_retried(make_runtime: Factory, kind: str) -> None:
+    orders = _orders()
+    release = threading.Event()
+
+    async def slow_async(message: Message[Any], ctx: DeliveryContext) -> None:
+        await asyncio.sleep(30)
+
+    def slow_sync(message: Message[Any], ctx: DeliveryContext) -> None:
+        release.wait(5)
+
+    handler: Any = slow_async if kind == "async" else slow_sync
+    sub = subscription("slow", topic=orders, handler=handler, timeout="50ms", retry=THREE_ATTEMPTS)
+    rl = await _runtime(make_runtime, [sub])
+    await rl.publish(orders, {"order_id": 1})
+    try:
+        (run,) = await _drain(rl)
+    finally:
+        release.set()
+    assert run.status is RunStatus.RETRYING
+    assert run.failure is not None and run.failure.code == "task_timeout"
+
+
+async def test_worker_shutdown_releases_a_delivery_whose_handler_gives_up(
+    make_runtime: Factory,
+) -> None:
+    orders = _orders()
+    started = asyncio.Event()
+    reasons: list[Any] = []
+
+    async def long_handler(message: Message[Any], ctx: DeliveryContext) -> None:
+        started.set()
+        reasons.append(await ctx.signal.wait())
+        raise RuntimeError("interrupted")
+
+    rl = await make_runtime(
+        [], topics=[orders], subscriptions=[_sub("long", long_handler, orders, retry=ONE_ATTEMPT)]
+    )
+    receipt = await rl.publish(orders, {"order_id": 1})
+    worker = rl.worker(concurrency=1, handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 5)
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert [reason.value for reason in reasons] == ["shutdown"]
+    # Not its own failure: released, no budget spent (one attempt would dead-letter).
+    stored = await rl.runs.get(receipt.runs[0].id)
+    assert stored.status is RunStatus.RELEASED and stored.failure_count == 0
 
 
 # -- modes ---------------------------------------------------------------------------------
