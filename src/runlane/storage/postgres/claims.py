@@ -1,7 +1,8 @@
 """Claiming runs under a lease, within durable queue capacity.
 
 An unbounded queue's claim is one statement: lock the oldest due runs nobody
-else holds (``FOR UPDATE SKIP LOCKED``), lease them, append ``run.started``.
+else holds (``FOR UPDATE SKIP LOCKED``), lease them, append ``run.started``
+(sent in one pipelined transaction after the key locks' statement, below).
 
 A bounded queue's capacity is a count over other workers' leases, which a
 statement's snapshot cannot see change; so deciding on it takes a transaction-

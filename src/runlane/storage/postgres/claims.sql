@@ -23,44 +23,56 @@
 -- ids taken are kept in runlane.claim_keys until the transaction ends; with no
 -- keyed delivery due (task runs only) the scan finds nothing in runlane_runs_keyed.
 SELECT set_config(
-    'runlane.claim_keys', coalesce(string_agg(keys.lock_id::text, ',' ORDER BY keys.lock_id), ''),
+    'runlane.claim_keys', coalesce(string_agg(taken.lock_id::text, ',' ORDER BY taken.lock_id), ''),
     true
 ) AS claim_keys
 FROM (
     SELECT chosen.lock_id
     FROM (
-        SELECT k.lock_id
+        SELECT firsts.lock_id
         FROM (
-            SELECT hashtextextended(
+            -- Each key's first claimable delivery, in claim order.
+            SELECT DISTINCT ON (k.task_id, k.partition_key)
+                   hashtextextended(
                        %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
                        || ':' || k.partition_key, 0
                    ) AS lock_id,
-                   min(k.run_at) AS first_run_at
-            FROM {schema}.runlane_runs k
-            WHERE k.environment = %(environment)s
-              AND k.partition_key IS NOT NULL
-              AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+                   k.run_at, k.id, k.task_id, k.partition_key
+            FROM (
+                -- Every unfinished delivery of every key, with the sequence of its
+                -- key's head: one ordered pass over runlane_runs_keyed.
+                SELECT u.id, u.task_id, u.partition_key, u.queue, u.status, u.run_at,
+                       u.subscription_mode, u.message_sequence,
+                       min(u.message_sequence) OVER (
+                           PARTITION BY u.task_id, u.partition_key
+                       ) AS head_sequence
+                FROM {schema}.runlane_runs u
+                WHERE u.environment = %(environment)s
+                  AND u.partition_key IS NOT NULL
+                  AND u.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                   'cancellation_requested', 'dead_lettered')
+            ) AS k
+            WHERE k.status IN ('queued', 'scheduled', 'retrying', 'released')
               AND k.run_at <= %(now)s
               AND k.queue = ANY(%(queues)b::text[])
-              AND NOT EXISTS (
-                  SELECT 1 FROM {schema}.runlane_runs o
-                  WHERE o.environment = k.environment AND o.task_id = k.task_id
-                    AND o.partition_key = k.partition_key
-                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                     'cancellation_requested', 'dead_lettered')
-                    AND ((o.status IN ('running', 'cancellation_requested')
-                          AND o.lease_expires_at > %(now)s)
-                         OR (k.subscription_mode = 'ordered'
-                             AND o.message_sequence < k.message_sequence))
-              )
-            GROUP BY 1
-            ORDER BY 2, 1
-            LIMIT %(limit)s
-        ) AS k
-        ORDER BY k.lock_id
+              -- ORDERED: the key's head (no unfinished delivery before it).
+              AND (k.subscription_mode <> 'ordered' OR k.message_sequence = k.head_sequence)
+            ORDER BY k.task_id, k.partition_key, k.run_at, k.id
+        ) AS firsts
+        -- No delivery of the key holds an unexpired lease.
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {schema}.runlane_runs o
+            WHERE o.environment = %(environment)s AND o.task_id = firsts.task_id
+              AND o.partition_key = firsts.partition_key
+              AND o.status IN ('running', 'cancellation_requested')
+              AND o.lease_expires_at > %(now)s
+        )
+        ORDER BY firsts.run_at, firsts.id
+        LIMIT %(limit)s
     ) AS chosen
-    WHERE pg_try_advisory_xact_lock(chosen.lock_id)
-) AS keys;
+    ORDER BY chosen.lock_id
+) AS taken
+WHERE pg_try_advisory_xact_lock(taken.lock_id);
 
 -- name: lock_run_key
 -- claim_run: wait for the key lock of the run's (subscription, key), if it has a key;
@@ -90,7 +102,7 @@ keyed AS (
       AND r.id = ANY(ARRAY(
           SELECT ranked.id
           FROM (
-              SELECT k.id, k.run_at,
+              SELECT k.id, k.run_at, k.task_id, k.partition_key,
                      row_number() OVER (
                          PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                      ) AS rank_in_key
@@ -105,19 +117,25 @@ keyed AS (
                         %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
                         || ':' || k.partition_key, 0
                     ) = ANY((SELECT lock_ids FROM held)::bigint[])
-                AND NOT EXISTS (
+                -- ORDERED: the key's head (no unfinished delivery before it).
+                AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
                     SELECT 1 FROM {schema}.runlane_runs o
                     WHERE o.environment = k.environment AND o.task_id = k.task_id
                       AND o.partition_key = k.partition_key
                       AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
                                        'cancellation_requested', 'dead_lettered')
-                      AND ((o.status IN ('running', 'cancellation_requested')
-                            AND o.lease_expires_at > %(now)s)
-                           OR (k.subscription_mode = 'ordered'
-                               AND o.message_sequence < k.message_sequence))
-                )
+                      AND o.message_sequence < k.message_sequence
+                ))
           ) AS ranked
           WHERE ranked.rank_in_key = 1
+            -- No delivery of the key holds an unexpired lease.
+            AND NOT EXISTS (
+                SELECT 1 FROM {schema}.runlane_runs o
+                WHERE o.environment = %(environment)s AND o.task_id = ranked.task_id
+                  AND o.partition_key = ranked.partition_key
+                  AND o.status IN ('running', 'cancellation_requested')
+                  AND o.lease_expires_at > %(now)s
+            )
           ORDER BY ranked.run_at, ranked.id
           LIMIT %(limit)s
       ))
@@ -214,6 +232,7 @@ WITH candidates AS (
                first_of_key.lim
         FROM (
             SELECT k.id, k.queue, k.run_at, coalesce(k.concurrency_key, '') AS part, limits.lim,
+                   k.task_id, k.partition_key,
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                    ) AS rank_in_key
@@ -228,19 +247,25 @@ WITH candidates AS (
                       %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
                       || ':' || k.partition_key, 0
                   ) = ANY((SELECT lock_ids FROM held)::bigint[])
-              AND NOT EXISTS (
+              -- ORDERED: the key's head (no unfinished delivery before it).
+              AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
                   SELECT 1 FROM {schema}.runlane_runs o
                   WHERE o.environment = k.environment AND o.task_id = k.task_id
                     AND o.partition_key = k.partition_key
                     AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
                                      'cancellation_requested', 'dead_lettered')
-                    AND ((o.status IN ('running', 'cancellation_requested')
-                          AND o.lease_expires_at > %(now)s)
-                         OR (k.subscription_mode = 'ordered'
-                             AND o.message_sequence < k.message_sequence))
-              )
+                    AND o.message_sequence < k.message_sequence
+              ))
         ) AS first_of_key
         WHERE first_of_key.rank_in_key = 1
+          -- No delivery of the key holds an unexpired lease.
+          AND NOT EXISTS (
+              SELECT 1 FROM {schema}.runlane_runs o
+              WHERE o.environment = %(environment)s AND o.task_id = first_of_key.task_id
+                AND o.partition_key = first_of_key.partition_key
+                AND o.status IN ('running', 'cancellation_requested')
+                AND o.lease_expires_at > %(now)s
+          )
     ),
     ranked AS (
         SELECT eligible.*,

@@ -28,32 +28,42 @@ keyed AS (
       AND r.id = ANY(ARRAY(
           SELECT first_of_key.id
           FROM (
-              SELECT k.id, k.run_at,
+              SELECT k.id, k.run_at, k.task_id, k.partition_key,
                      row_number() OVER (
                          PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                      ) AS rank_in_key
-              FROM {schema}.runlane_runs k
-              WHERE k.environment = %(environment)s
-                AND k.partition_key IS NOT NULL
-                AND k.queue = ANY(%(queues)b::text[])
+              FROM (
+                  -- Every unfinished delivery of every key, with the sequence of its
+                  -- key's head: one ordered pass over runlane_runs_keyed.
+                  SELECT u.id, u.task_id, u.partition_key, u.queue, u.status, u.run_at,
+                         u.delivery_requested_at, u.subscription_mode, u.message_sequence,
+                         min(u.message_sequence) OVER (
+                             PARTITION BY u.task_id, u.partition_key
+                         ) AS head_sequence
+                  FROM {schema}.runlane_runs u
+                  WHERE u.environment = %(environment)s
+                    AND u.partition_key IS NOT NULL
+                    AND u.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                     'cancellation_requested', 'dead_lettered')
+              ) AS k
+              WHERE k.queue = ANY(%(queues)b::text[])
                 AND k.delivery_requested_at IS NULL
                 AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
                 AND k.run_at <= %(now)s
-                AND NOT EXISTS (
-                    SELECT 1 FROM {schema}.runlane_runs o
-                    WHERE o.environment = k.environment AND o.task_id = k.task_id
-                      AND o.partition_key = k.partition_key
-                      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                       'cancellation_requested', 'dead_lettered')
-                      AND ((o.status IN ('running', 'cancellation_requested')
-                            AND o.lease_expires_at > %(now)s)
-                           OR (k.subscription_mode = 'ordered'
-                               AND o.message_sequence < k.message_sequence)
-                           OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
-                               AND o.delivery_requested_at IS NOT NULL))
-                )
+                -- ORDERED: the key's head (no unfinished delivery before it).
+                AND (k.subscription_mode <> 'ordered' OR k.message_sequence = k.head_sequence)
           ) AS first_of_key
           WHERE first_of_key.rank_in_key = 1
+            -- No delivery of the key holds an unexpired lease or waits on a request.
+            AND NOT EXISTS (
+                SELECT 1 FROM {schema}.runlane_runs o
+                WHERE o.environment = %(environment)s AND o.task_id = first_of_key.task_id
+                  AND o.partition_key = first_of_key.partition_key
+                  AND ((o.status IN ('running', 'cancellation_requested')
+                        AND o.lease_expires_at > %(now)s)
+                       OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
+                           AND o.delivery_requested_at IS NOT NULL))
+            )
           ORDER BY first_of_key.run_at, first_of_key.id
           LIMIT %(limit)s
       ))

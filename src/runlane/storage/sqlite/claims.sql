@@ -7,8 +7,9 @@
 -- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
 -- (task_id, partition_key) holds an unexpired lease; ORDERED, also no delivery of
 -- it with a lower sequence is unfinished. One claim takes at most one delivery per
--- key. The status lists are spelled as in the runlane_runs_keyed index, so that
--- index serves the keyed scans.
+-- key. The keyed scans name the partial runlane_runs_keyed index (their status
+-- lists spelled as its own, so SQLite can use it): holding no task run, it keeps
+-- those scans empty on a lane of tasks, however long its queue.
 
 -- name: claim_due_runs
 -- One queue: the oldest due runs without a key, and the first claimable delivery of
@@ -35,12 +36,12 @@ WHERE environment = :environment AND id IN (
             LIMIT :limit
         )
         UNION ALL
-        SELECT id, run_at FROM (
-            SELECT k.id, k.run_at,
+        SELECT f.id, f.run_at FROM (
+            SELECT k.id, k.run_at, k.task_id, k.partition_key,
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                    ) AS rank_in_key
-            FROM runlane_runs k
+            FROM runlane_runs k INDEXED BY runlane_runs_keyed
             WHERE k.environment = :environment
               AND k.partition_key IS NOT NULL
               AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
@@ -48,19 +49,27 @@ WHERE environment = :environment AND id IN (
               AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
               AND k.queue = :queue
               AND k.run_at <= :now
-              AND NOT EXISTS (
+              -- ORDERED: the key's head (no unfinished delivery before it).
+              AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
                   SELECT 1 FROM runlane_runs o
                   WHERE o.environment = k.environment AND o.task_id = k.task_id
                     AND o.partition_key = k.partition_key
                     AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
                                      'cancellation_requested', 'dead_lettered')
-                    AND ((o.status IN ('running', 'cancellation_requested')
-                          AND o.lease_expires_at > :now)
-                         OR (k.subscription_mode = 'ordered'
-                             AND o.message_sequence < k.message_sequence))
-              )
-        )
-        WHERE rank_in_key = 1
+                    AND o.message_sequence < k.message_sequence
+              ))
+        ) f
+        WHERE f.rank_in_key = 1
+          -- No delivery of the key holds an unexpired lease.
+          AND NOT EXISTS (
+              SELECT 1 FROM runlane_runs o
+              WHERE o.environment = :environment AND o.task_id = f.task_id
+                AND o.partition_key = f.partition_key
+                AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                 'cancellation_requested', 'dead_lettered')
+                AND o.status IN ('running', 'cancellation_requested')
+                AND o.lease_expires_at > :now
+          )
     )
     ORDER BY run_at, id
     LIMIT :limit
@@ -96,12 +105,13 @@ WHERE environment = :environment AND id IN (
               AND r.run_at <= :now
               AND r.partition_key IS NULL
             UNION ALL
-            SELECT id, queue, run_at, lim, part FROM (
+            SELECT f.id, f.queue, f.run_at, f.lim, f.part FROM (
                 SELECT k.id, k.queue, k.run_at, q.lim, coalesce(k.concurrency_key, '') AS part,
+                       k.task_id, k.partition_key,
                        row_number() OVER (
                            PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                        ) AS rank_in_key
-                FROM runlane_runs k
+                FROM runlane_runs k INDEXED BY runlane_runs_keyed
                 JOIN (
                     SELECT json_extract(value, '$[0]') AS queue,
                            json_extract(value, '$[1]') AS lim
@@ -113,19 +123,27 @@ WHERE environment = :environment AND id IN (
                                    'cancellation_requested', 'dead_lettered')
                   AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
                   AND k.run_at <= :now
-                  AND NOT EXISTS (
+                  -- ORDERED: the key's head (no unfinished delivery before it).
+                  AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
                       SELECT 1 FROM runlane_runs o
                       WHERE o.environment = k.environment AND o.task_id = k.task_id
                         AND o.partition_key = k.partition_key
                         AND o.status IN ('queued', 'scheduled', 'retrying', 'released',
                                          'running', 'cancellation_requested', 'dead_lettered')
-                        AND ((o.status IN ('running', 'cancellation_requested')
-                              AND o.lease_expires_at > :now)
-                             OR (k.subscription_mode = 'ordered'
-                                 AND o.message_sequence < k.message_sequence))
-                  )
-            )
-            WHERE rank_in_key = 1
+                        AND o.message_sequence < k.message_sequence
+                  ))
+            ) f
+            WHERE f.rank_in_key = 1
+              -- No delivery of the key holds an unexpired lease.
+              AND NOT EXISTS (
+                  SELECT 1 FROM runlane_runs o
+                  WHERE o.environment = :environment AND o.task_id = f.task_id
+                    AND o.partition_key = f.partition_key
+                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                                     'cancellation_requested', 'dead_lettered')
+                    AND o.status IN ('running', 'cancellation_requested')
+                    AND o.lease_expires_at > :now
+              )
         ) e
     ) c
     LEFT JOIN (

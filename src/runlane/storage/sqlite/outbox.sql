@@ -18,7 +18,8 @@ RETURNING *;
 -- name: undelivered_runs
 -- Due runs without a delivery request. A delivery with a partition key is requested
 -- only when claimable (contract 5.7.5, the rule of claim_run), at most one per key,
--- and not while another delivery of its key still waits on a request.
+-- and not while another delivery of its key still waits on a request. The keyed
+-- scan reads the partial runlane_runs_keyed index, which holds no task run.
 SELECT id, queue, concurrency_key FROM (
     SELECT id, queue, concurrency_key, run_at FROM (
         SELECT id, queue, concurrency_key, run_at FROM runlane_runs
@@ -32,12 +33,12 @@ SELECT id, queue, concurrency_key FROM (
         LIMIT :limit
     )
     UNION ALL
-    SELECT id, queue, concurrency_key, run_at FROM (
-        SELECT k.id, k.queue, k.concurrency_key, k.run_at,
+    SELECT f.id, f.queue, f.concurrency_key, f.run_at FROM (
+        SELECT k.id, k.queue, k.concurrency_key, k.run_at, k.task_id, k.partition_key,
                row_number() OVER (
                    PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                ) AS rank_in_key
-        FROM runlane_runs k
+        FROM runlane_runs k INDEXED BY runlane_runs_keyed
         WHERE k.environment = :environment
           AND k.partition_key IS NOT NULL
           AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
@@ -46,21 +47,29 @@ SELECT id, queue, concurrency_key FROM (
           AND k.queue IN (SELECT value FROM json_each(:queues))
           AND k.delivery_requested_at IS NULL
           AND k.run_at <= :now
-          AND NOT EXISTS (
+          -- ORDERED: the key's head (no unfinished delivery before it).
+          AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
               SELECT 1 FROM runlane_runs o
               WHERE o.environment = k.environment AND o.task_id = k.task_id
                 AND o.partition_key = k.partition_key
                 AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
                                  'cancellation_requested', 'dead_lettered')
-                AND ((o.status IN ('running', 'cancellation_requested')
-                      AND o.lease_expires_at > :now)
-                     OR (k.subscription_mode = 'ordered'
-                         AND o.message_sequence < k.message_sequence)
-                     OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
-                         AND o.delivery_requested_at IS NOT NULL))
-          )
-    )
-    WHERE rank_in_key = 1
+                AND o.message_sequence < k.message_sequence
+          ))
+    ) f
+    WHERE f.rank_in_key = 1
+      -- No delivery of the key holds an unexpired lease or waits on a request.
+      AND NOT EXISTS (
+          SELECT 1 FROM runlane_runs o
+          WHERE o.environment = :environment AND o.task_id = f.task_id
+            AND o.partition_key = f.partition_key
+            AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
+                             'cancellation_requested', 'dead_lettered')
+            AND ((o.status IN ('running', 'cancellation_requested')
+                  AND o.lease_expires_at > :now)
+                 OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
+                     AND o.delivery_requested_at IS NOT NULL))
+      )
 )
 ORDER BY run_at, id
 LIMIT :limit;

@@ -19,7 +19,15 @@ from typing import Any, cast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runlane import RunStatus
+from runlane import (
+    DeliveryContext,
+    ManualClock,
+    Message,
+    RunStatus,
+    subscription,
+    topic,
+)
+from runlane.core.delivery import DeliveryOutcome, IgnoredReason
 from runlane.core.transitions import request_cancellation
 from runlane.storage.protocol import (
     LeaseRequest,
@@ -34,13 +42,16 @@ from runlane.storage.protocol import (
     Transition,
 )
 from runlane.testing.conformance.storage.methods import NOW, storage
+from runlane.testing.conformance.storage.support import TransportFactory, make_transport_runtime
 from runlane.testing.conformance.storage.topics import delivery, message
 from runlane.topics.claiming import claim_batch, claimable_deliveries
 from runlane.topics.states import DeliveryState, DeliveryStatus
+from runlane.transport.protocol import DeliveryMessage
 from runlane.types.runs import Run, RunEventType, RunFailure, SubscriptionMode
 
 __all__ = [
     "test_a_bounded_queue_claims_one_delivery_per_key_within_capacity",
+    "test_a_requested_delivery_whose_key_turns_busy_is_woken_again_once_it_frees",
     "test_c11_exclusive_claims_one_delivery_of_a_key_at_a_time",
     "test_c12_exclusive_keys_are_claimed_concurrently",
     "test_c13_exclusive_a_dead_letter_does_not_block_its_key",
@@ -54,13 +65,14 @@ __all__ = [
     "test_claims_agree_with_the_reference_model",
     "test_delivery_requests_follow_the_key_rule_one_per_key",
     "test_exclusive_a_delivery_waiting_for_its_retry_does_not_hold_its_key",
+    "test_execute_delivery_ignores_a_blocked_delivery_as_key_unavailable_and_wakes_it_later",
     "test_keys_are_per_subscription",
     "test_mark_key_unavailable_clears_the_request_and_says_whether_the_key_blocks",
     "test_none_mode_and_keyless_deliveries_are_claimed_in_parallel",
     "test_settle_and_claim_takes_the_next_delivery_of_the_key_it_frees",
 ]
 
-_ = storage  # the fixture, shared with the methods module
+_ = (storage, make_transport_runtime)  # fixtures, shared with the other modules
 
 EXCLUSIVE = SubscriptionMode.EXCLUSIVE
 ORDERED = SubscriptionMode.ORDERED
@@ -477,6 +489,81 @@ async def test_delivery_requests_follow_the_key_rule_one_per_key(
     await _apply(store, environment, _discard(await _get(store, environment, "o1")), NOW)
     assert await store.request_due_deliveries(environment, [MAIN], NOW, 10) == 1
     assert await _wakeups(store, environment) == ["o2"]
+
+
+async def test_execute_delivery_ignores_a_blocked_delivery_as_key_unavailable_and_wakes_it_later(
+    make_transport_runtime: TransportFactory,
+) -> None:
+    clock = ManualClock()
+    handled: list[int] = []
+
+    async def handle(message: Message[Any], ctx: DeliveryContext) -> None:
+        handled.append(message.payload["n"])
+
+    orders = topic("orders")
+    keyed = subscription("keyed", topic=orders, handler=handle, mode=ORDERED, key="customer")
+    rl, transport = await make_transport_runtime(
+        [], clock=clock, topics=[orders], subscriptions=[keyed]
+    )
+    first = await rl.publish(orders, {"n": 1}, attributes={"customer": "c1"})
+    second = await rl.publish(orders, {"n": 2}, attributes={"customer": "c1"})
+    (head,), (follower,) = first.runs, second.runs
+    # Only the head was claimable at publish: only it got a wakeup.
+    assert [a.message.run_id for a in transport.published] == [head.id]
+    # A wakeup for the follower anyway (a stale or duplicated one) is acknowledged
+    # without running, and its delivery request is cleared.
+    stray = DeliveryMessage(environment=rl.environment, run_id=follower.id, queue=follower.queue)
+    ignored = await rl.execute_delivery(stray)
+    assert (ignored.outcome, ignored.reason) == (
+        DeliveryOutcome.IGNORED, IgnoredReason.KEY_UNAVAILABLE,
+    )  # fmt: skip
+    assert (await rl.runs.get(follower.id)).status is RunStatus.QUEUED
+    assert (await rl.tick()).outbox_published == 0  # the head holds the key
+    executed = await rl.execute_delivery(transport.published[0].message)
+    assert executed.executed and handled == [1]
+    # The key is free: the next tick wakes the follower, which then runs.
+    clock.advance("1s")
+    await rl.tick()
+    assert [a.message.run_id for a in transport.published] == [head.id, follower.id]
+    assert (await rl.execute_delivery(transport.published[1].message)).executed
+    assert handled == [1, 2]
+
+
+async def test_a_requested_delivery_whose_key_turns_busy_is_woken_again_once_it_frees(
+    make_transport_runtime: TransportFactory,
+) -> None:
+    clock = ManualClock()
+    inner: list[Any] = []
+    holder: list[Any] = []
+
+    async def handle(message: Message[Any], ctx: DeliveryContext) -> None:
+        if message.payload["n"] == 1:
+            # While this delivery holds the key, the other one's wakeup arrives.
+            rl, transport = holder
+            inner.append(await rl.execute_delivery(transport.published[1].message))
+
+    orders = topic("orders")
+    keyed = subscription("keyed", topic=orders, handler=handle, mode=EXCLUSIVE, key="customer")
+    rl, transport = await make_transport_runtime(
+        [], clock=clock, topics=[orders], subscriptions=[keyed]
+    )
+    holder.extend([rl, transport])
+    first = await rl.publish(orders, {"n": 1}, attributes={"customer": "c1"})
+    second = await rl.publish(orders, {"n": 2}, attributes={"customer": "c1"})
+    # Both were claimable when published (nothing held the key): both got a wakeup.
+    assert [a.message.run_id for a in transport.published] == [
+        first.runs[0].id, second.runs[0].id,
+    ]  # fmt: skip
+    assert (await rl.execute_delivery(transport.published[0].message)).executed
+    (blocked,) = inner
+    assert blocked.reason is IgnoredReason.KEY_UNAVAILABLE
+    # Its request was cleared when it was ignored, so tick requests it again.
+    clock.advance("1s")
+    assert (await rl.tick()).outbox_published == 1
+    again = transport.published[-1].message
+    assert again.run_id == second.runs[0].id
+    assert (await rl.execute_delivery(again)).executed
+    assert (await rl.runs.get(second.runs[0].id)).status is RunStatus.SUCCEEDED
 
 
 # -- the reference model ------------------------------------------------------------------
