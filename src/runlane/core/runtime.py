@@ -537,7 +537,8 @@ class Runlane:
         recovery, pruning, ...) every ``maintenance_interval`` while it is the
         environment's elected leader: one leader across all workers, so no separate
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
-        ``claim_ahead`` caps the claimed runs waiting for a slot (default: four per slot).
+        ``claim_ahead`` caps the claimed runs waiting for a slot (default: ten per slot,
+        at most 400).
         """
         return Worker(
             self.store,

@@ -51,7 +51,7 @@ MAX_SETTLE_FLUSHES = 2
 #: as the slots would empty it within CLAIM_AHEAD_HORIZON seconds, judged from how
 #: long recent attempts held their slot: workers with slow tasks claim no more than
 #: their slots and leave the rest to other workers.
-CLAIM_AHEAD_PER_SLOT = 4
+CLAIM_AHEAD_PER_SLOT = 10
 MAX_CLAIM_AHEAD = 400
 CLAIM_AHEAD_HORIZON = 0.05
 #: Weight of the newest attempt in the running mean of slot holding times.
