@@ -73,7 +73,8 @@ async def test_groups_are_bounded() -> None:
     storage = Storage()
     batcher = CreationBatcher(storage.write)
     await asyncio.gather(*(batcher.create(_new(n)) for n in range(MAX_GROUP_SIZE + 5)))
-    assert [len(w) for w in storage.writes] == [MAX_GROUP_SIZE, 5]
+    # The first caller finds nothing in flight and writes alone; the rest wait in groups.
+    assert [len(w) for w in storage.writes] == [1, MAX_GROUP_SIZE, 4]
 
 
 async def test_a_failed_write_fails_its_group_only() -> None:
@@ -87,6 +88,20 @@ async def test_a_failed_write_fails_its_group_only() -> None:
         with pytest.raises(RuntimeError, match="storage down"):
             await future
     assert (await batcher.create(_new(9))).run.id == "run-9"
+
+
+async def test_a_lone_trigger_writes_in_its_own_task() -> None:
+    tasks: list[asyncio.Task[object] | None] = []
+
+    async def write(runs: Sequence[NewRun]) -> list[CreateOutcome]:
+        tasks.append(asyncio.current_task())
+        return [_outcome(r) for r in runs]
+
+    batcher = CreationBatcher(write)
+    for n in range(3):
+        await batcher.create(_new(n))
+    # No task is started to hand a lone caller's run over: the caller writes it itself.
+    assert tasks == [asyncio.current_task()] * 3
 
 
 async def test_a_caller_cancelled_before_its_write_creates_nothing() -> None:

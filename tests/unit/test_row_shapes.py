@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runlane.core.clock import to_micros
-from runlane.storage.postgres.params import creation_batch
+from runlane.storage.postgres.params import copy_text, creation_batch
 from runlane.storage.postgres.publishing import delivery_row
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.shapes import (
@@ -116,27 +116,55 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
     }
 
 
+def _copy_fields(line: str) -> list[str | None]:
+    """The fields of one text-format COPY line, as the server reads them."""
+    escapes = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+    return [
+        None if field == "\\N" else re.sub(r"\\(.)", lambda m: escapes[m.group(1)], field)
+        for field in line.split("\t")
+    ]
+
+
 def test_the_copy_encoder_writes_the_declared_columns() -> None:
-    batch = creation_batch("env", [_new_run()], NOW_US, None)
-    (row,) = list(batch.copy_rows())
-    assert dict(zip(COPY_RUN.names, row, strict=True)) == {
+    data, due = copy_text("env", [_new_run()], NOW_US)
+    assert not due  # due in five seconds: nobody is woken
+    (line,) = data.decode().splitlines()
+    assert dict(zip(COPY_RUN.names, _copy_fields(line), strict=True)) == {
         "environment": "env",
         "id": "run-1",
         "task_id": "mail.send",
         "queue": "mail",
         "status": "queued",
         "payload": '{"to":"a@example.com"}',
-        "attempt": 0,
-        "failure_count": 0,
-        "run_at": NOW_US + 5_000_000,
-        "first_run_at": NOW_US + 5_000_000,
-        "created_at": NOW_US,
-        "updated_at": NOW_US,
-        "event_sequence": 1,
+        "attempt": "0",
+        "failure_count": "0",
+        "run_at": str(NOW_US + 5_000_000),
+        "first_run_at": str(NOW_US + 5_000_000),
+        "created_at": str(NOW_US),
+        "updated_at": str(NOW_US),
+        "event_sequence": "1",
         "source": json.dumps(RunSource().to_json(), separators=(",", ":")),
         "concurrency_key": "tenant-1",
         "trace_carrier": '{"traceparent":"00-abc-def-01"}',
     }
+
+
+def test_the_copy_encoder_escapes_what_copy_reads_specially() -> None:
+    awkward = "tab\there, line\nbreak, return\r, back\\slash"
+    new = _new_run(
+        task_id=awkward,
+        payload_json=json.dumps({"text": awkward}),
+        concurrency_key=None,
+        trace_carrier=None,
+        run_at=NOW,
+    )
+    data, due = copy_text("env\t2", [new], NOW_US)
+    assert due
+    (line,) = data.decode().split("\n")[:-1]  # one line: no raw newline inside it
+    fields = dict(zip(COPY_RUN.names, _copy_fields(line), strict=True))
+    assert fields["environment"] == "env\t2" and fields["task_id"] == awkward
+    assert json.loads(fields["payload"] or "") == {"text": awkward}
+    assert fields["concurrency_key"] is None and fields["trace_carrier"] is None
 
 
 def test_the_transition_encoder_writes_the_declared_fields() -> None:

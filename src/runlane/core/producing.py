@@ -207,6 +207,8 @@ class CreationBatcher:
         self._write = write
         self._waiting: list[tuple[NewRun, asyncio.Future[CreateOutcome]]] = []
         self._writer: asyncio.Task[None] | None = None
+        #: Whether a caller is writing its run itself (no write was in flight when it came).
+        self._direct = False
 
     async def create(self, new: NewRun) -> CreateOutcome:
         """Write ``new`` (with whatever other runs are waiting) and return its outcome.
@@ -214,9 +216,20 @@ class CreationBatcher:
         A caller cancelled before its group is written creates nothing.
         """
         loop = asyncio.get_running_loop()
+        if not self._direct and (self._writer is None or self._writer.done()):
+            # Nothing in flight: write in the caller's own task, with no task or future
+            # to hand the outcome over; callers arriving meanwhile wait for the next write.
+            self._direct = True
+            try:
+                (outcome,) = await self._write([new])
+            finally:
+                self._direct = False
+                if self._waiting:
+                    self._writer = loop.create_task(self._drain())
+            return outcome
         future: asyncio.Future[CreateOutcome] = loop.create_future()
         self._waiting.append((new, future))
-        if self._writer is None or self._writer.done():
+        if not self._direct and (self._writer is None or self._writer.done()):
             self._writer = loop.create_task(self._drain())
         return await future
 

@@ -552,6 +552,7 @@ class Runlane:
         on_progress: Callable[[Run], None] | None = None,
         maintenance: bool = True,
         maintenance_interval: Duration = DEFAULT_MAINTENANCE_INTERVAL,
+        claim_ahead: int | None = None,
     ) -> Worker:
         """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode).
 
@@ -559,6 +560,8 @@ class Runlane:
         recovery, pruning, ...) every ``maintenance_interval`` while it is the
         environment's elected leader: one leader across all workers, so no separate
         ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
+        ``claim_ahead`` caps the claimed runs waiting for a slot (default: ten per slot,
+        at most 400).
         """
         return Worker(
             self.store,
@@ -580,6 +583,7 @@ class Runlane:
             )
             if maintenance
             else None,
+            claim_ahead=claim_ahead,
         )
 
     @property

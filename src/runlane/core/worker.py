@@ -7,7 +7,10 @@ import contextlib
 import logging
 import signal as os_signal
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -16,6 +19,8 @@ from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
+from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.core.transitions import Released
 from runlane.storage.protocol import WorkNotifier
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
@@ -40,6 +45,17 @@ MAX_CLAIM_BATCH_WAIT = 50
 #: the claim riding on them) while the worker runs another.
 SETTLE_BATCH_DIVISOR = 2
 MAX_SETTLE_FLUSHES = 2
+#: Claim-ahead: besides its slots, a worker may hold this many claimed runs per slot
+#: (at most MAX_CLAIM_AHEAD) waiting for a slot under their lease, so short attempts
+#: never wait for a storage round trip between them. The buffer is only filled as far
+#: as the slots would empty it within CLAIM_AHEAD_HORIZON seconds, judged from how
+#: long recent attempts held their slot: workers with slow tasks claim no more than
+#: their slots and leave the rest to other workers.
+CLAIM_AHEAD_PER_SLOT = 10
+MAX_CLAIM_AHEAD = 400
+CLAIM_AHEAD_HORIZON = 0.05
+#: Weight of the newest attempt in the running mean of slot holding times.
+HOLD_TIME_WEIGHT = 0.1
 
 
 class WorkerMode(StrEnum):
@@ -100,9 +116,14 @@ class Worker:
         handle_signals: bool,
         on_progress: Callable[[Run], None] | None,
         maintenance_interval: float | None = None,
+        claim_ahead: int | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise configuration_error("worker concurrency must be a whole number of at least 1.")
+        if claim_ahead is None:
+            claim_ahead = min(concurrency * CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD)
+        elif isinstance(claim_ahead, bool) or not isinstance(claim_ahead, int) or claim_ahead < 0:
+            raise configuration_error("worker claim_ahead must be a whole number of at least 0.")
         if not queues:
             raise configuration_error("the worker has no queues to claim from.")
         self._store = store
@@ -130,12 +151,20 @@ class Worker:
         #: Slots promised to claims in flight (the loop's own, or ones riding on settles).
         self._reserved = 0
         self._slot_freed: asyncio.Event | None = None
-        self._claim_batch = max(1, min(concurrency // CLAIM_BATCH_DIVISOR, MAX_CLAIM_BATCH_WAIT))
+        #: Most claimed runs waiting for a slot (see CLAIM_AHEAD_PER_SLOT).
+        self.claim_ahead = claim_ahead
+        #: Claimed runs waiting for a slot, oldest first, each with the loop time its
+        #: lease was last taken or renewed.
+        self._buffer: deque[tuple[Run, float]] = deque()
+        self._buffer_filled: asyncio.Event | None = None
+        #: Running mean of how long attempts hold a slot (None until one is done).
+        self._hold_time: float | None = None
+        self._claim_batch = self._claim_batch_for(concurrency)
         #: Whether the last claim got all it asked for (so more runs are probably due).
         self._more_due = False
         self._settles = TransitionBatcher(
             store,
-            max_batch=max(1, concurrency // SETTLE_BATCH_DIVISOR),
+            max_batch=max(1, (concurrency + claim_ahead) // SETTLE_BATCH_DIVISOR),
             max_flushes=MAX_SETTLE_FLUSHES,
             claims=self,
         )
@@ -160,9 +189,11 @@ class Worker:
         await self._connect()
         loop = asyncio.get_running_loop()
         self._slot_freed = asyncio.Event()
+        self._buffer_filled = asyncio.Event()
         work = self._work.subscribe()
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
+        renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
         backoff = ERROR_BACKOFF_INITIAL
         logger.info(
             "worker %s started: queues %s, concurrency %s, %s",
@@ -176,14 +207,15 @@ class Worker:
             observers.call("slots", 0, self.concurrency)
         try:
             while not self._stop.is_set():
-                free = self.concurrency - len(self._holding) - self._reserved
+                free = self._room()
                 if (
                     free <= 0
                     or (self._holding and free < self._claim_batch)
                     or (self._more_due and not self._settles.idle)
                 ):
-                    # Busy: wait until enough slots are free to make a claim worth a trip
-                    # (while runs are due and settles are being written, they claim).
+                    # Busy: wait until enough slots (or places in the buffer) are free to
+                    # make a claim worth a trip (while runs are due and settles are being
+                    # written, they claim).
                     await self._wait_for(self._slot_freed, None)
                     continue
                 work.clear()
@@ -230,6 +262,11 @@ class Worker:
                 await self._wait_for(work, self.poll_interval, notify=True)
         finally:
             self._work.unsubscribe(work)
+            if renewing is not None:
+                renewing.cancel()
+                await asyncio.gather(renewing, return_exceptions=True)
+            # Runs claimed ahead never started: give them back before anything else.
+            self._release_buffered()
             if maintaining is not None:
                 # Stopped: the pass under way finishes; otherwise (an error) it is cancelled.
                 if not self._stop.is_set():
@@ -254,22 +291,147 @@ class Worker:
             )
         )
 
+    # -- slots and the claim-ahead buffer --------------------------------------------
+
+    def _ahead(self) -> int:
+        """How many claimed runs may wait for a slot now (see CLAIM_AHEAD_PER_SLOT)."""
+        hold = self._hold_time
+        if hold is None or not self.claim_ahead or self._stop.is_set():
+            return 0  # nothing is known about the tasks yet: claim only for the slots
+        if hold * self.claim_ahead <= self.concurrency * CLAIM_AHEAD_HORIZON:
+            return self.claim_ahead
+        return int(self.concurrency * CLAIM_AHEAD_HORIZON / hold)
+
+    def _room(self) -> int:
+        """How many runs a claim may take now: free slots and free places in the buffer."""
+        room = self.concurrency + self._ahead()
+        return room - len(self._holding) - len(self._buffer) - self._reserved
+
+    def _claim_batch_for(self, capacity: int) -> int:
+        return max(1, min(capacity // CLAIM_BATCH_DIVISOR, MAX_CLAIM_BATCH_WAIT))
+
     def _start(self, runs: list[Run]) -> None:
-        """Start an attempt of each claimed run in a slot of its own."""
-        create_task = asyncio.get_running_loop().create_task
-        holding, active = self._holding, self._active
+        """Start an attempt of each claimed run in a free slot; buffer the rest."""
+        if not runs:
+            return
+        buffer = self._buffer
+        concurrency, holding = self.concurrency, self._holding
+        loop = asyncio.get_running_loop()
         for run in runs:
-            key = (run.id, run.attempt)
-            holding.add(key)
-            active[key] = create_task(self._execute(run, key))
-        if runs and self._observers:
-            self._observers.call("slots", len(holding), self.concurrency)
+            if len(holding) < concurrency and not buffer:
+                self._begin(run, loop)
+            elif self._stop.is_set():
+                self._release(run, loop)  # claimed while stopping: nothing will start it
+            else:
+                buffer.append((run, loop.time()))
+        if buffer and self._buffer_filled is not None:
+            self._buffer_filled.set()
+        self._claim_batch = self._claim_batch_for(self.concurrency + self._ahead())
+        if self._observers:
+            self._observers.call("slots", len(holding), concurrency)
+
+    def _begin(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
+        key = (run.id, run.attempt)
+        self._holding.add(key)
+        self._active[key] = loop.create_task(self._execute(run, key))
+
+    def _start_buffered(self) -> None:
+        """Move buffered runs into the slots that are free."""
+        buffer, holding = self._buffer, self._holding
+        if not buffer or self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        while buffer and len(holding) < self.concurrency:
+            self._begin(buffer.popleft()[0], loop)
+
+    def _release(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
+        """Give a claimed run that never started back to the queue, at once."""
+        key = (run.id, run.attempt)
+        self._active[key] = loop.create_task(self._give_back(run, key))
+
+    def _release_buffered(self) -> None:
+        buffer = self._buffer
+        if buffer:
+            loop = asyncio.get_running_loop()
+            while buffer:
+                self._release(buffer.popleft()[0], loop)
+
+    async def _give_back(self, run: Run, key: tuple[str, int]) -> None:
+        try:
+            # Released, as an attempt stopped by a shutdown is: no retry is spent.
+            await self._attempts.settle(
+                run,
+                Released(0.0, "worker shutdown"),
+                DEFAULT_RETRY_POLICY,
+                self._settles,
+                project=False,
+            )
+        except Exception:
+            # Its lease will expire and maintenance recovers the run.
+            logger.exception(
+                "worker %s: claimed run %s could not be released", self.worker_id, run.id
+            )
+        finally:
+            self._active.pop(key, None)
+
+    async def _keep_buffered_leases(self) -> None:
+        """Renew the lease of every run that waited in the buffer for a heartbeat interval.
+
+        Buffered runs usually start within CLAIM_AHEAD_HORIZON; this covers tasks that
+        suddenly take longer, so a waiting run's lease never expires under it.
+        """
+        assert self._buffer_filled is not None
+        loop = asyncio.get_running_loop()
+        interval = self.lease.interval
+        while True:
+            if not self._buffer:
+                self._buffer_filled.clear()
+                await self._buffer_filled.wait()
+                continue
+            oldest = min(taken for _, taken in self._buffer)
+            await asyncio.sleep(max(0.0, oldest + interval - loop.time()))
+            now = loop.time()
+            stale = [run for run, taken in self._buffer if taken + interval <= now]
+            if not stale:
+                continue
+            kept = await asyncio.gather(*(self._renew(run) for run in stale))
+            renewed = {run.id for run, ok in zip(stale, kept, strict=True) if ok}
+            lost = {run.id for run, ok in zip(stale, kept, strict=True) if not ok}
+            self._buffer = deque(
+                (run, now if run.id in renewed else taken)
+                for run, taken in self._buffer
+                if run.id not in lost
+            )
+
+    async def _renew(self, run: Run) -> bool:
+        """Extend a buffered run's lease; False once it is lost (nobody must start it)."""
+        store = self._store
+        assert run.lease is not None
+        try:
+            status = await store.storage.heartbeat(
+                store.environment,
+                run.id,
+                run.lease.token,
+                store.now() + timedelta(seconds=self.lease.duration),
+                store.now(),
+            )
+        except Exception as error:
+            logger.warning(
+                "worker %s: renewing the lease of run %s failed: %s", self.worker_id, run.id, error
+            )
+            return True  # not known to be lost: the next interval tries again
+        return status is not None
 
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
         attempts = self._attempts
+        began = time.monotonic()
 
         def handler_done() -> None:
+            held = time.monotonic() - began
+            hold = self._hold_time
+            self._hold_time = held if hold is None else hold + HOLD_TIME_WEIGHT * (held - hold)
             self._holding.discard(key)
+            self._start_buffered()
             if self._slot_freed is not None:
                 self._slot_freed.set()
             if observers:
@@ -310,7 +472,7 @@ class Worker:
         """Claim with a flush of settles while runs are due and enough slots are free."""
         if not self._more_due or self._stop.is_set():
             return None
-        free = self.concurrency - len(self._holding) - self._reserved
+        free = self._room()
         if free < self._claim_batch:
             return None
         # About as many as are settled: the next flush claims for the next batch.

@@ -14,17 +14,15 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import postgres, pq
-from psycopg.adapt import Dumper
 
 from runlane.core.capacity import owner_holds
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.params import CreationBatch
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.postgres.shapes import COPY_RUN
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.rows import run_from_row
@@ -41,45 +39,24 @@ async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> lis
     return batch.outcomes()
 
 
-class JsonbTextDumper(Dumper):
-    """jsonb in binary COPY from text that already is JSON: a version byte, then the text."""
-
-    format = pq.Format.BINARY
-    oid = postgres.types["jsonb"].oid
-
-    def dump(self, obj: str) -> bytes:
-        """``obj`` as jsonb's binary form (version 1)."""
-        return b"\x01" + obj.encode()
-
-
-class JsonTextDumper(Dumper):
-    """json in binary COPY from text that already is JSON: the text itself."""
-
-    format = pq.Format.BINARY
-    oid = postgres.types["json"].oid
-
-    def dump(self, obj: str) -> bytes:
-        """``obj`` as json's binary form (its UTF-8 text)."""
-        return obj.encode()
-
-
 async def copy_runs(
-    conn: psycopg.AsyncConnection[Any], q: Queries, batch: CreationBatch
+    conn: psycopg.AsyncConnection[Any],
+    q: Queries,
+    data: bytes,
+    announce: dict[str, Any] | None,
+    outcomes: Callable[[], list[CreateOutcome]],
 ) -> list[CreateOutcome]:
-    """Write a plain batch (see :attr:`CreationBatch.plain`) with COPY; the caller holds
-    the transaction, so the outcomes count, and the wakeup is sent, only if it commits."""
+    """Write a plain batch as ``copy_runs`` text ``data`` (see :func:`.params.copy_text`);
+    the caller holds the transaction, so the outcomes count, and the wakeup (sent with
+    ``announce`` when given) goes out, only if it commits."""
     async with conn.cursor() as cur:
-        cur.adapters.register_dumper(None, JsonbTextDumper)
-        cur.adapters.register_dumper(None, JsonTextDumper)
         async with cur.copy(q["copy_runs"]) as copy:
-            copy.set_types(COPY_RUN.types)
-            for row in batch.copy_rows():
-                await copy.write_row(row)
+            await copy.write(data)
             # The server is still storing the rows sent: build the outcomes meanwhile.
-            outcomes = batch.outcomes()
-        if batch.announces_work:
-            await cur.execute(q["announce_work"], batch.shared)
-    return outcomes
+            created = outcomes()
+        if announce is not None:
+            await cur.execute(q["announce_work"], announce)
+    return created
 
 
 async def create_keyed_run(

@@ -44,7 +44,13 @@ from runlane.storage.postgres.errors import ConnectionTarget
 from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.listing import list_params
-from runlane.storage.postgres.params import WORK_CHANNEL, creation_batch, lease_params
+from runlane.storage.postgres.params import (
+    WORK_CHANNEL,
+    copy_text,
+    creation_batch,
+    lease_params,
+    plain_outcomes,
+)
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.sessions import AsyncSession, caller_session
@@ -314,8 +320,24 @@ class PostgresStorage(SqlStorageBase):
         if not runs:
             return []
         check_distinct_ids(runs)
+        now_us = to_micros(now)
+        if connection is None and lease is None and len(runs) >= COPY_THRESHOLD and _plain(runs):
+            data, due = copy_text(environment, runs, now_us)
+            announce = {"channel": WORK_CHANNEL, "environment": environment} if due else None
+
+            async def copy(conn: Connection) -> list[CreateOutcome]:
+                async with conn.transaction():
+                    return await creation.copy_runs(
+                        conn,
+                        self._q,
+                        data,
+                        announce,
+                        lambda: plain_outcomes(environment, runs, now_us),
+                    )
+
+            return await self._run(copy)
         batch = creation_batch(
-            environment, runs, to_micros(now), lease, micros_or_none(outbox_claimed_until)
+            environment, runs, now_us, lease, micros_or_none(outbox_claimed_until)
         )
         if connection is not None:
             session, own_transaction = caller_session(connection)
@@ -328,9 +350,6 @@ class PostgresStorage(SqlStorageBase):
                 raise self._error(error) from None
 
         async def op(conn: Connection) -> list[CreateOutcome]:
-            if batch.plain and len(runs) >= COPY_THRESHOLD:
-                async with conn.transaction():
-                    return await creation.copy_runs(conn, self._q, batch)
             if batch.plain and len(runs) == 1:
                 await conn.execute(self._q["insert_run"], batch.single_params())
                 return batch.outcomes()
@@ -668,3 +687,11 @@ class PostgresStorage(SqlStorageBase):
                 )
 
         return await self._run(op)
+
+
+def _plain(runs: Sequence[NewRun]) -> bool:
+    """Whether every run is a bare row (no keys or delivery request): the COPY path."""
+    return not any(
+        r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
+        for r in runs
+    )

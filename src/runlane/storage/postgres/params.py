@@ -6,7 +6,7 @@ inserts, so it equals what a later read returns without reading it back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,13 +47,6 @@ class CreationBatch:
             for r in self.runs
         )
 
-    @property
-    def announces_work(self) -> bool:
-        """Whether a run of the batch is due now, so listening workers should hear of it."""
-        now, columns = self.now_us, self.columns
-        pairs = zip(columns["statuses"], columns["run_ats"], strict=True)
-        return any(status == "queued" and run_at <= now for status, run_at in pairs)
-
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
         runs as one JSON array of positional fields (:data:`~.shapes.INSERT_RUN`), with
@@ -91,21 +84,6 @@ class CreationBatch:
             "concurrency_key": c["concurrency_keys"][0],
             "trace_carrier": c["trace_carriers"][0],
         }
-
-    def copy_rows(self) -> Iterator[tuple[Any, ...]]:
-        """Rows for ``copy_runs`` (a plain batch: no keys, delivery requests or lease), fields
-        as :data:`~.shapes.COPY_RUN` declares them."""
-        environment, now, c = self.environment, self.now_us, self.columns
-        for row in zip(
-            c["ids"], c["task_ids"], c["queues"], c["statuses"], c["payloads"], c["run_ats"],
-            c["event_sequences"], c["sources"], c["concurrency_keys"], c["trace_carriers"],
-            strict=True,
-        ):  # fmt: skip
-            run_id, task_id, queue, status, payload, run_at, sequence, source, key, carrier = row
-            yield (
-                environment, run_id, task_id, queue, status, payload, 0, 0, run_at, run_at,
-                now, now, sequence, source, key, carrier,
-            )  # fmt: skip
 
     def outcomes(self) -> list[CreateOutcome]:
         """Every run of the batch as created: as stored, with its delivery request."""
@@ -260,3 +238,70 @@ def lease_params(lease: LeaseRequest, now_us: int) -> dict[str, Any]:
         "lease_expires_iso": from_micros(expires_at).isoformat(),
         "now": now_us,
     }
+
+
+def copy_field(value: str | None) -> str:
+    """``value`` as a field of text-format COPY: NULL as ``\\N``, and the characters
+    COPY reads specially (backslash, tab, newline, carriage return) escaped."""
+    if value is None:
+        return "\\N"
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        value = (
+            value.replace("\\", "\\\\")
+            .replace("\t", "\\t")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
+    return value
+
+
+def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[bytes, bool]:
+    """A plain batch (see :attr:`CreationBatch.plain`) as ``copy_runs`` data, one text
+    line per run with the columns :data:`~.shapes.COPY_RUN` declares; and whether a
+    run of it is due now (so listening workers should hear of it).
+
+    Built as one string: fields that are the same for the whole batch (task, queue,
+    source, ...) are encoded once, and the server parses the text as it would a
+    parameter, so the batch costs one pass over the runs and one write.
+    """
+    shared_fields: dict[Any, tuple[str, str]] = {}
+    times: dict[datetime, int] = {}
+    prefix = f"{copy_field(environment)}\t"
+    now = str(now_us)
+    due = False
+    lines = []
+    for new in runs:
+        run_at = times.get(new.run_at)
+        if run_at is None:
+            run_at = times[new.run_at] = to_micros(new.run_at)
+        # Runs of one call share task, queue, status, source, key and carrier.
+        key = (
+            new.task_id, new.queue, new.status, new.source, new.concurrency_key,
+            id(new.trace_carrier),
+        )  # fmt: skip
+        shared = shared_fields.get(key)
+        if shared is None:
+            carrier = new.trace_carrier
+            shared = shared_fields[key] = (
+                f"{copy_field(new.task_id)}\t{copy_field(new.queue)}\t"
+                f"{copy_field(new.status.value)}\t",
+                f"{copy_field(dumps(new.source.to_json()))}\t"
+                f"{copy_field(new.concurrency_key)}\t"
+                f"{copy_field(None if carrier is None else dumps(carrier))}\n",
+            )
+        if not due and new.status is RunStatus.QUEUED and run_at <= now_us:
+            due = True
+        lines.append(
+            f"{prefix}{copy_field(new.id)}\t{shared[0]}{copy_field(new.payload_json)}\t0\t0\t"
+            f"{run_at}\t{run_at}\t{now}\t{now}\t1\t{shared[1]}"
+        )
+    return "".join(lines).encode(), due
+
+
+def plain_outcomes(environment: str, runs: Sequence[NewRun], now_us: int) -> list[CreateOutcome]:
+    """The outcomes of a plain batch written with ``copy_runs``: every run created,
+    at event sequence 1 (its run.created event is implied by its row)."""
+    batch = CreationBatch(
+        environment, now_us, runs, {"event_sequences": [1] * len(runs)}, {}, lease=None
+    )
+    return batch.outcomes()

@@ -95,11 +95,13 @@ WHERE status = 'queued' AND run_at <= %(now)s;
 
 -- name: copy_runs
 -- The bulk path for runs without keys, delivery requests or leases: COPY is the
--- cheapest way into the table. The caller sends announce_work in the same transaction.
+-- cheapest way into the table. Text format, one line per run (params.copy_text);
+-- the server parses the JSON columns as it parses parameters. The caller sends
+-- announce_work in the same transaction.
 COPY {schema}.runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
     first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier
-) FROM STDIN (FORMAT BINARY);
+) FROM STDIN;
 
 -- name: announce_work
 SELECT pg_notify(%(channel)s, %(environment)s);

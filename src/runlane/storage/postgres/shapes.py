@@ -1,13 +1,13 @@
 """Batch row shapes: the positional rows the hot statements take, each declared once.
 
 A batch travels as one JSON array of arrays (``insert_runs``, ``apply_transitions``,
-``insert_deliveries``)
-or as binary COPY rows (``copy_runs``): by position, which is what makes them cheap.
+``insert_deliveries``) or as COPY text lines (``copy_runs``): by position, which is what
+makes them cheap.
 Each shape below is the one place that order is written down. The statements in
 the ``.sql`` files stay whole (they can be copied into ``EXPLAIN``) and name the
 fields by position; a unit test reads them and proves they agree with these
 declarations, and the encoders in :mod:`params` and :mod:`transitions` are tested
-against them the same way. The COPY column types come from here directly.
+against them the same way.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ TRANSITION_EVENT = RowShape(
     )
 )
 
-#: A row of ``copy_runs`` (binary COPY: the types are the columns' own).
+#: A line of ``copy_runs`` (text COPY: the types are the columns' own).
 COPY_RUN = RowShape(
     (
         ("environment", "text"),

@@ -319,5 +319,88 @@ async def test_heartbeats_keep_a_long_attempt_leased(make_runtime: Factory) -> N
     assert (await rl.runs.get(run.id)).status is RunStatus.SUCCEEDED
 
 
+async def _count_status(rl: Any, status: RunStatus) -> int:
+    return len((await rl.runs.list(statuses=[status], limit=100)).data)
+
+
+async def test_runs_claimed_ahead_are_released_unstarted_when_the_worker_stops(
+    make_runtime: Factory,
+) -> None:
+    started: list[int] = []
+
+    @task("quick")
+    async def quick(payload: Any, ctx: Context) -> None:
+        return None
+
+    @task("blocking")
+    async def blocking(payload: Any, ctx: Context) -> None:
+        started.append(payload)
+        await ctx.signal.wait()
+
+    rl = await make_runtime([quick, blocking])
+    # A quick attempt first: once the worker knows its tasks are short, it claims ahead.
+    warm = await rl.trigger(quick, None)
+    worker = rl.worker(concurrency=1, claim_ahead=4, handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    await wait_for_status(rl, warm.id, RunStatus.SUCCEEDED)
+    runs = await rl.trigger_many(blocking, list(range(5)))
+    # One run in the slot, the other four claimed and waiting for it.
+    for _ in range(250):
+        if await _count_status(rl, RunStatus.RUNNING) == 5:
+            break
+        await asyncio.sleep(0.02)
+    assert await _count_status(rl, RunStatus.RUNNING) == 5
+    assert len(started) == 1
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert len(started) == 1
+    unstarted = [run for run in runs if run.payload not in started]
+    assert len(unstarted) == 4
+    for run in unstarted:
+        stored = await rl.runs.get(run.id)
+        assert stored.status is RunStatus.RELEASED and stored.failure_count == 0
+        assert stored.lease is None
+    assert await _event_types(rl, unstarted[0].id) == [
+        "run.created",
+        "run.started",
+        "run.released",
+    ]
+
+
+async def test_runs_waiting_in_the_claim_ahead_buffer_keep_their_leases(
+    make_runtime: Factory,
+) -> None:
+    @task("quick")
+    async def quick(payload: Any, ctx: Context) -> None:
+        return None
+
+    @task("slow")
+    async def slow(payload: Any, ctx: Context) -> int:
+        await asyncio.sleep(0.5)
+        return ctx.attempt
+
+    rl = await make_runtime([quick, slow])
+    warm = await rl.trigger(quick, None)
+    worker = rl.worker(
+        concurrency=1,
+        claim_ahead=2,
+        lease_duration="400ms",
+        heartbeat_interval="100ms",
+        poll_interval="20ms",
+        handle_signals=False,
+    )
+    running = asyncio.create_task(worker.run())
+    await wait_for_status(rl, warm.id, RunStatus.SUCCEEDED)
+    runs = await rl.trigger_many(slow, [None] * 3)
+    # The last run waits a second under its lease, more than twice the lease.
+    await asyncio.sleep(0.75)
+    assert (await rl.tick()).leases_recovered == 0
+    for run in runs:
+        done = await wait_for_status(rl, run.id, RunStatus.SUCCEEDED, within=5)
+        assert done.result == 1 and done.attempt == 1
+    await worker.stop()
+    await asyncio.wait_for(running, 5)
+
+
 __all__ = [name for name in dir() if name.startswith("test_")]
 pytestmark = pytest.mark.asyncio

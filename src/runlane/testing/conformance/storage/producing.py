@@ -120,6 +120,24 @@ async def test_runs_created_in_bulk_read_back_as_returned_with_their_created_eve
     assert runs[0].status is RunStatus.SCHEDULED and runs[0].trace_carrier == carrier
 
 
+async def test_bulk_payloads_and_keys_with_escapes_read_back_as_written(
+    make_runtime: Factory,
+) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    awkward = 'tab\there\nnewline\rreturn \\ backslash \\N \\. "quoted" ü 1e16'
+    runs = await rl.trigger_many(
+        record,
+        [{"order_id": i, "note": awkward} for i in range(200)],
+        concurrency_key="tenant\t\\1",
+    )
+    for run in (runs[0], runs[-1]):
+        stored = await rl.runs.get(run.id)
+        assert stored == run
+        assert stored.payload == {"order_id": run.payload["order_id"], "note": awkward}
+        assert stored.concurrency_key == "tenant\t\\1"
+
+
 async def test_concurrent_triggers_each_create_their_own_run(make_runtime: Factory) -> None:
     _, record = _recorder()
     rl = await make_runtime([record])
