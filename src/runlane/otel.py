@@ -44,7 +44,7 @@ __all__ = ["OtelTracing", "otel_tracing"]
 #: The producer span of the trigger in progress (to name the run it created).
 _PRODUCER: contextvars.ContextVar[Any] = contextvars.ContextVar("runlane_producer", default=None)
 
-_FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED)
+_FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LETTERED)
 
 
 def _api() -> tuple[Any, Any, Any]:
@@ -174,9 +174,20 @@ class OtelTracing(Observer):
                 error_type = type(error).__name__
                 span.record_exception(error)
             else:
-                error_type = failure.code if failure is not None else "unknown"
+                error_type = (
+                    failure.code
+                    if failure is not None
+                    else outcome.value  # a handler's Outcome.dead_letter: no failure
+                    if outcome is AttemptOutcome.DEAD_LETTERED
+                    else "unknown"
+                )
             span.set_attribute("error.type", error_type)
             message = failure.message if failure is not None else error_type
+            if outcome is AttemptOutcome.DEAD_LETTERED:
+                reason = attempt.dead_letter_reason
+                if reason is not None:
+                    span.set_attribute("runlane.dead_letter_reason", reason)
+                    message = reason
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
         span.end()
 

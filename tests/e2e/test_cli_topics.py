@@ -26,7 +26,7 @@ TOPICS_APP = textwrap.dedent(
     @subscription("orders.ledger", topic=orders, mode="ordered", key="customer")
     def ledger(message, ctx):
         if message.payload.get("bad") and not ctx.is_replay:
-            return Outcome.dead_letter("ledger refused the entry")
+            return Outcome.dead_letter(message.payload.get("why", "ledger refused the entry"))
         return None
 
 
@@ -146,3 +146,76 @@ def test_discard_needs_a_reason_and_ends_the_dead_letter(topics_cli: Cli) -> Non
     assert "error[invalid_state]" in again.stderr
     gone = cli.run("dead-letters", "show", APP, run_id, expect=1)
     assert "error[dead_letter_not_found]" in gone.stderr
+
+
+def test_stored_text_is_printed_verbatim_never_as_markup(topics_cli: Cli) -> None:
+    # Reasons, keys, payloads and message ids are data: brackets in them are shown as
+    # they are (they used to be read as console markup: dropped, or a crash on "[/x]").
+    cli = topics_cli
+    why = "no [customer] field [/x]"
+    wide = {"COLUMNS": "250"}
+    published = cli.run(
+        "publish", APP, "orders", "--payload", f'{{"bad": true, "why": "{why}"}}',
+        "--attribute", "customer=[/c1]", "--message-id", "[/m1]", env=wide,
+    )  # fmt: skip
+    assert "published message [/m1] to orders: 1 delivery" in published.stderr
+    cli.json("publish", APP, "orders", "--attribute", "customer=[/c1]")
+    cli.run("worker", APP, "--drain")
+    (letter,) = cli.json("dead-letters", "list", APP)["dead_letters"]
+    assert letter["reason"] == why and letter["key"] == "[/c1]"
+
+    listing = cli.run("dead-letters", "list", APP, env=wide).stdout
+    assert why in listing and "[/c1]" in listing
+    shown = cli.run("dead-letters", "show", APP, letter["id"], env=wide).stdout
+    assert why in shown and "[/m1]" in shown and '"customer":"[/c1]"' in shown
+    halted = cli.run("subscriptions", "halted-keys", APP, "orders.ledger", env=wide).stdout
+    assert "[/c1]" in halted and letter["id"] in halted
+    run = cli.run("runs", "show", APP, letter["id"], env=wide).stdout
+    assert why in run
+
+
+def test_dead_letter_commands_check_arguments_before_ids_and_name_each_error(
+    topics_cli: Cli,
+) -> None:
+    cli = topics_cli
+    cases: list[tuple[tuple[str, ...], str]] = [
+        (("dead-letters", "discard", APP, "no-such-id", "--reason", " "), "configuration_invalid"),
+        (("dead-letters", "replay", APP, "no-such-id", "--actor", "a:b"), "configuration_invalid"),
+        (("dead-letters", "replay", APP, "nope", "--reason", "x" * 1001), "configuration_invalid"),
+        (("dead-letters", "replay", APP, "no-such-id"), "dead_letter_not_found"),
+        (("dead-letters", "show", APP, "no-such-id"), "dead_letter_not_found"),
+        (("dead-letters", "list", APP, "--topic", "nope"), "topic_not_found"),
+        (("dead-letters", "list", APP, "--subscription", "nope"), "subscription_not_found"),
+        (("dead-letters", "list", APP, "--cursor", "bogus"), "configuration_invalid"),
+        (("subscriptions", "halted-keys", APP, "nope"), "subscription_not_found"),
+    ]  # fmt: skip
+    for args, code in cases:
+        refused = cli.run(*args, expect=1)
+        assert refused.stderr.startswith(f"error[{code}]: "), (args, refused.stderr)
+        assert refused.stdout == ""
+
+
+def test_replay_without_a_usable_user_records_no_actor_and_pages_are_announced(
+    topics_cli: Cli,
+) -> None:
+    cli = topics_cli
+    bad = ("--payload", '{"bad": true}')
+    ids = [
+        cli.json("publish", APP, "orders", *bad, "--attribute", f"customer={c}")["runs"][0]["id"]
+        for c in ("c1", "c2")
+    ]
+    cli.run("worker", APP, "--drain")
+    first = cli.run("dead-letters", "list", APP, "--limit", "1")
+    cursor = cli.json("dead-letters", "list", APP, "--limit", "1")["next_cursor"]
+    assert f"more dead letters: add --cursor {cursor}" in first.stdout
+    rest = cli.json("dead-letters", "list", APP, "--limit", "1", "--cursor", cursor)
+    assert [d["id"] for d in rest["dead_letters"]] == ids[1:] and rest["next_cursor"] is None
+
+    replayed = cli.json("dead-letters", "replay", APP, ids[0], env={"USER": "not:an:id"})
+    assert replayed["status"] == "queued" and replayed["replays"] == 1
+    assert replayed["partition_key"] == "c1"
+    events = cli.json("runs", "events", APP, ids[0])
+    assert events[-1]["data"] == {"reason": None, "actor": None, "replays": 1}
+    discarded = cli.run("dead-letters", "discard", APP, ids[1], "--reason", "dup", env={"USER": ""})
+    assert f"discarded dead letter {ids[1]}." in discarded.stderr
+    assert cli.json("runs", "events", APP, ids[1])[-1]["data"] == {"reason": "dup", "actor": None}

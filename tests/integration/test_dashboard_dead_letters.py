@@ -240,6 +240,29 @@ def test_a_signed_in_operator_replays_with_a_reason_recorded_as_the_dashboard(
     ]
 
 
+def test_a_replay_from_the_form_needs_no_reason(dash: DashboardUnderTest) -> None:
+    orders = _published(dash)
+    dash.sign_in()
+    page = dash.client.get(f"/dead-letters/{orders.dead_letter}").text
+    replay_input, discard_input = re.findall(r'<input type="text" name="reason"[^>]*>', page)
+    assert 'aria-label="Replay reason"' in replay_input and "reason (optional)" in replay_input
+    assert " required " not in replay_input
+    assert 'aria-label="Discard reason"' in discard_input and " required " in discard_input
+    csrf = dash.csrf_token(f"/dead-letters/{orders.dead_letter}")
+
+    replayed = dash.client.post(
+        f"/dead-letters/{orders.dead_letter}/replay",
+        data={"csrf_token": csrf, "reason": "  "},
+        follow_redirects=False,
+    )
+
+    assert replayed.status_code == 303
+    assert _events(dash, orders.dead_letter)[-1] == (
+        "run.replayed",
+        {"reason": None, "actor": "dashboard", "replays": 1},
+    )
+
+
 def test_discard_needs_a_reason_and_ends_the_delivery(dash: DashboardUnderTest) -> None:
     orders = _published(dash)
     dash.sign_in()
@@ -302,7 +325,10 @@ def test_a_form_without_the_csrf_token_is_refused(dash: DashboardUnderTest) -> N
 def test_the_bearer_api_replays_and_discards_for_scripts(dash: DashboardUnderTest) -> None:
     orders = _published(dash)
     before = dash.state()
-    no_reason = dash.client.post(f"/api/dead-letters/{orders.dead_letter}/replay", headers=BEARER)
+    no_reason = dash.client.post(f"/api/dead-letters/{orders.dead_letter}/discard", headers=BEARER)
+    not_text = dash.client.post(
+        f"/api/dead-letters/{orders.dead_letter}/replay", json={"reason": 5}, headers=BEARER
+    )
     bad_action = dash.client.post(
         f"/api/dead-letters/{orders.dead_letter}/explode", json={"reason": "x"}, headers=BEARER
     )
@@ -312,17 +338,17 @@ def test_the_bearer_api_replays_and_discards_for_scripts(dash: DashboardUnderTes
     unknown = dash.client.post(
         "/api/dead-letters/no-such-id/replay", json={"reason": "x"}, headers=BEARER
     )
-    assert [no_reason.status_code, bad_action.status_code, bad_body.status_code] == [400] * 3
+    answers = [no_reason, not_text, bad_action, bad_body]
+    assert [answer.status_code for answer in answers] == [400] * 4
     assert no_reason.json()["error"]["code"] == "configuration_invalid"
+    assert "say why you discard" in no_reason.json()["error"]["message"]
+    assert not_text.json()["error"]["code"] == "configuration_invalid"
     assert unknown.status_code == 404
     assert unknown.json()["error"]["code"] == ErrorCode.DEAD_LETTER_NOT_FOUND.value
     assert dash.state() == before
 
-    replayed = dash.client.post(
-        f"/api/dead-letters/{orders.dead_letter}/replay",
-        json={"reason": "script replay"},
-        headers=BEARER,
-    )
+    # Replay's reason is optional (an empty body is fine), discard's is required.
+    replayed = dash.client.post(f"/api/dead-letters/{orders.dead_letter}/replay", headers=BEARER)
     discarded = dash.client.post(
         f"/api/dead-letters/{orders.xss_dead_letter}/discard",
         json={"reason": "script discard"},
@@ -332,7 +358,10 @@ def test_the_bearer_api_replays_and_discards_for_scripts(dash: DashboardUnderTes
     assert replayed.status_code == discarded.status_code == 200
     assert replayed.json()["run"]["status"] == "queued" and replayed.json()["run"]["replays"] == 1
     assert discarded.json()["run"]["status"] == "discarded"
-    assert _events(dash, orders.dead_letter)[-1][1]["actor"] == "dashboard"
+    assert _events(dash, orders.dead_letter)[-1] == (
+        "run.replayed",
+        {"reason": None, "actor": "dashboard", "replays": 1},
+    )
 
 
 def test_the_subscriptions_page_counts_deliveries_and_lists_halted_keys(

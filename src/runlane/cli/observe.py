@@ -26,10 +26,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def failure_text(run: Run) -> str | None:
-    """``code: message`` of a run that failed or will retry."""
-    if run.failure is None or run.status not in (RunStatus.RETRYING, RunStatus.FAILED):
+    """``code: message`` of a run that failed, will retry or was dead-lettered."""
+    if run.failure is None or run.status not in _FAILING:
         return None
     return f"{run.failure.code}: {run.failure.message}"
+
+
+_FAILING = (RunStatus.RETRYING, RunStatus.FAILED, RunStatus.DEAD_LETTERED)
+
+
+def dead_letter_text(attempt: Attempt) -> str | None:
+    """``reason; code: message`` of a dead-lettered delivery (why it was parked)."""
+    run = attempt.settled
+    if attempt.outcome is not AttemptOutcome.DEAD_LETTERED or run is None:
+        return None
+    parts = (attempt.dead_letter_reason, failure_text(run))
+    return "; ".join(part for part in parts if part) or None
 
 
 def release_text(attempt: Attempt) -> str | None:
@@ -58,12 +70,13 @@ class LiveLines(Observer):
                     **run_row(run),
                     "failure": failure,
                     "release_reason": attempt.release_reason,
+                    "dead_letter_reason": attempt.dead_letter_reason,
                     "duration": round(attempt.duration, 6),
                 }
             )
             return
         style = STATUS_STYLES[run.status]
-        note = failure or released
+        note = dead_letter_text(attempt) or failure or released
         console().print(
             f"{clock_label()} {run.id} {escape(run.task_id)} attempt {run.attempt} "
             f"→ [{style}]{run.status.value}[/]" + (f" ({escape(note)})" if note else ""),

@@ -135,8 +135,8 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
     for row in rows:
         table.add_row(
             row["id"],
-            row["task_id"],
-            row["queue"],
+            Text(row["task_id"]),  # Text, not markup: names may hold brackets
+            Text(row["queue"]),
             status_text(row["status"]),
             str(row["attempt"]),
             short_time(row["run_at"]),
@@ -170,9 +170,9 @@ def run_detail(view: View) -> RenderableType:
         if name == "status":
             table.add_row(name, status_text(value))
         elif isinstance(value, dict | list):
-            table.add_row(name, compact_json(value))
+            table.add_row(name, Text(compact_json(value)))  # stored data, never markup
         else:
-            table.add_row(name, "-" if value is None else str(value))
+            table.add_row(name, Text("-" if value is None else str(value)))
     if trace is None:
         return table
     return Group(table, Text("traceback", style="bold"), Text(trace.rstrip(), style="red"))

@@ -8,7 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from runlane.cli.app import AppCommand, app_argument, with_runtime
 from runlane.cli.output import (
@@ -103,11 +105,11 @@ def publish(
         print_json(view)
         return
     if receipt.duplicate:
-        print_notice(f"duplicate of message {receipt.message_id}: nothing published.")
+        print_notice(f"duplicate of message {escape(receipt.message_id)}: nothing published.")
     else:
         count = len(receipt.runs)
         print_notice(
-            f"published message {receipt.message_id} to {receipt.topic}: "
+            f"published message {escape(receipt.message_id)} to {escape(receipt.topic)}: "
             f"{count} deliver{'y' if count == 1 else 'ies'}."
         )
     if view["runs"]:
@@ -135,9 +137,9 @@ def dead_letters_table(views: Sequence[View]) -> Table:
     for view in views:
         table.add_row(
             view["id"],
-            view["subscription"],
-            view["key"] or "-",
-            view["reason"],
+            Text(view["subscription"]),  # Text, not markup: stored values may hold brackets
+            Text(view["key"] if view["key"] is not None else "-"),
+            Text(view["reason"]),
             str(view["attempt"]),
             short_time(view["dead_lettered_at"]),
             "yes" if view["blocks_key"] else "-",
@@ -304,10 +306,10 @@ def subscriptions_table(views: Iterable[View]) -> Table:
     table.add_column("halted keys", justify="right")
     for view in views:
         table.add_row(
-            view["name"],
-            view["topic"],
+            Text(view["name"]),  # Text, not markup: names may hold brackets
+            Text(view["topic"]),
             view["mode"],
-            view["queue"] or "-",
+            Text(view["queue"] or "-"),
             str(view["waiting"]),
             str(view["running"]),
             str(view["dead_lettered"]),
@@ -348,16 +350,16 @@ def halted_keys(app: str, subscription: str, limit: int, cursor: str | None, as_
         return
     out = console()
     if not views:
-        out.print(f"no halted keys in {subscription}.")
+        out.print(Text(f"no halted keys in {subscription}."))
         return
-    table = Table(title=f"halted keys of {subscription}", title_justify="left")
+    table = Table(title=Text(f"halted keys of {subscription}"), title_justify="left")
     table.add_column("key", no_wrap=True)
     table.add_column("dead letter id", no_wrap=True)
     table.add_column("dead-lettered (UTC)", no_wrap=True)
     table.add_column("waiting", justify="right")
     for view in views:
         table.add_row(
-            view["key"],
+            Text(view["key"]),  # Text, not markup: keys come from messages
             view["dead_letter_id"],
             short_time(view["dead_lettered_at"]),
             str(view["waiting"]),

@@ -708,8 +708,14 @@ _LOG_EVENTS: dict[Outcome, tuple[str, int]] = {
     Outcome.RETRIED: ("run.retry_scheduled", logging.INFO),
     Outcome.CANCELLED: ("run.cancelled", logging.INFO),
     Outcome.FAILED: ("run.failed", logging.WARNING),
+    # A delivery's dead letter is its failure: parked until an operator acts.
+    Outcome.DEAD_LETTERED: ("run.dead_lettered", logging.WARNING),
     Outcome.LEASE_LOST: ("run.lease_lost", logging.WARNING),
 }
+
+
+#: Outcomes whose log line carries the error (type, code, traceback).
+_FAILURES = (Outcome.FAILED, Outcome.RETRIED, Outcome.DEAD_LETTERED)
 
 
 def _fields(report: Attempt, event: str) -> dict[str, Any]:
@@ -738,7 +744,7 @@ def _log_outcome(report: Attempt) -> None:
     extra["duration"] = round(report.duration, 6)
     detail = ""
     failure = report.failure
-    if failure is not None and outcome in (Outcome.FAILED, Outcome.RETRIED):
+    if failure is not None and outcome in _FAILURES:
         error_type = failure.meta.get("exception_type") or failure.code
         extra["error_type"] = error_type
         extra["error_code"] = failure.code
@@ -747,6 +753,9 @@ def _log_outcome(report: Attempt) -> None:
         extra["delay_seconds"] = round(report.delay_seconds, 3)
     if outcome is Outcome.RELEASED and report.release_reason:
         detail = f": {report.release_reason}"
+    if outcome is Outcome.DEAD_LETTERED and report.dead_letter_reason is not None:
+        extra["reason"] = report.dead_letter_reason
+        detail = f": {report.dead_letter_reason}" + (f";{detail[1:]}" if detail else "")
     logger.log(
         level,
         "run %s (%s) attempt %s %s in %.3fs%s",
@@ -757,7 +766,7 @@ def _log_outcome(report: Attempt) -> None:
         report.duration,
         detail,
         extra=extra,
-        exc_info=report.error if outcome in (Outcome.FAILED, Outcome.RETRIED) else None,
+        exc_info=report.error if outcome in _FAILURES else None,
     )
 
 
@@ -778,6 +787,8 @@ def _report_settled(
         report.release_reason = outcome.reason
     if type(outcome) is Ended:
         report.failure = changes.failure
+    if changes.status is RunStatus.DEAD_LETTERED:
+        report.dead_letter_reason = changes.dead_letter_reason
 
 
 def _outcome(run: Run, value: Any) -> AttemptOutcome:

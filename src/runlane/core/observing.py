@@ -37,6 +37,8 @@ class Outcome(StrEnum):
     RELEASED = "released"
     CANCELLED = "cancelled"
     LEASE_LOST = "lease_lost"
+    #: A subscription delivery parked for an operator (its budget spent, or refused).
+    DEAD_LETTERED = "dead_lettered"
 
 
 #: The outcome an attempt's settle wrote, by the status it left the run in.
@@ -46,8 +48,7 @@ OUTCOME_BY_STATUS: Mapping[RunStatus, Outcome] = {
     RunStatus.RETRYING: Outcome.RETRIED,
     RunStatus.RELEASED: Outcome.RELEASED,
     RunStatus.CANCELLED: Outcome.CANCELLED,
-    # A delivery's spent budget (or its handler's refusal) is its failure.
-    RunStatus.DEAD_LETTERED: Outcome.FAILED,
+    RunStatus.DEAD_LETTERED: Outcome.DEAD_LETTERED,
 }
 
 
@@ -60,7 +61,8 @@ class Attempt:
     ``error`` (what it raised, if anything) and ``failure`` (the stored failure)
     are set; once the outcome is written, ``outcome``, ``settled`` (the run as
     settled, or as storage holds it when the lease was lost), ``delay_seconds``
-    (retry or release delay) and ``release_reason``.
+    (retry or release delay), ``release_reason`` and, for a dead-lettered delivery,
+    ``dead_letter_reason``.
     """
 
     run: Run
@@ -72,6 +74,7 @@ class Attempt:
     settled: Run | None = None
     delay_seconds: float | None = None
     release_reason: str | None = None
+    dead_letter_reason: str | None = None
 
 
 class ObservedRuntime(Protocol):

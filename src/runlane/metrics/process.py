@@ -64,6 +64,10 @@ _OUTCOME_COUNTERS: dict[AttemptOutcome, tuple[str, str]] = {
         "runlane_runs_cancelled",
         "Runs that ended CANCELLED in this process.",
     ),
+    AttemptOutcome.DEAD_LETTERED: (
+        "runlane_runs_dead_lettered",
+        "Subscription deliveries that ended DEAD_LETTERED.",
+    ),
 }
 
 

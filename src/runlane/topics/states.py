@@ -279,6 +279,11 @@ def check_operator_reason(reason: object, *, required: bool, action: str) -> str
     """A replay or discard reason as given, or ``CONFIGURATION_INVALID`` (5.8)."""
     if reason is None and not required:
         return None
+    if not required and not isinstance(reason, str):
+        raise configuration_error(
+            f"{action} reason must be a string of at most {MAX_OPERATOR_REASON} characters "
+            f"or None (it is optional), got {type(reason).__name__}."
+        )
     if not isinstance(reason, str) or (required and not reason.strip()):
         raise configuration_error(
             f"{action} needs a reason: a non-empty string of at most {MAX_OPERATOR_REASON} "

@@ -2,9 +2,10 @@
 
 Every read and action goes through ``rl.dead_letters``. Both actions record the
 dashboard's operator identity (:data:`OPERATOR_ACTOR`) and the operator's reason
-in the delivery's history; the dashboard asks a reason for both, so the audit
-trail always says why. They are compare-and-set in the operator API: an
-operator who acts second sees the ``INVALID_STATE`` message, not an error page.
+in the delivery's history: Replay's reason is optional, Discard's required (as
+the operator API has them), so a discard's audit trail always says why. They are
+compare-and-set in the operator API: an operator who acts second sees the
+``INVALID_STATE`` message, not an error page.
 """
 
 from __future__ import annotations
@@ -144,14 +145,24 @@ async def dead_letter_api(request: Request) -> Response:
     return JSONResponse(await dead_letter_data(dash, request.path_params["dead_letter_id"]))
 
 
-def _checked_reason(action: str, reason: object) -> str:
-    if not isinstance(reason, str) or not reason.strip():
+def _checked_reason(action: str, reason: object) -> str | None:
+    """Discard needs a reason (5.8); replay's is optional, and a blank one is none.
+    The operator API checks the rest (length, characters)."""
+    if reason is not None and not isinstance(reason, str):
         raise RunlaneError(
             ErrorCode.CONFIGURATION_INVALID,
-            f"say why you {action} this dead letter: the reason goes into its history.",
+            f"the {action} reason must be a string, got {type(reason).__name__}.",
             meta={"action": action},
         )
-    return reason
+    if reason is not None and reason.strip():
+        return reason
+    if action == "replay":
+        return None
+    raise RunlaneError(
+        ErrorCode.CONFIGURATION_INVALID,
+        f"say why you {action} this dead letter: the reason goes into its history.",
+        meta={"action": action},
+    )
 
 
 async def perform(dash: Dashboard, dead_letter_id: str, action: str, reason: object) -> Run:
@@ -163,16 +174,21 @@ async def perform(dash: Dashboard, dead_letter_id: str, action: str, reason: obj
             meta={"action": action},
         )
     checked = _checked_reason(action, reason)
-    operation = dash.rl.dead_letters.replay if action == "replay" else dash.rl.dead_letters.discard
-    return await operation(dead_letter_id, reason=checked, actor=OPERATOR_ACTOR)
+    if action == "replay":
+        return await dash.rl.dead_letters.replay(
+            dead_letter_id, reason=checked, actor=OPERATOR_ACTOR
+        )
+    assert checked is not None  # discard's reason is required: checked above
+    return await dash.rl.dead_letters.discard(dead_letter_id, reason=checked, actor=OPERATOR_ACTOR)
 
 
 async def dead_letter_action_form(request: Request) -> Response:
     """``POST /dead-letters/{id}/{replay|discard}`` from a signed-in browser.
 
-    Done: 303 to the delivery's run page (its history shows the action). A
-    missing reason re-renders the dead letter with the message (400); losing a
-    race to another operator shows the run as it is now with the message (409).
+    Done: 303 to the delivery's run page (its history shows the action). A blank
+    Replay reason is no reason; a missing Discard reason re-renders the dead letter
+    with the message (400); losing a race to another operator shows the run as it
+    is now with the message (409).
     """
     form = await checked_form(request)
     dash = dashboard_of(request)
@@ -192,7 +208,8 @@ async def dead_letter_action_form(request: Request) -> Response:
 
 async def dead_letter_action_api(request: Request) -> Response:
     """``POST /api/dead-letters/{id}/{replay|discard}`` with a Bearer token and
-    ``{"reason": str}``: ``{"run": run_view}`` of the delivery afterwards."""
+    ``{"reason": str}`` (optional for replay, required for discard): ``{"run":
+    run_view}`` of the delivery afterwards."""
     check_api_operator(request)
     dash = dashboard_of(request)
     body = await json_body(request)

@@ -37,6 +37,7 @@ from runlane import (
     SubscriptionMode,
     TopicDef,
     subscription,
+    task,
     topic,
 )
 from runlane.core.delivering import Ended, settle_delivery_attempt
@@ -988,6 +989,52 @@ async def test_dead_letters_page_and_filter(make_runtime: Factory) -> None:
     assert len((await rl.dead_letters.list(subscription="b")).data) == 5
     assert len((await rl.dead_letters.list(subscription="a", key="c0")).data) == 3
     assert (await rl.dead_letters.list(topic="orders", subscription="b")).data == []
+
+
+async def test_a_dead_letter_id_names_a_delivery_of_the_given_subscription(
+    make_runtime: Factory,
+) -> None:
+    # 5.8: subscription= must be the delivery's; a task run is never a dead letter.
+    orders = _orders()
+
+    async def refuse(message: Message[Any], ctx: DeliveryContext) -> Outcome:
+        return Outcome.dead_letter("refused")
+
+    @task("conformance.ping", retry=ONE_ATTEMPT)
+    async def ping(payload: Any, ctx: Any) -> None:
+        raise RuntimeError("a task run that fails is not a dead letter")
+
+    clock = ManualClock()
+    rl = await make_runtime(
+        [ping],
+        queues=(MAIN, OTHER),
+        clock=clock,
+        topics=[orders],
+        subscriptions=[_sub("a", refuse, orders), _sub("b", refuse, orders)],
+    )
+    receipt = await rl.publish(orders, {"order_id": 1})
+    (a_id,) = [run.id for run in receipt.runs if run.task_id == "a"]
+    task_run = await rl.trigger(ping, None)
+    await _drain(rl)
+    letters = rl.dead_letters
+    for call in (
+        letters.get(a_id, subscription="b"),
+        letters.replay(a_id, subscription="b"),
+        letters.discard(a_id, reason="x", subscription="b"),
+        letters.get(task_run.id),
+        letters.replay(task_run.id),
+        letters.discard(task_run.id, reason="x"),
+    ):
+        await _refused(call, ErrorCode.DEAD_LETTER_NOT_FOUND)
+    assert (await letters.get(a_id, subscription="a")).subscription == "a"
+    clock.advance("5s")
+    replayed = await letters.replay(a_id, subscription="a", reason=None)
+    assert replayed.status is RunStatus.QUEUED and replayed.replays == 1
+    assert replayed.run_at == clock.now()
+    assert (await rl.runs.get(task_run.id)).status is RunStatus.FAILED
+    bad_reason: Any = 5
+    error = await _refused(letters.replay(a_id, reason=bad_reason), ErrorCode.CONFIGURATION_INVALID)
+    assert "optional" in error.message
 
 
 # -- refusals ------------------------------------------------------------------------------
