@@ -8,7 +8,7 @@ message out to each subscription's SQS queue through its filter policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -16,7 +16,8 @@ from typing import Any
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.topics.constants import MAX_ENVELOPE_BYTES
 from runlane.topics.definitions import SubscriptionDef, TopicDef
-from runlane.topics.publishing import ValidatedPublish
+from runlane.topics.publishing import ValidatedPublish, validate_publish
+from runlane.topics.registration import TopicRegistry
 from runlane.transport.sns.bindings import (
     SnsSubscriptionBinding,
     SnsTopicBinding,
@@ -86,6 +87,14 @@ class SnsTransport:
         self._calls = BlockingCalls(max_threads)
         self._topics = {binding.topic.name: binding for binding in topics}
         self._subscriptions = {binding.subscription.name: binding for binding in subscriptions}
+        # The brokered topics alone: publish validation needs no subscription queues here,
+        # since SNS, not storage, fans the message out.
+        self._registry = TopicRegistry(
+            topics={name: binding.topic for name, binding in self._topics.items()},
+            subscriptions={},
+            subscriptions_by_topic={name: () for name in self._topics},
+            queues={},
+        )
 
     def __repr__(self) -> str:
         return f"SnsTransport(name={self.name!r}, topics={sorted(self._topics)})"
@@ -150,6 +159,40 @@ class SnsTransport:
                     "retries safe, or keep the topic in storage.",
                     meta={"topic": name, "option": option},
                 )
+
+    async def publish_message(
+        self,
+        topic: TopicDef | str,
+        payload: Any = None,
+        *,
+        environment: str,
+        now: datetime,
+        attributes: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+        deduplication_key: str | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
+        connection: Any = None,
+        max_payload_bytes: int = MAX_ENVELOPE_BYTES,
+    ) -> SnsPublished:
+        """``rl.publish`` for a brokered topic: every check of 5.4.1 in order, then :meth:`publish`.
+
+        ``now`` is the runtime clock's time (the message's ``published_at``).
+        """
+        definition = self._registry.resolve_topic(topic)
+        self.check_publish_options(
+            definition, deduplication_key=deduplication_key, connection=connection
+        )
+        validated = validate_publish(
+            self._registry,
+            definition,
+            payload,
+            attributes=attributes,
+            message_id=message_id,
+            trace_carrier=trace_carrier,
+            now=now,
+            max_payload_bytes=max_payload_bytes,
+        )
+        return await self.publish(validated, environment=environment)
 
     async def publish(self, publish: ValidatedPublish, *, environment: str) -> SnsPublished:
         """Send one validated publish to SNS (5.11.3).
