@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from tests.support.sns_world import SnsWorld
 
 from runlane import ErrorCode, RunlaneError
-from runlane.sns import SnsPublished, parse_sns_envelope, sns_topic, sns_transport
+from runlane.sns import TopicPublished, parse_sns_envelope, sns_topic, sns_transport
 from runlane.topics.definitions import SubscriptionDef, subscription, topic
 
 pytest_plugins = ["tests.support.ministack", "tests.support.sns_world"]
@@ -68,7 +68,7 @@ def test_sns_fans_a_message_out_to_the_subscriptions_whose_filters_match(
     refunded = publish(transport, attributes={"event": "refunded", "region": "eu"})
     publish(transport, attributes={"event": "Paid"}, message_id="m-case")  # case-sensitive
     publish(transport, attributes={"event": "refunded"}, message_id="m-no-region")
-    assert isinstance(paid, SnsPublished)
+    assert isinstance(paid, TopicPublished)
     assert paid.message_id == "m-paid" and paid.topic == "orders" and paid.published_at == NOW
     assert paid.provider_message_id
 

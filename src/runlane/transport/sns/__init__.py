@@ -20,20 +20,21 @@ from runlane.transport.sns.envelope import (
 from runlane.transport.sns.lambda_handler import create_sns_lambda_handler
 from runlane.transport.sns.registration import check_sns_registration
 from runlane.transport.sns.transport import (
-    SnsPublished,
     SnsQueueCounts,
     SnsTransport,
     sns_transport,
 )
+from runlane.transport.topic_protocol import TopicPublished, TopicTransport
 
 __all__ = [
     "SnsDeadLetter",
     "SnsEnvelope",
-    "SnsPublished",
     "SnsQueueCounts",
     "SnsSubscriptionBinding",
     "SnsTopicBinding",
     "SnsTransport",
+    "TopicPublished",
+    "TopicTransport",
     "check_sns_registration",
     "create_sns_lambda_handler",
     "create_sns_message_body",

@@ -37,18 +37,7 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
 )
 from runlane.transport.sqs.transport import provider_safe_id
-
-
-@dataclass(frozen=True, slots=True)
-class SnsPublished:
-    """What one SNS publish returns; the runtime turns it into its ``PublishReceipt``
-    (``duplicate=False``, ``runs=[]``, ``sequence=None``)."""
-
-    message_id: str
-    topic: str
-    published_at: datetime
-    #: The ``MessageId`` SNS gave the publish.
-    provider_message_id: str | None
+from runlane.transport.topic_protocol import TopicPublished
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +162,7 @@ class SnsTransport:
         trace_carrier: Mapping[str, str] | None = None,
         connection: Any = None,
         max_payload_bytes: int = MAX_ENVELOPE_BYTES,
-    ) -> SnsPublished:
+    ) -> TopicPublished:
         """``rl.publish`` for a brokered topic: every check of 5.4.1 in order, then :meth:`publish`.
 
         ``now`` is the runtime clock's time (the message's ``published_at``).
@@ -194,7 +183,7 @@ class SnsTransport:
         )
         return await self.publish(validated, environment=environment)
 
-    async def publish(self, publish: ValidatedPublish, *, environment: str) -> SnsPublished:
+    async def publish(self, publish: ValidatedPublish, *, environment: str) -> TopicPublished:
         """Send one validated publish to SNS (5.11.3).
 
         The SNS ``Message`` is the v1 envelope; ``MessageAttributes`` are the
@@ -249,7 +238,7 @@ class SnsTransport:
                 message_id=message.id,
             ) from None
         provider_id = response.get("MessageId") if isinstance(response, dict) else None
-        return SnsPublished(
+        return TopicPublished(
             message_id=message.id,
             topic=binding.topic.name,
             published_at=message.published_at,
