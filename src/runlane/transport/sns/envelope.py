@@ -51,6 +51,16 @@ def create_sns_message_body(
 
     >>> body = create_sns_message_body(message, environment="production")
     """
+    text = envelope_text(message, environment=environment, trace_carrier=trace_carrier)
+    parse_sns_envelope(text)  # what cannot be read back must not be sent
+    return text
+
+
+def envelope_text(
+    message: Message[Any], *, environment: str, trace_carrier: Mapping[str, str] | None = None
+) -> str:
+    """The envelope as JSON without reading it back: for a message already validated
+    (``validate_publish`` checked its id, attributes, carrier and payload)."""
     if not isinstance(message, Message):
         raise _violation(f"create_sns_message_body needs a Message, got {type(message).__name__}")
     payload = message.payload
@@ -78,7 +88,6 @@ def create_sns_message_body(
         )
     except (TypeError, ValueError, RecursionError) as error:
         raise _violation(f"the message is not JSON ({type(error).__name__})") from None
-    parse_sns_envelope(text)  # what cannot be read back must not be sent
     return text
 
 

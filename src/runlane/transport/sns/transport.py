@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.storable_text import unstorable
 from runlane.topics.constants import MAX_ENVELOPE_BYTES
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.publishing import ValidatedPublish, validate_publish
@@ -26,7 +27,7 @@ from runlane.transport.sns.bindings import (
 from runlane.transport.sns.dead_letters import DeadLetterQueue, SnsDeadLetter
 from runlane.transport.sns.envelope import (
     ATTRIBUTE_DATA_TYPE,
-    create_sns_message_body,
+    envelope_text,
     published_size,
 )
 from runlane.transport.sqs.provider import (
@@ -197,9 +198,9 @@ class SnsTransport:
         self.check_publish_options(publish.topic, deduplication_key=publish.deduplication_key)
         binding = self.topic_binding(publish.topic)
         message = replace(publish.message, payload=publish.payload_json)
-        body = create_sns_message_body(
-            message, environment=environment, trace_carrier=publish.trace_carrier
-        )
+        if not isinstance(environment, str) or not environment or unstorable(environment):
+            raise configuration_error("publish needs the environment's name, a non-empty string.")
+        body = envelope_text(message, environment=environment, trace_carrier=publish.trace_carrier)
         size = published_size(body, message.attributes)
         if size > MAX_ENVELOPE_BYTES:
             raise RunlaneError(
