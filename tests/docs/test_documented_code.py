@@ -39,6 +39,7 @@ PAGES = [
     "docs/guides/schedules.md",
     "docs/guides/transactional-enqueue.md",
     "docs/guides/sqs.md",
+    "docs/guides/sns.md",
     "docs/guides/observability.md",
 ]
 #: Pages whose blocks are a user's app and its tests, run by pytester elsewhere
