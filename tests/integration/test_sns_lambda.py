@@ -92,6 +92,9 @@ class Recorder:
             await asyncio.sleep(5)
         if do == "heartbeat":
             await ctx.heartbeat()
+        if do == "wait-for-signal":
+            await ctx.signal.wait()
+            return Outcome.retry("stopped before the deadline", delay="0s")
         return None
 
     def ran(self) -> list[str]:
@@ -389,6 +392,28 @@ def test_records_not_started_before_the_deadline_margin_are_released(sns_world: 
     assert len(failed) == 2 and recorder.calls == []
     back = sns_world.receive(binding.queue_url, wait=0)  # released with visibility 0
     assert len(back) == 2
+
+
+def test_the_signal_is_set_before_the_lambda_deadline(sns_world: SnsWorld) -> None:
+    class Invocation:
+        """A Lambda context whose deadline is 3 s away: the margin (2 s) comes after 1 s."""
+
+        def __init__(self) -> None:
+            self.deadline = time.monotonic() + 3
+
+        def get_remaining_time_in_millis(self) -> int:
+            return int((self.deadline - time.monotonic()) * 1000)
+
+    recorder = Recorder()
+    arn, binding, handler = setup(sns_world, recorder)
+    publish(sns_world, arn, job("waits", "wait-for-signal"))
+    messages = sns_world.receive_all(binding.queue_url, expected=1)
+    started = time.monotonic()
+    response = handler(sns_world.event(binding.queue_url, messages), Invocation())
+    assert 0.8 < time.monotonic() - started < 2.5
+    assert len(response["batchItemFailures"]) == 1
+    (_, ctx) = recorder.calls[0]
+    assert ctx.signal.reason is not None and ctx.signal.reason.value == "timeout"
 
 
 def test_a_handler_past_its_timeout_is_signalled_and_retried(sns_world: SnsWorld) -> None:

@@ -127,19 +127,21 @@ def dead_letter_attributes(
 
 
 def failure_attribute(failure: RunFailure) -> str:
-    """``failure.to_json()`` as JSON of at most 2000 characters (meta, then message, cut)."""
+    """``failure.to_json()`` as JSON of at most 2000 characters: meta dropped, then the
+    message cut (ending in ``…``) until it fits."""
     document = failure.to_json()
     text = _dumps(document)
     if len(text) <= MAX_FAILURE_ATTRIBUTE:
         return text
     document = {**document, "meta": {}}
+    message = str(document["message"])
     text = _dumps(document)
-    if len(text) > MAX_FAILURE_ATTRIBUTE:
-        overflow = len(text) - MAX_FAILURE_ATTRIBUTE + 1
-        message = str(document["message"])
-        document["message"] = message[: max(0, len(message) - overflow)] + "…"
+    while len(text) > MAX_FAILURE_ATTRIBUTE and message:
+        # Escapes make the JSON longer than the text: cut by the overflow, then check again.
+        message = message[: max(0, len(message) - (len(text) - MAX_FAILURE_ATTRIBUTE) - 1)]
+        document["message"] = message + "…"
         text = _dumps(document)
-    return text[:MAX_FAILURE_ATTRIBUTE]
+    return text
 
 
 def read_attributes(raw: Mapping[str, Any] | None) -> dict[str, str]:
