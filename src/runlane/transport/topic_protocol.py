@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from runlane.topics.definitions import TopicDef
+if TYPE_CHECKING:  # the protocol needs no topic code at run time (lanes import it)
+    from runlane.topics.definitions import TopicDef
 
 
 @dataclass(frozen=True, slots=True)
