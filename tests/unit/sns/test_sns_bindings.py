@@ -183,6 +183,17 @@ def test_registration_refuses_unregistered_bindings_and_unbound_subscriptions() 
     )
     drifted = topic("orders", deduplication_window="1h")
     refused(lambda: check_sns_registration(transport, topics=[drifted], subscriptions=[plain]))
+    refused(
+        lambda: check_sns_registration(transport, topics=[ORDERS, ORDERS], subscriptions=[plain])
+    )
+    refused(
+        lambda: check_sns_registration(transport, topics=[ORDERS], subscriptions=[plain, plain])
+    )
+    assert "task id" in refused(
+        lambda: check_sns_registration(
+            transport, topics=[ORDERS], subscriptions=[plain], task_ids={"orders.email"}
+        )
+    )
     ordered = sub("orders.log", mode="ordered", key="customer")
     assert "ordered" in refused(
         lambda: check_sns_registration(transport, topics=[ORDERS], subscriptions=[plain, ordered])

@@ -7,7 +7,7 @@ needs the runtime's registered topics and subscriptions is checked here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from runlane.core.errors import configuration_error
 from runlane.topics.definitions import SubscriptionDef, TopicDef
@@ -20,19 +20,39 @@ def check_sns_registration(
     *,
     topics: Sequence[TopicDef],
     subscriptions: Sequence[SubscriptionDef],
+    task_ids: Collection[str] = (),
 ) -> frozenset[str]:
     """Check the SNS bindings against the registered definitions; return the brokered topics.
 
-    Refused (``CONFIGURATION_INVALID``): a binding for a topic or subscription the
-    runtime does not register (or registers with another definition); a registered
-    subscription of a bound topic without a binding. The runtime keeps the topics
-    returned out of storage (they need no ``stores_messages``) and publishes them
-    through ``transport.publish``.
+    Refused (``CONFIGURATION_INVALID``): a topic or subscription name registered
+    twice, or a subscription of a brokered topic named like a task; a binding for a
+    topic or subscription the runtime does not register (or registers with another
+    definition); a registered subscription of a bound topic without a binding. The
+    runtime then registers only the other topics and their subscriptions in storage
+    (``register_topics``: brokered ones need no ``stores_messages`` and no queue) and
+    publishes the brokered ones through ``transport.publish_message``.
     """
     if transport is None:
         return frozenset()
-    registered_topics = {definition.name: definition for definition in topics}
-    registered_subscriptions = {definition.name: definition for definition in subscriptions}
+    registered_topics: dict[str, TopicDef] = {}
+    for topic_def in topics:
+        if topic_def.name in registered_topics:
+            raise configuration_error(
+                f"topic name {topic_def.name!r} is registered twice.", topic=topic_def.name
+            )
+        registered_topics[topic_def.name] = topic_def
+    registered_subscriptions: dict[str, SubscriptionDef] = {}
+    for sub in subscriptions:
+        if sub.name in registered_subscriptions:
+            raise configuration_error(
+                f"subscription name {sub.name!r} is registered twice.", subscription=sub.name
+            )
+        if sub.name in task_ids and transport.carries(sub.topic):
+            raise configuration_error(
+                f"subscription name {sub.name!r} is also a task id; rename one of them.",
+                subscription=sub.name,
+            )
+        registered_subscriptions[sub.name] = sub
     for binding in transport.topics:
         name = binding.topic.name
         registered = registered_topics.get(name)
