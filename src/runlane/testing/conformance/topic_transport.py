@@ -28,7 +28,7 @@ import pytest
 
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.topics.definitions import SubscriptionDef, TopicDef, subscription, topic
-from runlane.transport.sns.envelope import parse_sns_envelope
+from runlane.transport.message_envelope import parse_sns_envelope
 from runlane.transport.topic_protocol import TopicPublished, TopicTransport
 
 TopicTransportFactory = Callable[[Sequence[TopicDef], Sequence[SubscriptionDef]], TopicTransport]

@@ -17,6 +17,12 @@ How a runtime uses it (``lane.topic_transport`` is an :class:`SnsTransport`):
 - ``rl.subscriptions`` of a brokered subscription: ``subscription_counts``.
 """
 
+from runlane.transport.message_envelope import (
+    SnsEnvelope,
+    create_sns_message_body,
+    parse_sns_envelope,
+    parse_sns_message_body,
+)
 from runlane.transport.sns.bindings import (
     SnsSubscriptionBinding,
     SnsTopicBinding,
@@ -25,12 +31,6 @@ from runlane.transport.sns.bindings import (
     sns_topic,
 )
 from runlane.transport.sns.dead_letters import SnsDeadLetter
-from runlane.transport.sns.envelope import (
-    SnsEnvelope,
-    create_sns_message_body,
-    parse_sns_envelope,
-    parse_sns_message_body,
-)
 from runlane.transport.sns.lambda_handler import create_sns_lambda_handler
 from runlane.transport.sns.registration import check_sns_registration
 from runlane.transport.sns.transport import (

@@ -23,8 +23,8 @@ from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.messages import Message
 from runlane.topics.outcomes import DeadLetterReason, dead_letter_reason
 from runlane.topics.states import check_operator_reason
+from runlane.transport.message_envelope import parse_sns_envelope
 from runlane.transport.sns.bindings import SnsSubscriptionBinding
-from runlane.transport.sns.envelope import parse_sns_envelope
 from runlane.transport.sqs.provider import BlockingCalls, is_provider_error, provider_call_error
 from runlane.transport.sqs.transport import provider_safe_id
 from runlane.types.runs import RunFailure

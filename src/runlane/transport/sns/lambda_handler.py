@@ -38,6 +38,7 @@ from runlane.topics.outcomes import (
     RetryAfter,
     decide_delivery,
 )
+from runlane.transport.message_envelope import SnsEnvelope, parse_sns_envelope
 from runlane.transport.sns.bindings import SnsSubscriptionBinding
 from runlane.transport.sns.dead_letters import (
     REPLAY_ATTRIBUTE,
@@ -45,7 +46,6 @@ from runlane.transport.sns.dead_letters import (
     dead_letter_attributes,
     read_attributes,
 )
-from runlane.transport.sns.envelope import SnsEnvelope, parse_sns_envelope
 from runlane.transport.sqs.lambda_handler import LambdaDeadline, lambda_event_loop
 from runlane.transport.sqs.provider import BlockingCalls, is_provider_error, provider_call_error
 from runlane.transport.sqs.transport import provider_safe_id

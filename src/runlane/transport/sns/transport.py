@@ -19,17 +19,17 @@ from runlane.topics.constants import MAX_ENVELOPE_BYTES
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.publishing import ValidatedPublish, validate_publish
 from runlane.topics.registration import TopicRegistry
+from runlane.transport.message_envelope import (
+    ATTRIBUTE_DATA_TYPE,
+    envelope_text,
+    published_size,
+)
 from runlane.transport.sns.bindings import (
     SnsSubscriptionBinding,
     SnsTopicBinding,
     check_subscription_against_topic,
 )
 from runlane.transport.sns.dead_letters import DeadLetterQueue, SnsDeadLetter
-from runlane.transport.sns.envelope import (
-    ATTRIBUTE_DATA_TYPE,
-    envelope_text,
-    published_size,
-)
 from runlane.transport.sqs.provider import (
     DEFAULT_MAX_THREADS,
     BlockingCalls,

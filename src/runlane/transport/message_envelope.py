@@ -1,4 +1,4 @@
-"""The v1 message envelope an SNS topic carries (contract 5.11.3).
+"""The v1 message envelope a brokered topic (SNS) carries (contract 5.11.3).
 
 ``{"type": "runlane.message", "version": 1, "message": {"id", "environment",
 "topic", "payload", "attributes", "published_at", "trace_carrier"?}}``: the whole
