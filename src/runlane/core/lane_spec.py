@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +47,10 @@ class Lane:
                     opened.append(transport)
         except BaseException:
             for transport in reversed(opened):
-                with contextlib.suppress(Exception):
+                try:
                     await transport.close()
+                except Exception:  # the open's failure is the one to report
+                    continue
             await self.storage.close()
             raise
 
