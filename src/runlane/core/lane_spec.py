@@ -59,9 +59,7 @@ class Lane:
         try:
             if self.topic_transport is not None:
                 await self.topic_transport.close()
+            if self.transport is not None:
+                await self.transport.close()
         finally:
-            try:
-                if self.transport is not None:
-                    await self.transport.close()
-            finally:
-                await self.storage.close()
+            await self.storage.close()
