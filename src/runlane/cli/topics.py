@@ -242,6 +242,12 @@ def replay_dead_letter(
             subscription=subscription,
         ),
     )
+    if run is None:  # an SNS subscription's: back on its SQS queue, no run to show
+        if as_json:
+            print_json(None)
+            return
+        print_notice(f"replayed dead letter {dead_letter_id}; it is back on its SQS queue.")
+        return
     view = run_view(run)
     if as_json:
         print_json(view)
@@ -275,6 +281,12 @@ def discard_dead_letter(
             subscription=subscription,
         ),
     )
+    if run is None:  # an SNS subscription's: deleted from its dead-letter queue
+        if as_json:
+            print_json(None)
+            return
+        print_notice(f"discarded dead letter {dead_letter_id}.")
+        return
     view = run_view(run)
     if as_json:
         print_json(view)

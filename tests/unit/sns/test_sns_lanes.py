@@ -69,6 +69,12 @@ async def test_a_topic_transport_that_cannot_open_leaves_nothing_open(tmp_path: 
         def carries(self, topic: Any) -> bool:
             return True
 
+        def carries_subscription(self, subscription: Any) -> bool:
+            return False
+
+        def check_registration(self, **definitions: Any) -> frozenset[str]:
+            return frozenset()
+
         async def open(self) -> None:
             raise RuntimeError("no broker")
 
@@ -77,6 +83,10 @@ async def test_a_topic_transport_that_cannot_open_leaves_nothing_open(tmp_path: 
 
         async def publish_message(self, *args: Any, **kwargs: Any) -> Any:
             raise AssertionError("not called")
+
+        # The broker's operator calls (never reached here).
+        list_dead_letters = get_dead_letter = publish_message
+        replay_dead_letter = discard_dead_letter = subscription_counts = publish_message
 
     lane = sqlite_lane(tmp_path / "runlane.db", transport=Wakeups(), topic_transport=Unreachable())
     with pytest.raises(RuntimeError):

@@ -8,11 +8,14 @@ needs the runtime's registered topics and subscriptions is checked here.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from runlane.core.errors import configuration_error
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.transport.sns.bindings import check_subscription_rules
-from runlane.transport.sns.transport import SnsTransport
+
+if TYPE_CHECKING:  # the transport calls this module (check_registration)
+    from runlane.transport.sns.transport import SnsTransport
 
 
 def check_sns_registration(

@@ -8,8 +8,8 @@ message out to each subscription's SQS queue through its filter policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from runlane.transport.sns.bindings import (
     check_subscription_against_topic,
 )
 from runlane.transport.sns.dead_letters import DeadLetterQueue, SnsDeadLetter
+from runlane.transport.sns.registration import check_sns_registration
 from runlane.transport.sqs.provider import (
     DEFAULT_MAX_THREADS,
     BlockingCalls,
@@ -38,20 +39,12 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
 )
 from runlane.transport.sqs.transport import provider_safe_id
-from runlane.transport.topic_protocol import TopicPublished
+from runlane.transport.topic_protocol import BrokeredCounts, TopicPublished
 
-
-@dataclass(frozen=True, slots=True)
-class SnsQueueCounts:
-    """A subscription's approximate numbers, read from SQS queue attributes (5.11.7)."""
-
-    #: ``ApproximateNumberOfMessages`` of the subscription queue.
-    waiting: int
-    #: ``ApproximateNumberOfMessagesNotVisible``: received and not yet settled (or hidden
-    #: for a retry).
-    running: int
-    #: ``ApproximateNumberOfMessages`` of the dead-letter queue.
-    dead_lettered: int
+#: A subscription's approximate numbers, read from SQS queue attributes (5.11.7):
+#: ``ApproximateNumberOfMessages`` (waiting) and ``ApproximateNumberOfMessagesNotVisible``
+#: (running) of the subscription queue, ``ApproximateNumberOfMessages`` of its DLQ.
+SnsQueueCounts = BrokeredCounts
 
 
 class SnsTransport:
@@ -103,6 +96,24 @@ class SnsTransport:
         """Whether ``topic`` is bound to SNS here (it is brokered, not stored)."""
         name = topic.name if isinstance(topic, TopicDef) else topic
         return name in self._topics
+
+    def carries_subscription(self, subscription: SubscriptionDef | str) -> bool:
+        """Whether ``subscription`` is bound here (a subscription of a brokered topic)."""
+        name = subscription.name if isinstance(subscription, SubscriptionDef) else subscription
+        return isinstance(name, str) and name in self._subscriptions
+
+    def check_registration(
+        self,
+        *,
+        topics: Sequence[TopicDef],
+        subscriptions: Sequence[SubscriptionDef],
+        task_ids: Collection[str] = (),
+    ) -> frozenset[str]:
+        """The SNS rules checked at ``Runlane(...)`` (see :func:`check_sns_registration`);
+        the names of the topics bound to SNS here."""
+        return check_sns_registration(
+            self, topics=topics, subscriptions=subscriptions, task_ids=task_ids
+        )
 
     def topic_binding(self, topic: TopicDef | str) -> SnsTopicBinding:
         """The binding of a brokered topic (``CONFIGURATION_INVALID`` if it has none)."""
