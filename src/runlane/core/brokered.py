@@ -85,19 +85,25 @@ class BrokeredTopics:
         self.subscriptions = dict(subscriptions)
 
     def check_lane(self, transport: TopicTransport | None) -> None:
-        """A lane bound later (``runlane.testing.on_lane``) must carry the same topics."""
+        """A lane bound later (``runlane.testing.on_lane``) must carry the same topics and
+        subscriptions; its topic transport then serves them."""
         if transport is self.transport:
             return
         missing = sorted(
-            name for name in self.topics if transport is None or not transport.carries(name)
+            [name for name in self.topics if transport is None or not transport.carries(name)]
+            + [
+                name
+                for name in self.subscriptions
+                if transport is None or not transport.carries_subscription(name)
+            ]
         )
-        if missing:
+        if transport is None or missing:
             raise configuration_error(
-                f"topics {missing} are brokered by topic transport {self.transport.name!r}, but "
-                "the new lane's topic transport does not carry them.",
-                topics=missing,
+                f"{missing} are brokered by topic transport {self.transport.name!r}, but the "
+                "new lane's topic transport does not carry them; give the lane a topic "
+                "transport binding them (topic_transport=).",
+                missing=missing,
             )
-        assert transport is not None
         self.transport = transport
 
     def carries(self, topic: object) -> bool:

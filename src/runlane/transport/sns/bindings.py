@@ -174,6 +174,13 @@ def check_subscription_against_topic(sub: SnsSubscriptionBinding, topic: SnsTopi
             f"{kind} queues too (a FIFO queue's URL ends in '.fifo').",
             subscription=definition.name,
         )
+    check_mode_against_topic(definition, topic)
+
+
+def check_mode_against_topic(definition: SubscriptionDef, topic: SnsTopicBinding) -> None:
+    """The EXCLUSIVE rules of a subscription on a bound topic (``Runlane(...)`` checks them
+    also for a subscription that has no binding yet)."""
+    where = f"subscription {definition.name!r} of SNS topic {topic.topic.name!r}"
     if definition.mode is SubscriptionMode.EXCLUSIVE:
         if not topic.fifo:
             raise configuration_error(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from runlane.core.errors import configuration_error
 from runlane.topics.definitions import SubscriptionDef, TopicDef
-from runlane.transport.sns.bindings import check_subscription_rules
+from runlane.transport.sns.bindings import check_mode_against_topic, check_subscription_rules
 
 if TYPE_CHECKING:  # the transport calls this module (check_registration)
     from runlane.transport.sns.transport import SnsTransport
@@ -93,6 +93,7 @@ def check_sns_registration(
         if not transport.carries(definition.topic):
             continue
         check_subscription_rules(definition)
+        check_mode_against_topic(definition, transport.topic_binding(definition.topic))
         if definition.name not in bound_subscriptions:
             raise configuration_error(
                 f"subscription {definition.name!r} is on SNS topic {definition.topic.name!r} "
