@@ -1,19 +1,24 @@
-"""Publishing order events to the SNS topic, and reading a subscription's dead letters.
+"""The app side: a runtime that publishes order events to the SNS topic and reads a
+subscription's dead letters.
 
 The topic's ARN comes from ``terraform output topic_arn``; the queue URLs of the
-subscriptions (for their dead letters) from ``terraform output queues``.
+subscriptions (for their dead letters and counts) from ``terraform output queues``.
+The app's own lane (a SQLite file here) holds its tasks and any stored topics; the
+orders topic is brokered, so nothing about it is written there.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+from pathlib import Path
 
 import boto3
 from orders import SUBSCRIPTIONS, OrderEvent, orders
 
-from runlane.sns import SnsTransport, TopicPublished, sns_subscription, sns_topic, sns_transport
+from runlane import Runlane, sqlite_lane
+from runlane.sns import SnsTransport, sns_subscription, sns_topic, sns_transport
+from runlane.topics.records import DeadLetter, PublishReceipt
 
 
 def build_transport() -> SnsTransport:
@@ -34,15 +39,25 @@ def build_transport() -> SnsTransport:
     )
 
 
-async def publish_order_event(
-    transport: SnsTransport, event: str, order: OrderEvent, *, message_id: str | None = None
-) -> TopicPublished:
-    """Publish one order event; reuse ``message_id`` when retrying a failed publish."""
-    return await transport.publish_message(
-        orders,
-        order,
-        attributes={"event": event},
-        message_id=message_id,
+def build_runtime(path: str | Path = "app.db") -> Runlane:
+    """The app's runtime: its lane carries the orders topic to SNS."""
+    return Runlane(
+        lane=sqlite_lane(path, topic_transport=build_transport()),
+        queues=[],
+        tasks=[],
+        topics=[orders],
+        subscriptions=list(SUBSCRIPTIONS.values()),
         environment=os.environ.get("ORDERS_ENVIRONMENT", "production"),
-        now=datetime.now(UTC),
     )
+
+
+async def publish_order_event(
+    rl: Runlane, event: str, order: OrderEvent, *, message_id: str | None = None
+) -> PublishReceipt:
+    """Publish one order event; reuse ``message_id`` when retrying a failed publish."""
+    return await rl.publish(orders, order, attributes={"event": event}, message_id=message_id)
+
+
+async def dead_letters(rl: Runlane, subscription: str) -> list[DeadLetter]:
+    """A subscription's dead letters (one best-effort scan of its dead-letter queue)."""
+    return (await rl.dead_letters.list(subscription=subscription)).data

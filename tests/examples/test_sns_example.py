@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from tests.examples.conftest import EXAMPLES, example_on_path
@@ -49,7 +49,10 @@ def test_main_tf_sets_what_the_consumer_relies_on(setting: str) -> None:
 
 
 def test_orders_reach_each_consumer_through_its_filter_and_bad_ones_are_dead_lettered(
-    sns_world: SnsWorld, ministack_endpoint: str, caplog: pytest.LogCaptureFixture
+    sns_world: SnsWorld,
+    ministack_endpoint: str,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     aws = {
         "AWS_ENDPOINT_URL": ministack_endpoint,
@@ -77,20 +80,22 @@ def test_orders_reach_each_consumer_through_its_filter_and_bad_ones_are_dead_let
     with example_on_path("sns", **aws, ORDERS_TOPIC_ARN=arn, ORDERS_QUEUES=json.dumps(queues)):
         import publisher
 
-        transport = publisher.build_transport()
+        rl = publisher.build_runtime(tmp_path / "app.db")
         event = publisher.OrderEvent
+        publish = publisher.publish_order_event
 
         async def publish_all() -> None:
             good = event(order_id="o-1", customer="ada@example.com", total_cents=1200)
-            await publisher.publish_order_event(transport, "created", good, message_id="o-1-c")
-            await publisher.publish_order_event(transport, "paid", good, message_id="o-1-p")
+            receipt = await publish(rl, "created", good, message_id="o-1-c")
+            assert receipt.runs == [] and receipt.provider_message_id
+            await publish(rl, "paid", good, message_id="o-1-p")
             nobody = event(order_id="o-2", customer="", total_cents=5)
-            await publisher.publish_order_event(transport, "created", nobody, message_id="o-2-c")
+            await publish(rl, "created", nobody, message_id="o-2-c")
             negative = event(order_id="o-3", customer="bob@example.com", total_cents=-1)
-            await publisher.publish_order_event(transport, "refunded", negative, message_id="o-3-r")
-            await publisher.publish_order_event(transport, "shipped", good, message_id="o-1-s")
+            await publish(rl, "refunded", negative, message_id="o-3-r")
+            await publish(rl, "shipped", good, message_id="o-1-s")
 
-        asyncio.run(publish_all())
+        rl.sync.call(publish_all())
     expected = {"orders.email": ["o-1-c", "o-1-p", "o-2-c"], "orders.audit": ["o-1-p", "o-3-r"]}
     caplog.set_level(logging.INFO, logger="orders")
     for name, ids in expected.items():
@@ -120,8 +125,11 @@ def test_orders_reach_each_consumer_through_its_filter_and_bad_ones_are_dead_let
     ]
 
     def dead(name: str) -> list[tuple[str, str]]:
-        found: list[Any] = asyncio.run(transport.list_dead_letters(name))
+        found = rl.sync.call(publisher.dead_letters(rl, name))
         return [(d.id, d.reason) for d in found]
 
-    assert dead("orders.email") == [("o-2-c", "the order has no customer to email")]
-    assert dead("orders.audit") == [("o-3-r", "a negative total cannot be audited")]
+    try:
+        assert dead("orders.email") == [("o-2-c", "the order has no customer to email")]
+        assert dead("orders.audit") == [("o-3-r", "a negative total cannot be audited")]
+    finally:
+        rl.sync.close()
