@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +12,13 @@ import pytest
 
 from runlane import (
     ErrorCode,
+    Lane,
     Outcome,
     RetryPolicy,
     Runlane,
     RunlaneError,
     RunStatus,
+    postgres_sqs_lane,
     queue,
     sqlite_lane,
     subscription,
@@ -24,11 +26,13 @@ from runlane import (
 )
 from runlane.sns import (
     SnsSubscriptionBinding,
+    SnsTransport,
     create_sns_lambda_handler,
     parse_sns_envelope,
     sns_topic,
     sns_transport,
 )
+from runlane.sqs import sqs_queue, sqs_transport
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.messages import DeliveryContext, Message
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
@@ -65,7 +69,13 @@ class World:
     """An SNS topic for ``ORDERS`` with EMAIL and AUDIT subscribed, and a runtime on a
     SQLite lane carrying it beside the stored ``INVOICES`` topic."""
 
-    def __init__(self, sns_world: SnsWorld, path: Path) -> None:
+    def __init__(
+        self,
+        sns_world: SnsWorld,
+        path: Path,
+        lane: Callable[[SnsTransport], Lane] | None = None,
+        environment: str = "shop",
+    ) -> None:
         self.sns_world = sns_world
         arn = sns_world.topic()
         self.email: SnsSubscriptionBinding = sns_world.subscribe(arn, EMAIL)
@@ -77,12 +87,16 @@ class World:
             subscriptions=[self.email, self.audit],
         )
         self.rl = Runlane(
-            lane=sqlite_lane(path, topic_transport=self.transport),
+            lane=(
+                lane(self.transport)
+                if lane is not None
+                else sqlite_lane(path, topic_transport=self.transport)
+            ),
             queues=[MAIN],
             tasks=[],
             topics=[ORDERS, INVOICES],
             subscriptions=[EMAIL, AUDIT, BILLING],
-            environment="shop",
+            environment=environment,
         )
 
     def lambda_invocation(self, binding: SnsSubscriptionBinding, expected: int) -> list[str]:
@@ -264,3 +278,41 @@ async def test_a_stored_topic_and_an_sns_topic_side_by_side_on_one_runtime(
     # Storage holds the stored topic's delivery only.
     runs = (await rl.runs.list()).data
     assert [run.task_id for run in runs] == ["invoices.billing"]
+
+
+async def test_a_postgres_sqs_lane_wakes_stored_deliveries_and_publishes_sns_topics(
+    sns_world: SnsWorld,
+    sqs_queue_factory: Any,
+    postgres_dsn: str,
+    environment: str,
+    tmp_path: Path,
+) -> None:
+    handled.clear()
+    wakeups = sqs_queue_factory("main")
+    sqs = sqs_transport(client=sns_world.sqs, queues=[sqs_queue(MAIN, queue_url=wakeups)])
+    world = World(
+        sns_world,
+        tmp_path / "unused.db",
+        lambda sns: postgres_sqs_lane(postgres=postgres_dsn, sqs=sqs, sns=sns),
+        environment,
+    )
+    rl = world.rl
+    await rl.migrate()
+    async with rl:
+        stored = await rl.publish(INVOICES, "ok", message_id="inv-1")
+        brokered = await rl.publish(ORDERS, "ok", attributes={"event": "paid"}, message_id="o-1")
+        assert [run.task_id for run in stored.runs] == ["invoices.billing"]
+        assert brokered.runs == [] and brokered.provider_message_id
+        # The stored delivery's wakeup went to the lane's SQS queue, the SNS message to
+        # the subscriptions' own queues; neither crossed over.
+        (wakeup,) = sns_world.receive_all(wakeups, expected=1, within=5)
+        assert stored.runs[0].id in wakeup["Body"]
+        assert await asyncio.to_thread(world.lambda_invocation, world.email, 1) == []
+        assert handled == [("orders.email", "o-1", False, 1)]
+        assert [run.task_id for run in (await rl.runs.list()).data] == ["invoices.billing"]
+        names = [(s.name, s.approximate) for s in await rl.subscriptions.list()]
+        assert names == [
+            ("invoices.billing", False),
+            ("orders.audit", True),
+            ("orders.email", True),
+        ]

@@ -315,14 +315,16 @@ def subscriptions_table(views: Iterable[View]) -> Table:
     table.add_column("dead-lettered", justify="right", style="bold red")
     table.add_column("halted keys", justify="right")
     for view in views:
+        # SNS subscriptions' numbers are the queues' approximate attributes.
+        about = "~" if view["approximate"] else ""
         table.add_row(
             view["name"],
             view["topic"],
             view["mode"],
             view["queue"] or "-",
-            str(view["waiting"]),
-            str(view["running"]),
-            str(view["dead_lettered"]),
+            f"{about}{view['waiting']}",
+            f"{about}{view['running']}",
+            f"{about}{view['dead_lettered']}",
             str(view["halted_keys"]),
         )
     return table
