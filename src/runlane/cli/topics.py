@@ -104,6 +104,11 @@ def publish(
         return
     if receipt.duplicate:
         print_notice(f"duplicate of message {receipt.message_id}: nothing published.")
+    elif receipt.provider_message_id is not None:
+        print_notice(
+            f"published message {receipt.message_id} to SNS topic {receipt.topic} "
+            f"(SNS message {receipt.provider_message_id}); SNS delivers it."
+        )
     else:
         count = len(receipt.runs)
         print_notice(
@@ -119,7 +124,7 @@ def publish(
 
 @click.group("dead-letters")
 def dead_letters() -> None:
-    """List, show, replay and discard dead letters of stored topics."""
+    """List, show, replay and discard dead letters (an SNS subscription's: --subscription)."""
 
 
 def dead_letters_table(views: Sequence[View]) -> Table:
@@ -192,8 +197,11 @@ def show_dead_letter(
 ) -> None:
     """One dead letter field by field, then its delivery's history."""
 
-    async def action(rl: Any) -> tuple[View, list[View]]:
+    async def action(rl: Any) -> tuple[View, list[View] | None]:
         letter = await rl.dead_letters.get(dead_letter_id, subscription=subscription)
+        brokered = rl.brokered_topics
+        if brokered is not None and brokered.carries_subscription(letter.subscription):
+            return dead_letter_view(letter), None  # an SQS message: no stored run, no events
         events = await rl.runs.events(letter.id)
         return dead_letter_view(letter), [event_view(event) for event in events]
 
@@ -203,7 +211,8 @@ def show_dead_letter(
         return
     out = console()
     out.print(run_detail(_flat(view)))
-    out.print(events_table(events, title=f"events of delivery {dead_letter_id}"))
+    if events is not None:
+        out.print(events_table(events, title=f"events of delivery {dead_letter_id}"))
 
 
 def _flat(view: View) -> View:
