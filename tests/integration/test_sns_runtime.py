@@ -267,6 +267,9 @@ async def test_a_stored_topic_and_an_sns_topic_side_by_side_on_one_runtime(
     assert [d.id for d in (await rl.dead_letters.list(subscription=EMAIL)).data] == ["o-1"]
     assert (await rl.dead_letters.list(topic=INVOICES, subscription=EMAIL)).data == []
     assert (await rl.dead_letters.list(topic=ORDERS, subscription=BILLING)).data == []
+    with pytest.raises(RunlaneError) as unknown:
+        await rl.dead_letters.list(topic="refunds", subscription=EMAIL)
+    assert unknown.value.code is ErrorCode.TOPIC_NOT_FOUND
     replayed = await rl.dead_letters.replay(ran.id, reason="retry")
     assert replayed is not None and replayed.status is RunStatus.QUEUED
     # The SNS-only options are refused for the SNS topic and nothing is sent.

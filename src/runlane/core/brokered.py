@@ -116,6 +116,20 @@ class BrokeredTopics:
         name = subscription.name if isinstance(subscription, SubscriptionDef) else subscription
         return isinstance(name, str) and name in self.subscriptions
 
+    def resolve_topic(self, topic: object) -> TopicDef:
+        """The brokered topic for a definition or name (one :meth:`carries` accepted); a
+        differing definition is ``CONFIGURATION_INVALID``."""
+        name = topic.name if isinstance(topic, TopicDef) else topic
+        assert isinstance(name, str)
+        registered = self.topics[name]
+        if isinstance(topic, TopicDef) and topic != registered:
+            raise configuration_error(
+                f"topic {name!r} differs from the registered definition; share one "
+                "topic(...) definition.",
+                topic=name,
+            )
+        return registered
+
     def resolve_subscription(self, subscription: object) -> SubscriptionDef:
         """The brokered subscription for a definition or name (one :meth:`carries_subscription`
         accepted); a differing definition is ``CONFIGURATION_INVALID``."""

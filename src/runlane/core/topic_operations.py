@@ -140,7 +140,13 @@ class DeadLetters:
         brokered = self._brokered
         on_broker = self._brokered_for(subscription)
         if brokered is not None and (on_broker is not None or brokered.carries(topic)):
-            topic_name = topic.name if isinstance(topic, TopicDef) else topic
+            topic_name: str | None = None
+            if topic is not None:
+                topic_name = (
+                    brokered.resolve_topic(topic).name
+                    if brokered.carries(topic)
+                    else self._topics.resolve_topic(topic).name
+                )
             if subscription is None:
                 raise without_subscription(str(topic_name))
             if key is not None and not isinstance(key, str):
