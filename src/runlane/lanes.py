@@ -1,4 +1,4 @@
-"""Lane builders: one storage (and later an optional transport) per lane."""
+"""Lane builders: one storage per lane, with optional wakeup and topic transports."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, TypedDict, Unpack
 
 from runlane.core.errors import configuration_error
 from runlane.core.lane_spec import Lane
+from runlane.transport.topic_protocol import TopicTransport
 
 #: SQLite's name for a database that lives in memory only.
 MEMORY = ":memory:"
@@ -33,13 +34,18 @@ class PostgresOptions(TypedDict, total=False):
 
 
 def sqlite_lane(
-    path: str | Path = "runlane.db", *, transport: Any = None, **options: Unpack[SqliteOptions]
+    path: str | Path = "runlane.db",
+    *,
+    transport: Any = None,
+    topic_transport: TopicTransport | None = None,
+    **options: Unpack[SqliteOptions],
 ) -> Lane:
     """The embedded default: one SQLite file, created with its schema on first use.
 
     A relative ``path`` is made absolute here, against the working directory of
     the process that builds the lane, so a worker or CLI started from another
     directory still opens the same file (``":memory:"`` stays in memory).
+    ``topic_transport`` (``sns_transport(...)``) carries the topics bound to it.
 
     >>> lane = sqlite_lane("var/runlane.db")
     """
@@ -49,11 +55,25 @@ def sqlite_lane(
         raise configuration_error("sqlite_lane needs a file path.")
     _check_options(SqliteStorage, options, "sqlite_lane")
     where = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
-    return Lane(SqliteStorage(where, **options), transport, name="sqlite", location=where)
+    return Lane(
+        SqliteStorage(where, **options),
+        transport,
+        name="sqlite",
+        location=where,
+        topic_transport=topic_transport,
+    )
 
 
-def postgres_lane(dsn: str, *, transport: Any = None, **options: Unpack[PostgresOptions]) -> Lane:
+def postgres_lane(
+    dsn: str,
+    *,
+    transport: Any = None,
+    topic_transport: TopicTransport | None = None,
+    **options: Unpack[PostgresOptions],
+) -> Lane:
     """The production lane: PostgreSQL (``pip install 'runlane[postgres]'``).
+
+    ``topic_transport`` (``sns_transport(...)``) carries the topics bound to it.
 
     >>> lane = postgres_lane("postgresql://app@db/app")
     """
@@ -69,17 +89,30 @@ def postgres_lane(dsn: str, *, transport: Any = None, **options: Unpack[Postgres
         raise configuration_error("postgres_lane needs a connection string.")
     _check_options(PostgresStorage, options, "postgres_lane")
     storage = PostgresStorage(dsn, **options)
-    return Lane(storage, transport, name="postgres", location=storage.location)
+    return Lane(
+        storage,
+        transport,
+        name="postgres",
+        location=storage.location,
+        topic_transport=topic_transport,
+    )
 
 
-def postgres_sqs_lane(*, postgres: str, sqs: Any, **options: Unpack[PostgresOptions]) -> Lane:
-    """The production lane: PostgreSQL for truth, SQS for wakeups.
+def postgres_sqs_lane(
+    *,
+    postgres: str,
+    sqs: Any,
+    sns: TopicTransport | None = None,
+    **options: Unpack[PostgresOptions],
+) -> Lane:
+    """The production lane: PostgreSQL for truth, SQS for wakeups, optionally SNS topics.
 
-    >>> lane = postgres_sqs_lane(postgres=dsn, sqs=sqs_transport(client=client, queues=[...]))
+    >>> lane = postgres_sqs_lane(postgres=dsn, sqs=sqs_transport(client=client, queues=[...]),
+    ...                          sns=sns_transport(client=sns_client, topics=[...]))
     """
     if sqs is None:
         raise configuration_error("postgres_sqs_lane needs sqs=sqs_transport(...).")
-    return postgres_lane(postgres, transport=sqs, **options)
+    return postgres_lane(postgres, transport=sqs, topic_transport=sns, **options)
 
 
 def _check_options(driver: Callable[..., Any], options: Mapping[str, Any], builder: str) -> None:

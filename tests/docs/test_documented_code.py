@@ -40,6 +40,7 @@ PAGES = [
     "docs/guides/transactional-enqueue.md",
     "docs/guides/topics.md",
     "docs/guides/sqs.md",
+    "docs/guides/sns.md",
     "docs/guides/observability.md",
 ]
 #: Pages whose blocks are a user's app and its tests, run by pytester elsewhere

@@ -48,6 +48,7 @@ __all__ = [
     "lambda_client",
     "ministack_endpoint",
     "ministack_server",
+    "sns_client",
     "sqs_client",
     "sqs_queue_factory",
 ]
@@ -232,6 +233,12 @@ def ministack_endpoint(ministack_server: MinistackServer) -> str:
 def sqs_client(ministack_endpoint: str) -> Any:
     """A real boto3 SQS client pointed at the emulator."""
     return aws_client("sqs", ministack_endpoint)
+
+
+@pytest.fixture(scope="session")
+def sns_client(ministack_endpoint: str) -> Any:
+    """A real boto3 SNS client pointed at the emulator."""
+    return aws_client("sns", ministack_endpoint)
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,12 @@ def publish(
         return
     if receipt.duplicate:
         print_notice(f"duplicate of message {escape(receipt.message_id)}: nothing published.")
+    elif receipt.provider_message_id is not None:
+        print_notice(
+            f"published message {escape(receipt.message_id)} to SNS topic "
+            f"{escape(receipt.topic)} (SNS message {escape(receipt.provider_message_id)}); "
+            "SNS delivers it."
+        )
     else:
         count = len(receipt.runs)
         print_notice(
@@ -121,7 +127,7 @@ def publish(
 
 @click.group("dead-letters")
 def dead_letters() -> None:
-    """List, show, replay and discard dead letters of stored topics."""
+    """List, show, replay and discard dead letters (an SNS subscription's: --subscription)."""
 
 
 def dead_letters_table(views: Sequence[View]) -> Table:
@@ -194,8 +200,11 @@ def show_dead_letter(
 ) -> None:
     """One dead letter field by field, then its delivery's history."""
 
-    async def action(rl: Any) -> tuple[View, list[View]]:
+    async def action(rl: Any) -> tuple[View, list[View] | None]:
         letter = await rl.dead_letters.get(dead_letter_id, subscription=subscription)
+        brokered = rl.brokered_topics
+        if brokered is not None and brokered.carries_subscription(letter.subscription):
+            return dead_letter_view(letter), None  # an SQS message: no stored run, no events
         events = await rl.runs.events(letter.id)
         return dead_letter_view(letter), [event_view(event) for event in events]
 
@@ -205,7 +214,8 @@ def show_dead_letter(
         return
     out = console()
     out.print(run_detail(_flat(view)))
-    out.print(events_table(events, title=f"events of delivery {dead_letter_id}"))
+    if events is not None:
+        out.print(events_table(events, title=f"events of delivery {dead_letter_id}"))
 
 
 def _flat(view: View) -> View:
@@ -244,6 +254,12 @@ def replay_dead_letter(
             subscription=subscription,
         ),
     )
+    if run is None:  # an SNS subscription's: back on its SQS queue, no run to show
+        if as_json:
+            print_json(None)
+            return
+        print_notice(f"replayed dead letter {dead_letter_id}; it is back on its SQS queue.")
+        return
     view = run_view(run)
     if as_json:
         print_json(view)
@@ -277,6 +293,12 @@ def discard_dead_letter(
             subscription=subscription,
         ),
     )
+    if run is None:  # an SNS subscription's: deleted from its dead-letter queue
+        if as_json:
+            print_json(None)
+            return
+        print_notice(f"discarded dead letter {dead_letter_id}.")
+        return
     view = run_view(run)
     if as_json:
         print_json(view)
@@ -305,14 +327,16 @@ def subscriptions_table(views: Iterable[View]) -> Table:
     table.add_column("dead-lettered", justify="right", style="bold red")
     table.add_column("halted keys", justify="right")
     for view in views:
+        # SNS subscriptions' numbers are the queues' approximate attributes.
+        about = "~" if view["approximate"] else ""
         table.add_row(
             Text(view["name"]),  # Text, not markup: names may hold brackets
             Text(view["topic"]),
             view["mode"],
             Text(view["queue"] or "-"),
-            str(view["waiting"]),
-            str(view["running"]),
-            str(view["dead_lettered"]),
+            f"{about}{view['waiting']}",
+            f"{about}{view['running']}",
+            f"{about}{view['dead_lettered']}",
             str(view["halted_keys"]),
         )
     return table

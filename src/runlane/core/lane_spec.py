@@ -1,4 +1,4 @@
-"""A lane: one storage plus an optional wakeup transport."""
+"""A lane: one storage plus an optional wakeup transport and an optional topic transport."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ from typing import Any
 
 from runlane.core.errors import configuration_error
 from runlane.storage.protocol import Storage
+from runlane.transport.topic_protocol import TopicTransport
 
 
 @dataclass(frozen=True)
 class Lane:
-    """Where a runtime keeps its truth (``storage``) and how it wakes workers (``transport``)."""
+    """Where a runtime keeps its truth (``storage``), how it wakes workers (``transport``)
+    and where its brokered topics go (``topic_transport``, e.g. SNS)."""
 
     storage: Storage
     transport: Any = None
     name: str = "lane"
     #: Where the truth lives, as operators are shown it (a SQLite file's absolute path).
     location: str = ""
+    topic_transport: TopicTransport | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, Storage):
@@ -26,20 +29,37 @@ class Lane:
                 f"lane {self.name!r}: storage {type(self.storage).__name__} does not implement "
                 "the storage protocol."
             )
+        if self.topic_transport is not None and not isinstance(
+            self.topic_transport, TopicTransport
+        ):
+            raise configuration_error(
+                f"lane {self.name!r}: topic_transport must be a topic transport such as "
+                f"sns_transport(...), got {type(self.topic_transport).__name__}."
+            )
 
     async def open(self) -> None:
-        """Open storage, then the transport; if the transport fails, storage is closed."""
+        """Open storage, then the transports; if one fails, what was opened is closed."""
         await self.storage.open()
-        if self.transport is not None:
-            try:
-                await self.transport.open()
-            except BaseException:
-                await self.storage.close()
-                raise
+        opened: list[Any] = []
+        try:
+            for transport in (self.transport, self.topic_transport):
+                if transport is not None:
+                    await transport.open()
+                    opened.append(transport)
+        except BaseException:
+            for transport in reversed(opened):
+                try:
+                    await transport.close()
+                except Exception:  # the open's failure is the one to report
+                    continue
+            await self.storage.close()
+            raise
 
     async def close(self) -> None:
-        """Close in reverse order: transport, then storage."""
+        """Close in reverse order: the topic transport, the transport, then storage."""
         try:
+            if self.topic_transport is not None:
+                await self.topic_transport.close()
             if self.transport is not None:
                 await self.transport.close()
         finally:

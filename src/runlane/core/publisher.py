@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from runlane.core.brokered import BrokeredTopics
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
 from runlane.core.ids import new_run_id
 from runlane.core.observing import Observers
@@ -115,7 +116,7 @@ class Publisher:
     ``dispatcher`` (a transport lane) and ``eager_dispatch`` decide whether the
     deliveries' wakeups go out right after commit; ``opened`` connects the lane;
     ``on_created`` wakes this process's idle workers; ``observers`` see the
-    delivery runs as produced runs.
+    delivery runs as produced runs. Topics of ``brokered`` go to its transport.
     """
 
     def __init__(
@@ -129,8 +130,10 @@ class Publisher:
         opened: Callable[[], Awaitable[None]],
         on_created: Callable[[], None],
         max_payload_bytes: int,
+        brokered: BrokeredTopics | None = None,
     ) -> None:
         self._topics = topics
+        self._brokered = brokered
         self._store = store
         self._observers = observers
         self._dispatcher = dispatcher
@@ -154,8 +157,24 @@ class Publisher:
         trace_carrier: Mapping[str, str] | None = None,
         connection: Any = None,
     ) -> PublishReceipt:
-        """``Runlane.publish``: validate, then store the message and its deliveries."""
+        """``Runlane.publish``: validate, then store the message and its deliveries (or,
+        for a brokered topic, hand it to the topic transport)."""
         store = self._store
+        brokered = self._brokered
+        if brokered is not None and brokered.carries(topic):
+            await self._opened()
+            return await brokered.publish(
+                topic,
+                payload,
+                environment=store.environment,
+                now=store.now(),
+                attributes=attributes,
+                message_id=message_id,
+                deduplication_key=deduplication_key,
+                trace_carrier=trace_carrier,
+                connection=connection,
+                max_payload_bytes=self._max_payload_bytes,
+            )
         checked = validate_publish(
             self._topics,
             topic,

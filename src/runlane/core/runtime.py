@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from runlane.core.brokered import BrokeredTopics, split_topics
 from runlane.core.clock import Clock, SystemClock
 from runlane.core.context import Signal
 from runlane.core.definitions import QueueDef, TaskDef
@@ -98,10 +99,19 @@ class Runlane:
                 "lane must be built by sqlite_lane(...) or postgres_lane(...)."
             )
         self.registry = Registry(queues, tasks)
-        #: Topics and subscriptions, checked against the queues and tasks (contract 5.3).
-        self.topic_registry: TopicRegistry = register_topics(
+        # Topics the lane's topic transport carries (SNS) never reach storage.
+        split = split_topics(
+            lane.topic_transport,
             topics=topics,
             subscriptions=subscriptions,
+            task_ids=self.registry.tasks.keys(),
+        )
+        #: Brokered topics and their subscriptions (contract 5.11), or ``None``.
+        self.brokered_topics: BrokeredTopics | None = split.brokered
+        #: Stored topics and subscriptions, checked against the queues and tasks (contract 5.3).
+        self.topic_registry: TopicRegistry = register_topics(
+            topics=split.stored_topics,
+            subscriptions=split.stored_subscriptions,
             queues=self.registry.queues,
             default_queue=self.registry.default_queue,
             task_ids=self.registry.tasks.keys(),
@@ -155,6 +165,8 @@ class Runlane:
                 task_ids=(),
                 stores_messages=False,
             )
+        if self.brokered_topics is not None:
+            self.brokered_topics.check_lane(lane.topic_transport)
         store = StoreScope(lane.storage, self.environment, clock)
         dispatcher = None
         if lane.transport is not None:
@@ -202,6 +214,7 @@ class Runlane:
             opened=connect,
             on_created=self.work_bell.ring,
             max_payload_bytes=self.max_payload_bytes,
+            brokered=self.brokered_topics,
         )
         #: The duties of one maintenance pass (``tick``), in order.
         self.duties: tuple[Duty, ...] = standard_duties(
@@ -222,10 +235,14 @@ class Runlane:
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, connect)
         #: Listing, pausing and resuming this lane's schedules.
         self.schedules: Schedules = Schedules(store, self.registry.schedules, connect)
-        #: Listing, replaying and discarding dead letters of stored topics.
-        self.dead_letters: DeadLetters = DeadLetters(store, topics, connect)
+        #: Listing, replaying and discarding dead letters (stored, and SNS with ``subscription=``).
+        self.dead_letters: DeadLetters = DeadLetters(
+            store, topics, connect, brokered=self.brokered_topics
+        )
         #: Deliveries per status and halted keys of each registered subscription.
-        self.subscriptions: SubscriptionOperations = SubscriptionOperations(store, topics, connect)
+        self.subscriptions: SubscriptionOperations = SubscriptionOperations(
+            store, topics, connect, brokered=self.brokered_topics
+        )
 
     def __repr__(self) -> str:
         return f"Runlane(environment={self.environment!r}, storage={self.storage!r})"
@@ -248,8 +265,11 @@ class Runlane:
 
     @property
     def topics(self) -> Mapping[str, TopicDef]:
-        """Registered topics by name (their subscriptions: ``rl.topic_registry``)."""
-        return self.topic_registry.topics
+        """Registered topics by name, stored and brokered (the stored ones' subscriptions:
+        ``rl.topic_registry``; the brokered ones: ``rl.brokered_topics``)."""
+        if self.brokered_topics is None:
+            return self.topic_registry.topics
+        return {**self.topic_registry.topics, **self.brokered_topics.topics}
 
     @property
     def thread_pool(self) -> ThreadPoolExecutor:
@@ -373,6 +393,10 @@ class Runlane:
         A ``deduplication_key`` held within the topic's window, or a ``message_id``
         published before with the same content, returns the original's receipt with
         ``duplicate=True`` and writes nothing.
+
+        A topic on SNS is published to SNS and nothing is stored: the receipt has no
+        runs, no ``sequence`` and SNS's ``provider_message_id``; ``deduplication_key``
+        and ``connection`` are ``CAPABILITY_UNSUPPORTED`` there.
 
         >>> receipt = await rl.publish(orders, {"id": 7}, attributes={"event": "paid"})
         """

@@ -1,5 +1,6 @@
-"""Operator calls on stored topics: ``rl.dead_letters`` and ``rl.subscriptions``
-(contract 5.8, 5.9).
+"""Operator calls on topics: ``rl.dead_letters`` and ``rl.subscriptions``
+(contract 5.8, 5.9; for subscriptions of SNS topics, 5.11.5 and 5.11.7 through
+:class:`runlane.core.brokered.BrokeredTopics`).
 
 Replay and discard are compare-and-set transitions computed by the delivery
 state machine (:mod:`runlane.topics.states`): of two operators acting on one
@@ -13,6 +14,7 @@ import builtins
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from runlane.core.brokered import BrokeredTopics, without_subscription
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import could_be_run_id, validate_optional_identifier
 from runlane.core.store import StoreScope
@@ -91,13 +93,34 @@ def _message(stored: StoredMessage) -> Message[Any]:
 
 
 class DeadLetters:
-    """``rl.dead_letters``: list, read, replay and discard stored dead letters."""
+    """``rl.dead_letters``: list, read, replay and discard dead letters.
 
-    def __init__(self, store: StoreScope, topics: TopicRegistry, connect: Connect) -> None:
-        """Act on dead letters in ``store`` of the topics in ``topics``, after ``connect``."""
+    A subscription of an SNS topic keeps its dead letters in its SQS dead-letter
+    queue: pass ``subscription=`` to reach them (a best-effort scan, one page), and
+    ``replay`` / ``discard`` return ``None`` there.
+    """
+
+    def __init__(
+        self,
+        store: StoreScope,
+        topics: TopicRegistry,
+        connect: Connect,
+        *,
+        brokered: BrokeredTopics | None = None,
+    ) -> None:
+        """Act on dead letters in ``store`` of the topics in ``topics``, and through
+        ``brokered`` on those of its subscriptions, after ``connect``."""
         self._store = store
         self._topics = topics
         self._connect = connect
+        self._brokered = brokered
+
+    def _brokered_for(self, subscription: object) -> tuple[BrokeredTopics, SubscriptionDef] | None:
+        """The broker and definition of an SNS ``subscription``; ``None`` for any other."""
+        brokered = self._brokered
+        if brokered is not None and brokered.carries_subscription(subscription):
+            return brokered, brokered.resolve_subscription(subscription)
+        return None
 
     async def list(
         self,
@@ -109,7 +132,41 @@ class DeadLetters:
         cursor: str | None = None,
     ) -> Page[DeadLetter]:
         """Deliveries dead-lettered now, oldest dead letter first, filtered by every
-        filter given; pass ``page.next_cursor`` back for the next page."""
+        filter given; pass ``page.next_cursor`` back for the next page.
+
+        Without ``subscription=`` only stored topics are listed; an SNS topic's dead
+        letters are listed per subscription (``topic=`` alone is ``CONFIGURATION_INVALID``).
+        """
+        brokered = self._brokered
+        on_broker = self._brokered_for(subscription)
+        if brokered is not None and (on_broker is not None or brokered.carries(topic)):
+            topic_name: str | None = None
+            if topic is not None:
+                topic_name = (
+                    brokered.resolve_topic(topic).name
+                    if brokered.carries(topic)
+                    else self._topics.resolve_topic(topic).name
+                )
+            if subscription is None:
+                raise without_subscription(str(topic_name))
+            if key is not None and not isinstance(key, str):
+                raise configuration_error(
+                    f"key must be a string or None, got {type(key).__name__}."
+                )
+            checked_limit = _check_limit(limit)
+            checked_cursor = _check_cursor(cursor)
+            if on_broker is None:
+                # A stored subscription has no dead letters of an SNS topic.
+                self._topics.resolve_subscription(subscription)
+                return Page([], None)
+            await self._connect()
+            return await brokered.list_dead_letters(
+                on_broker[1],
+                topic=topic_name,
+                key=key,
+                limit=checked_limit,
+                cursor=checked_cursor,
+            )
         store = self._store
         store.require("stores_messages")
         topic_name = self._topics.resolve_topic(topic).name if topic is not None else None
@@ -134,7 +191,12 @@ class DeadLetters:
     async def get(
         self, id: str, *, subscription: SubscriptionDef | str | None = None
     ) -> DeadLetter:
-        """The delivery ``id`` if it is dead-lettered now, else ``DEAD_LETTER_NOT_FOUND``."""
+        """The delivery ``id`` if it is dead-lettered now, else ``DEAD_LETTER_NOT_FOUND``
+        (of an SNS subscription: the dead letter ``id`` found by one scan of its DLQ)."""
+        on_broker = self._brokered_for(subscription)
+        if on_broker is not None:
+            await self._connect()
+            return await on_broker[0].get_dead_letter(id, on_broker[1])
         run = await self._delivery(id, subscription)
         if run.status is not RunStatus.DEAD_LETTERED:
             raise _not_found(id, f"the delivery is {run.status.value}")
@@ -153,9 +215,17 @@ class DeadLetters:
         reason: str | None = None,
         actor: str | None = None,
         subscription: SubscriptionDef | str | None = None,
-    ) -> Run:
+    ) -> Run | None:
         """Queue the dead letter again: same run, fresh retry budget, same place in its
-        key's order; ``run.replayed`` records ``reason`` and ``actor``."""
+        key's order; ``run.replayed`` records ``reason`` and ``actor``.
+
+        On an SNS subscription the message goes back to its SQS queue and this
+        returns ``None``."""
+        on_broker = self._brokered_for(subscription)
+        if on_broker is not None:
+            await self._connect()
+            await on_broker[0].replay(id, on_broker[1], reason=reason, actor=actor)
+            return None
         check_operator_reason(reason, required=False, action="replay")
         validate_optional_identifier(actor, name="actor")
         store = self._store
@@ -172,9 +242,16 @@ class DeadLetters:
         reason: str,
         actor: str | None = None,
         subscription: SubscriptionDef | str | None = None,
-    ) -> Run:
+    ) -> Run | None:
         """Give up on the dead letter (DISCARDED, terminal); an ORDERED key moves on.
-        ``run.discarded`` records ``reason`` (required) and ``actor``."""
+        ``run.discarded`` records ``reason`` (required) and ``actor``.
+
+        On an SNS subscription the copy is deleted from its DLQ and this returns ``None``."""
+        on_broker = self._brokered_for(subscription)
+        if on_broker is not None:
+            await self._connect()
+            await on_broker[0].discard(id, on_broker[1], reason=reason, actor=actor)
+            return None
         check_operator_reason(reason, required=True, action="discard")
         validate_optional_identifier(actor, name="actor")
         run = await self._delivery(id, subscription)
@@ -221,18 +298,41 @@ class DeadLetters:
 class SubscriptionOperations:
     """``rl.subscriptions``: deliveries per status and halted keys of each subscription."""
 
-    def __init__(self, store: StoreScope, topics: TopicRegistry, connect: Connect) -> None:
-        """Count deliveries in ``store`` of the subscriptions in ``topics``, after ``connect``."""
+    def __init__(
+        self,
+        store: StoreScope,
+        topics: TopicRegistry,
+        connect: Connect,
+        *,
+        brokered: BrokeredTopics | None = None,
+    ) -> None:
+        """Count deliveries in ``store`` of the subscriptions in ``topics`` (and read the
+        queues of ``brokered``'s), after ``connect``."""
         self._store = store
         self._topics = topics
         self._connect = connect
+        self._brokered = brokered
 
     async def list(self) -> builtins.list[SubscriptionStats]:
-        """Every registered subscription's stats, by name."""
-        return await self._stats(sorted(self._topics.subscriptions))
+        """Every registered subscription's stats, by name (SNS ones ``approximate``)."""
+        stats = await self._stats(sorted(self._topics.subscriptions))
+        brokered = self._brokered
+        if brokered is not None and brokered.subscriptions:
+            await self._connect()
+            for name in brokered.subscriptions:
+                stats.append(await brokered.stats(name))
+            stats.sort(key=lambda item: item.name)
+        return stats
 
     async def get(self, subscription: SubscriptionDef | str) -> SubscriptionStats:
-        """One subscription's stats; ``SUBSCRIPTION_NOT_FOUND`` if it is not registered."""
+        """One subscription's stats; ``SUBSCRIPTION_NOT_FOUND`` if it is not registered.
+
+        An SNS subscription's are read from its queues' approximate numbers
+        (``approximate=True``, no counts per status, ``queue=None``)."""
+        brokered = self._brokered
+        if brokered is not None and brokered.carries_subscription(subscription):
+            await self._connect()
+            return await brokered.stats(subscription)
         (stats,) = await self._stats([self._topics.resolve_subscription(subscription).name])
         return stats
 
@@ -243,7 +343,14 @@ class SubscriptionOperations:
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
     ) -> Page[HaltedKey]:
-        """ORDERED keys whose head is dead-lettered, by key (always empty for other modes)."""
+        """ORDERED keys whose head is dead-lettered, by key (always empty for other modes,
+        and on SNS, which has no ORDERED subscriptions)."""
+        brokered = self._brokered
+        if brokered is not None and brokered.carries_subscription(subscription):
+            brokered.resolve_subscription(subscription)
+            _check_limit(limit)
+            _check_cursor(cursor)
+            return Page([], None)
         store = self._store
         store.require("stores_messages")
         sub = self._topics.resolve_subscription(subscription)

@@ -162,8 +162,9 @@ DEAD_LETTER_ROW_FIELDS = (
 
 
 def publish_receipt_view(receipt: PublishReceipt) -> View:
-    """What one publish did: the message and its delivery runs (short rows)."""
-    return {
+    """What one publish did: the message and its delivery runs (short rows); an SNS
+    publish adds SNS's ``provider_message_id``."""
+    view: View = {
         "message_id": receipt.message_id,
         "topic": receipt.topic,
         "duplicate": receipt.duplicate,
@@ -171,6 +172,9 @@ def publish_receipt_view(receipt: PublishReceipt) -> View:
         "published_at": iso(receipt.published_at),
         "runs": [run_row(run) for run in receipt.runs],
     }
+    if receipt.provider_message_id is not None:
+        view["provider_message_id"] = receipt.provider_message_id
+    return view
 
 
 def dead_letter_view(letter: DeadLetter) -> View:

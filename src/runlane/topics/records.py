@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -64,31 +64,43 @@ RUNNING_STATUSES = (RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED)
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionStats:
-    """A subscription's deliveries by status, and its halted keys."""
+    """A subscription's deliveries by status, and its halted keys.
+
+    ``waiting``, ``running`` and ``dead_lettered`` add up ``counts``; an SNS
+    subscription has no counts per status and passes its queues' approximate
+    numbers as ``totals`` instead (with ``approximate=True``).
+    """
 
     name: str
     topic: str
     mode: SubscriptionMode
     #: The queue its deliveries go on (``None`` for SNS subscriptions).
     queue: str | None
-    #: Deliveries per status; statuses with none are absent.
+    #: Deliveries per status; statuses with none are absent (always empty on SNS).
     counts: dict[RunStatus, int] = field(default_factory=dict)
     #: ORDERED: keys whose head is dead-lettered; else 0.
     halted_keys: int = 0
     #: Read from approximate queue attributes (SNS) rather than counted exactly.
     approximate: bool = False
+    #: ``(waiting, running, dead_lettered)`` when they are not counted from ``counts``.
+    totals: InitVar[tuple[int, int, int] | None] = None
+    #: Deliveries waiting to start (queued, scheduled, retrying, released).
+    waiting: int = field(init=False)
+    #: Deliveries holding a lease.
+    running: int = field(init=False)
+    #: Deliveries parked for an operator.
+    dead_lettered: int = field(init=False)
 
-    @property
-    def waiting(self) -> int:
-        """Deliveries waiting to start (queued, scheduled, retrying, released)."""
-        return sum(self.counts.get(status, 0) for status in WAITING_STATUSES)
-
-    @property
-    def running(self) -> int:
-        """Deliveries holding a lease."""
-        return sum(self.counts.get(status, 0) for status in RUNNING_STATUSES)
-
-    @property
-    def dead_lettered(self) -> int:
-        """Deliveries parked for an operator."""
-        return self.counts.get(RunStatus.DEAD_LETTERED, 0)
+    def __post_init__(self, totals: tuple[int, int, int] | None) -> None:
+        if totals is None:
+            counts = self.counts
+            totals = (
+                sum(counts.get(status, 0) for status in WAITING_STATUSES),
+                sum(counts.get(status, 0) for status in RUNNING_STATUSES),
+                counts.get(RunStatus.DEAD_LETTERED, 0),
+            )
+        waiting, running, dead_lettered = totals
+        # Frozen: the derived fields are set once, here.
+        object.__setattr__(self, "waiting", waiting)
+        object.__setattr__(self, "running", running)
+        object.__setattr__(self, "dead_lettered", dead_lettered)

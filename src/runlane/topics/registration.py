@@ -169,3 +169,14 @@ def _hint(name: object, known: Iterable[str]) -> str:
         return ""
     matches = difflib.get_close_matches(name, list(known), n=MAX_SUGGESTIONS)
     return f" Did you mean {' or '.join(map(repr, matches))}?" if matches else ""
+
+
+def topic_definitions(
+    topics: object, subscriptions: object
+) -> tuple[list[TopicDef], list[SubscriptionDef]]:
+    """``Runlane(topics=, subscriptions=)`` checked to be lists of definitions
+    (``CONFIGURATION_INVALID``), before they are split between storage and a broker."""
+    return (
+        _definitions(topics, TopicDef, "topics", "topic(...)"),
+        _definitions(subscriptions, SubscriptionDef, "subscriptions", "subscription(...)"),
+    )

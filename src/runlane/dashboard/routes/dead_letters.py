@@ -175,11 +175,23 @@ async def perform(dash: Dashboard, dead_letter_id: str, action: str, reason: obj
         )
     checked = _checked_reason(action, reason)
     if action == "replay":
-        return await dash.rl.dead_letters.replay(
+        run = await dash.rl.dead_letters.replay(
             dead_letter_id, reason=checked, actor=OPERATOR_ACTOR
         )
-    assert checked is not None  # discard's reason is required: checked above
-    return await dash.rl.dead_letters.discard(dead_letter_id, reason=checked, actor=OPERATOR_ACTOR)
+    else:
+        assert checked is not None  # discard's reason is required: checked above
+        run = await dash.rl.dead_letters.discard(
+            dead_letter_id, reason=checked, actor=OPERATOR_ACTOR
+        )
+    if run is None:
+        # Only an SNS subscription's dead letter (named with subscription=) answers
+        # None, and the dashboard lists stored dead letters only.
+        raise RunlaneError(
+            ErrorCode.DEAD_LETTER_NOT_FOUND,
+            f"dead letter {dead_letter_id!r} is not a stored dead letter.",
+            meta={"dead_letter_id": dead_letter_id},
+        )
+    return run
 
 
 async def dead_letter_action_form(request: Request) -> Response:

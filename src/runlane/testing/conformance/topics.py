@@ -625,6 +625,7 @@ async def test_C16_ordered_a_dead_lettered_head_halts_its_key_until_replayed(
     (letter,) = (await rl.dead_letters.list(key="c1")).data
     assert letter.blocks_key
     replayed = await rl.dead_letters.replay(letter.id, reason="fixed upstream", actor="ops")
+    assert replayed is not None  # None only for SNS subscriptions
     assert replayed.status is RunStatus.QUEUED and replayed.replays == 1
     await _drain(rl)
     # The attempt keeps counting across the replay; the key resumes in order.
@@ -645,7 +646,7 @@ async def test_C17_ordered_discarding_the_head_frees_its_key(make_runtime: Facto
     await _drain(rl)
     assert seen == [1]
     discarded = await rl.dead_letters.discard(head.runs[0].id, reason="obsolete", actor="ops")
-    assert discarded.status is RunStatus.DISCARDED
+    assert discarded is not None and discarded.status is RunStatus.DISCARDED
     await _drain(rl)
     assert seen == [1, 2]
     assert (await rl.dead_letters.list()).data == []
@@ -1029,6 +1030,7 @@ async def test_a_dead_letter_id_names_a_delivery_of_the_given_subscription(
     assert (await letters.get(a_id, subscription="a")).subscription == "a"
     clock.advance("5s")
     replayed = await letters.replay(a_id, subscription="a", reason=None)
+    assert replayed is not None  # a stored dead letter's replay answers its run
     assert replayed.status is RunStatus.QUEUED and replayed.replays == 1
     assert replayed.run_at == clock.now()
     assert (await rl.runs.get(task_run.id)).status is RunStatus.FAILED

@@ -229,7 +229,7 @@ async def _deliver_records(
     report: LambdaInvocation | None = None,
 ) -> list[str]:
     records = await _records_of(delivery, event)
-    deadline = _Deadline.of(context)
+    deadline = LambdaDeadline.of(context)
     message_ids = [record["messageId"] for record in records]
     failed: list[str] = []
     for index, record in enumerate(records):
@@ -278,7 +278,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-class _Deadline:
+class LambdaDeadline:
     """When to stop starting records, from ``context.get_remaining_time_in_millis()``."""
 
     def __init__(self, remaining: Callable[[], int] | None) -> None:
@@ -290,9 +290,16 @@ class _Deadline:
         )
 
     @classmethod
-    def of(cls, context: Any) -> _Deadline:
+    def of(cls, context: Any) -> LambdaDeadline:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         return cls(remaining if callable(remaining) else None)
 
     def reached(self) -> bool:
+        """Whether less than the margin is left: start no more records."""
         return self._remaining is not None and self._remaining() < self._margin_ms
+
+    def seconds_to_margin(self) -> float | None:
+        """Seconds until the margin is reached (``None`` without a Lambda context)."""
+        if self._remaining is None:
+            return None
+        return max(0.0, (self._remaining() - self._margin_ms) / 1000)

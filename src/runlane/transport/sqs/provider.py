@@ -43,6 +43,11 @@ RETRYABLE_PROVIDER_CODES = frozenset(
         "InternalFailure",
         "KmsThrottled",
         "KMS.ThrottlingException",
+        # SNS spellings of throttling, KMS throttling and internal faults.
+        "Throttled",
+        "KMSThrottling",
+        "KMSThrottlingException",
+        "InternalErrorException",
     }
 )
 #: A worker thread with no call to run for this long exits.
@@ -193,19 +198,25 @@ def provider_meta(error: BaseException, **extra: Any) -> dict[str, Any]:
 
 
 def provider_call_error(
-    error: BaseException, *, operation: str, permanent_code: ErrorCode, what: str, **meta: Any
+    error: BaseException,
+    *,
+    operation: str,
+    permanent_code: ErrorCode,
+    what: str,
+    service: str = "SQS",
+    **meta: Any,
 ) -> RunlaneError:
     """A whole-call failure: ``TRANSPORT_UNAVAILABLE`` when retryable, else ``permanent_code``.
 
     ``what`` is a sentence fragment naming the attempted work; provider text
-    never reaches the message.
+    never reaches the message. ``service`` names the AWS service in the message.
     """
     retryable = is_retryable(error)
     code = ErrorCode.TRANSPORT_UNAVAILABLE if retryable else permanent_code
     hint = "it may succeed later" if retryable else "retrying will not help until this is fixed"
     return RunlaneError(
         code,
-        f"SQS {operation} failed while {what}; {hint} (provider details in meta).",
+        f"{service} {operation} failed while {what}; {hint} (provider details in meta).",
         meta=provider_meta(error, operation=operation, **meta),
         retryable=retryable,
     )
