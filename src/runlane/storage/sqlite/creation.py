@@ -25,7 +25,9 @@ from runlane.storage.sqlite.params import (
     creation_events,
     insert_params,
     is_plain,
+    plain_batch,
     run_from_new,
+    same_shape,
 )
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
@@ -60,7 +62,35 @@ def _create_plain_runs(
     now_us: int,
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
-    """Runs without keys or lease own nothing and conflict with nothing: write them in bulk."""
+    """Runs without keys or lease own nothing and conflict with nothing: write them in
+    bulk, one pair of statements per stretch of runs of the same shape (a bulk
+    trigger is one stretch)."""
+    outcomes: list[CreateOutcome] = []
+    start = 0
+    while start < len(runs):
+        first, stop = runs[start], start + 1
+        while stop < len(runs) and same_shape(first, runs[stop]):
+            stop += 1
+        group = runs[start:stop]
+        if first.request_delivery:
+            outcomes += _create_requesting_delivery(cur, environment, group, now_us, claimed_until)
+        else:
+            run_params, event_params, created = plain_batch(environment, group, now_us)
+            cur.execute(QUERIES["insert_plain_runs"], run_params)
+            cur.execute(QUERIES["insert_created_events"], event_params)
+            outcomes += [CreateOutcome(run, created=True) for run in created]
+        start = stop
+    return outcomes
+
+
+def _create_requesting_delivery(
+    cur: sqlite3.Cursor,
+    environment: str,
+    runs: Sequence[NewRun],
+    now_us: int,
+    claimed_until: int | None,
+) -> list[CreateOutcome]:
+    """Plain runs that ask for a delivery: with their outbox rows and events."""
     cur.executemany(
         QUERIES["insert_plain_run"],
         [insert_params(environment, new, now_us, None, None) for new in runs],

@@ -7,6 +7,7 @@ small factory, so a driver that breaks fails a test named after the method.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,6 +93,49 @@ async def test_create_runs_refuses_a_batch_naming_one_id_twice_and_keeps_none_of
         await storage.create_runs(environment, [new_run("a"), new_run("b"), new_run("a")], NOW)
     assert refused.value.code is ErrorCode.STORAGE_CONFLICT
     assert (await storage.list_runs(environment, RunFilter(), 10, None)).data == []
+
+
+async def test_create_runs_of_mixed_shapes_stores_each_run_as_returned_with_its_history(
+    storage: Storage, environment: str
+) -> None:
+    # Runs of one call that differ in task, queue, due time, concurrency key or trace
+    # carrier (as concurrent triggers grouped into one write do), with payload text
+    # that needs escaping: each is stored exactly as the outcome says, in call order.
+    later = NOW + timedelta(hours=1)
+    text = 'say "hi" \\ é ☃ \u2028 tab\t'
+    runs = [
+        new_run(
+            "m1", payload={"s": text}, payload_json=json.dumps({"s": text}, ensure_ascii=False)
+        ),
+        new_run("m2"),
+        new_run(
+            "m3", task_id="orders.other", queue="other", run_at=later, status=RunStatus.SCHEDULED
+        ),
+        new_run("m4", concurrency_key="tenant-1"),
+        new_run("m5", trace_carrier={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}),
+        new_run("m6"),
+    ]
+    outcomes = await storage.create_runs(environment, runs, NOW)
+    assert [(o.run.id, o.created) for o in outcomes] == [(r.id, True) for r in runs]
+    for outcome, new in zip(outcomes, runs, strict=True):
+        stored = await storage.get_run(environment, new.id)
+        assert stored == outcome.run
+        assert (stored.task_id, stored.queue, stored.status, stored.run_at) == (
+            new.task_id,
+            new.queue,
+            new.status,
+            new.run_at,
+        )
+        assert (stored.payload, stored.concurrency_key, stored.trace_carrier) == (
+            new.payload,
+            new.concurrency_key,
+            new.trace_carrier,
+        )
+        (created,) = await storage.list_run_events(environment, new.id)
+        assert created.type is RunEventType.CREATED
+        assert created.data["task_id"] == new.task_id
+        assert created.data["queue"] == new.queue
+        assert datetime.fromisoformat(created.data["run_at"]) == new.run_at
 
 
 # -- get_run -------------------------------------------------------------------------
