@@ -36,15 +36,16 @@ INSERT INTO runlane_runs (
     run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
     delivery_requested_at
 )
-SELECT :environment, row.value ->> 0, :task_id, :queue, :status, row.value ->> 1, 0, 0,
-       :run_at, :now, :now, 1, :source, :concurrency_key, :trace_carrier, NULL
+SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
+       json_extract(row.value, '$[1]'), 0, 0, :run_at, :now, :now, 1, :source,
+       :concurrency_key, :trace_carrier, NULL
 FROM json_each(:rows) AS row;
 
 -- name: insert_created_events
 -- The run.created event of each run of insert_plain_runs (same :rows), whose data
 -- is the same for the whole batch.
 INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
-SELECT :environment, row.value ->> 0, 1, 'run.created', :now, :data
+SELECT :environment, json_extract(row.value, '$[0]'), 1, 'run.created', :now, :data
 FROM json_each(:rows) AS row;
 
 -- name: insert_event
