@@ -32,6 +32,10 @@ from runlane.storage.sqlite.params import (
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
 
+#: Stretches of at least this many same-shaped runs go in as one JSON array; fewer
+#: are cheaper row by row (encoding and reading the array has a fixed cost).
+MIN_ARRAY_BATCH = 8
+
 
 def create_runs(
     db: SqliteConnection,
@@ -72,8 +76,8 @@ def _create_plain_runs(
         while stop < len(runs) and same_shape(first, runs[stop]):
             stop += 1
         group = runs[start:stop]
-        if first.request_delivery:
-            outcomes += _create_requesting_delivery(cur, environment, group, now_us, claimed_until)
+        if first.request_delivery or len(group) < MIN_ARRAY_BATCH:
+            outcomes += _create_row_by_row(cur, environment, group, now_us, claimed_until)
         else:
             run_params, event_params, created = plain_batch(environment, group, now_us)
             cur.execute(QUERIES["insert_plain_runs"], run_params)
@@ -83,14 +87,15 @@ def _create_plain_runs(
     return outcomes
 
 
-def _create_requesting_delivery(
+def _create_row_by_row(
     cur: sqlite3.Cursor,
     environment: str,
     runs: Sequence[NewRun],
     now_us: int,
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
-    """Plain runs that ask for a delivery: with their outbox rows and events."""
+    """Plain runs one statement execution each (with outbox rows for those asking for a
+    delivery): cheaper than the JSON array for a few runs, such as one lone trigger."""
     cur.executemany(
         QUERIES["insert_plain_run"],
         [insert_params(environment, new, now_us, None, None) for new in runs],

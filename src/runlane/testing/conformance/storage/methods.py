@@ -99,21 +99,25 @@ async def test_create_runs_of_mixed_shapes_stores_each_run_as_returned_with_its_
     storage: Storage, environment: str
 ) -> None:
     # Runs of one call that differ in task, queue, due time, concurrency key or trace
-    # carrier (as concurrent triggers grouped into one write do), with payload text
-    # that needs escaping: each is stored exactly as the outcome says, in call order.
+    # carrier (as concurrent triggers grouped into one write do), in stretches long and
+    # short (a driver may write a long stretch of alike runs differently), with payload
+    # text that needs escaping: each is stored exactly as the outcome says, in order.
     later = NOW + timedelta(hours=1)
     text = 'say "hi" \\ é ☃ \u2028 tab\t'
+    carrier = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    escaped = {"s": text}
+    shapes: list[tuple[int, dict[str, Any]]] = [
+        (12, {"payload": escaped, "payload_json": json.dumps(escaped, ensure_ascii=False)}),
+        (1, {"task_id": "orders.other"}),
+        (10, {"queue": "other", "run_at": later, "status": RunStatus.SCHEDULED}),
+        (2, {"concurrency_key": "tenant-1"}),
+        (9, {"trace_carrier": carrier}),
+        (1, {}),
+    ]
     runs = [
-        new_run(
-            "m1", payload={"s": text}, payload_json=json.dumps({"s": text}, ensure_ascii=False)
-        ),
-        new_run("m2"),
-        new_run(
-            "m3", task_id="orders.other", queue="other", run_at=later, status=RunStatus.SCHEDULED
-        ),
-        new_run("m4", concurrency_key="tenant-1"),
-        new_run("m5", trace_carrier={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}),
-        new_run("m6"),
+        new_run(f"m{stretch}-{n}", **fields)
+        for stretch, (count, fields) in enumerate(shapes)
+        for n in range(count)
     ]
     outcomes = await storage.create_runs(environment, runs, NOW)
     assert [(o.run.id, o.created) for o in outcomes] == [(r.id, True) for r in runs]
