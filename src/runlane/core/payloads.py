@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -75,6 +76,31 @@ def json_shape_problem(value: Any, *, max_depth: int = MAX_PAYLOAD_DEPTH) -> str
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _shaped_encoder() -> Callable[[Any], str]:
+    """An encoder for values :func:`json_shape_problem` accepted: the C encoder built
+    once, without the cycle check (the shape check's depth cap already refuses a
+    cycle), instead of ``JSONEncoder.encode``, which builds one per call. Same text;
+    the plain encoder where the C one is missing."""
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if make_encoder is None:
+        return _dumps
+    encode = make_encoder(
+        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def encode_shaped(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    return encode_shaped
+
+
+_encode_shaped = _shaped_encoder()
+
+
 def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[Any, Any, str]:
     """Return ``(value for the handler, JSON value, its text)``: validated, capped, encoded.
 
@@ -87,7 +113,7 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
         payload = _dump_model(task.id, payload)
     _check_shape(task.id, payload)
     try:
-        encoded = _dumps(payload)
+        encoded = _encode_shaped(payload)
     except (TypeError, ValueError) as error:
         raise _not_json(task.id, error) from None
     _check_storable(task.id, payload, encoded, max_bytes)

@@ -190,7 +190,7 @@ def run_from_row(row: Row) -> Run:
 def run_page(rows: Sequence[Row], limit: int) -> Page[Run]:
     """One page of a listing that read one row more than ``limit``: the cursor is the
     last id of this page, and there is a next page only when the extra row came back."""
-    runs = [run_from_row(row) for row in rows[:limit]]
+    runs = runs_from_rows(rows[:limit])
     next_cursor = runs[-1].id if len(rows) > limit and runs else None
     return Page(runs, next_cursor)
 

@@ -15,7 +15,7 @@ from typing import Any
 from runlane.core.capacity import has_capacity
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import split_by_capacity
-from runlane.storage.sql.rows import run_from_row
+from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.params import started_event
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
@@ -99,7 +99,12 @@ def claim_run(
 
 
 def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list[Run]:
-    return [run_from_row(row) for row in cur.execute(QUERIES[query], params).fetchall()]
+    # One decoder for the claim: its runs share the lease, times and source, decoded once;
+    # rows read by position.
+    rows = cur.execute(QUERIES[query], params).fetchall()
+    if not rows:
+        return []
+    return runs_from_rows(rows, [column[0] for column in cur.description])
 
 
 def _insert_started_events(

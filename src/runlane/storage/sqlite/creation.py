@@ -25,10 +25,16 @@ from runlane.storage.sqlite.params import (
     creation_events,
     insert_params,
     is_plain,
+    plain_batch,
     run_from_new,
+    same_shape,
 )
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
+
+#: Stretches of at least this many same-shaped runs go in as one JSON array; fewer
+#: are cheaper row by row (encoding and reading the array has a fixed cost).
+MIN_ARRAY_BATCH = 8
 
 
 def create_runs(
@@ -60,7 +66,36 @@ def _create_plain_runs(
     now_us: int,
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
-    """Runs without keys or lease own nothing and conflict with nothing: write them in bulk."""
+    """Runs without keys or lease own nothing and conflict with nothing: write them in
+    bulk, one pair of statements per stretch of runs of the same shape (a bulk
+    trigger is one stretch)."""
+    outcomes: list[CreateOutcome] = []
+    start = 0
+    while start < len(runs):
+        first, stop = runs[start], start + 1
+        while stop < len(runs) and same_shape(first, runs[stop]):
+            stop += 1
+        group = runs[start:stop]
+        if first.request_delivery or len(group) < MIN_ARRAY_BATCH:
+            outcomes += _create_row_by_row(cur, environment, group, now_us, claimed_until)
+        else:
+            run_params, event_params, created = plain_batch(environment, group, now_us)
+            cur.execute(QUERIES["insert_plain_runs"], run_params)
+            cur.execute(QUERIES["insert_created_events"], event_params)
+            outcomes += [CreateOutcome(run, created=True) for run in created]
+        start = stop
+    return outcomes
+
+
+def _create_row_by_row(
+    cur: sqlite3.Cursor,
+    environment: str,
+    runs: Sequence[NewRun],
+    now_us: int,
+    claimed_until: int | None,
+) -> list[CreateOutcome]:
+    """Plain runs one statement execution each (with outbox rows for those asking for a
+    delivery): cheaper than the JSON array for a few runs, such as one lone trigger."""
     cur.executemany(
         QUERIES["insert_plain_run"],
         [insert_params(environment, new, now_us, None, None) for new in runs],

@@ -6,6 +6,7 @@ as the driver stores them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,10 @@ def is_plain(new: NewRun) -> bool:
 
 def run_from_new(environment: str, new: NewRun, now: datetime) -> Run:
     """The run exactly as storage now holds it, without reading it back."""
+    return _run(environment, new, from_micros(to_micros(new.run_at)), now)
+
+
+def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
     return Run(
         id=new.id,
         environment=environment,
@@ -32,7 +37,7 @@ def run_from_new(environment: str, new: NewRun, now: datetime) -> Run:
         payload=new.payload,
         attempt=0,
         failure_count=0,
-        run_at=from_micros(to_micros(new.run_at)),
+        run_at=run_at,
         created_at=now,
         updated_at=now,
         event_sequence=1 + int(new.request_delivery),
@@ -40,6 +45,52 @@ def run_from_new(environment: str, new: NewRun, now: datetime) -> Run:
         concurrency_key=new.concurrency_key,
         trace_carrier=new.trace_carrier,
     )
+
+
+def same_shape(a: NewRun, b: NewRun) -> bool:
+    """Whether ``a`` and ``b`` differ at most in id and payload (keys aside)."""
+    return (
+        a.task_id == b.task_id
+        and a.queue == b.queue
+        and a.status is b.status
+        and a.run_at == b.run_at
+        and a.source == b.source
+        and a.concurrency_key == b.concurrency_key
+        and a.trace_carrier == b.trace_carrier
+        and a.request_delivery == b.request_delivery
+    )
+
+
+def plain_batch(
+    environment: str, runs: Sequence[NewRun], now_us: int
+) -> tuple[dict[str, Any], dict[str, Any], list[Run]]:
+    """Parameters of ``insert_plain_runs`` and ``insert_created_events`` for ``runs``
+    (plain, queued or scheduled, of one shape: see :func:`same_shape`), and the runs
+    as storage then holds them. Everything shared is encoded once for the batch."""
+    first = runs[0]
+    run_at_us = to_micros(first.run_at)
+    rows = dumps([[new.id, new.payload_json] for new in runs])
+    run_params = {
+        "environment": environment,
+        "rows": rows,
+        "task_id": first.task_id,
+        "queue": first.queue,
+        "status": first.status.value,
+        "run_at": run_at_us,
+        "now": now_us,
+        "source": dumps(first.source.to_json()),
+        "concurrency_key": first.concurrency_key,
+        "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
+    }
+    run_at, now = from_micros(run_at_us), from_micros(now_us)
+    created = [_run(environment, new, run_at, now) for new in runs]
+    event_params = {
+        "environment": environment,
+        "rows": rows,
+        "now": now_us,
+        "data": dumps(_created_data(created[0])),
+    }
+    return run_params, event_params, created
 
 
 def insert_params(
@@ -113,12 +164,7 @@ def creation_events(
             1,
             RunEventType.CREATED,
             now_us,
-            {
-                "task_id": run.task_id,
-                "queue": run.queue,
-                "run_at": run.run_at.isoformat(),
-                "source": run.source.to_json(),
-            },
+            _created_data(run),
         )
     ]
     if delivery_requested:
@@ -126,6 +172,15 @@ def creation_events(
     if run.status is RunStatus.RUNNING:
         events.append(started_event(environment, run, now_us))
     return events
+
+
+def _created_data(run: Run) -> dict[str, Any]:
+    return {
+        "task_id": run.task_id,
+        "queue": run.queue,
+        "run_at": run.run_at.isoformat(),
+        "source": run.source.to_json(),
+    }
 
 
 def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:

@@ -27,6 +27,27 @@ INSERT INTO runlane_runs (
     :delivery_requested_at
 );
 
+-- name: insert_plain_runs
+-- Many runs that differ only in id and payload: :rows is a JSON array of
+-- [id, payload text] pairs, everything else is bound once for the whole batch,
+-- so SQLite walks the batch in C instead of binding every column of every row.
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
+    delivery_requested_at
+)
+SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
+       json_extract(row.value, '$[1]'), 0, 0, :run_at, :now, :now, 1, :source,
+       :concurrency_key, :trace_carrier, NULL
+FROM json_each(:rows) AS row;
+
+-- name: insert_created_events
+-- The run.created event of each run of insert_plain_runs (same :rows), whose data
+-- is the same for the whole batch.
+INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
+SELECT :environment, json_extract(row.value, '$[0]'), 1, 'run.created', :now, :data
+FROM json_each(:rows) AS row;
+
 -- name: insert_event
 INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
 VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);

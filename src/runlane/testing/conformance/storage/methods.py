@@ -7,6 +7,7 @@ small factory, so a driver that breaks fails a test named after the method.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,6 +93,53 @@ async def test_create_runs_refuses_a_batch_naming_one_id_twice_and_keeps_none_of
         await storage.create_runs(environment, [new_run("a"), new_run("b"), new_run("a")], NOW)
     assert refused.value.code is ErrorCode.STORAGE_CONFLICT
     assert (await storage.list_runs(environment, RunFilter(), 10, None)).data == []
+
+
+async def test_create_runs_of_mixed_shapes_stores_each_run_as_returned_with_its_history(
+    storage: Storage, environment: str
+) -> None:
+    # Runs of one call that differ in task, queue, due time, concurrency key or trace
+    # carrier (as concurrent triggers grouped into one write do), in stretches long and
+    # short (a driver may write a long stretch of alike runs differently), with payload
+    # text that needs escaping: each is stored exactly as the outcome says, in order.
+    later = NOW + timedelta(hours=1)
+    text = 'say "hi" \\ é ☃ \u2028 tab\t'
+    carrier = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    escaped = {"s": text}
+    shapes: list[tuple[int, dict[str, Any]]] = [
+        (12, {"payload": escaped, "payload_json": json.dumps(escaped, ensure_ascii=False)}),
+        (1, {"task_id": "orders.other"}),
+        (10, {"queue": "other", "run_at": later, "status": RunStatus.SCHEDULED}),
+        (2, {"concurrency_key": "tenant-1"}),
+        (9, {"trace_carrier": carrier}),
+        (1, {}),
+    ]
+    runs = [
+        new_run(f"m{stretch}-{n}", **fields)
+        for stretch, (count, fields) in enumerate(shapes)
+        for n in range(count)
+    ]
+    outcomes = await storage.create_runs(environment, runs, NOW)
+    assert [(o.run.id, o.created) for o in outcomes] == [(r.id, True) for r in runs]
+    for outcome, new in zip(outcomes, runs, strict=True):
+        stored = await storage.get_run(environment, new.id)
+        assert stored == outcome.run
+        assert (stored.task_id, stored.queue, stored.status, stored.run_at) == (
+            new.task_id,
+            new.queue,
+            new.status,
+            new.run_at,
+        )
+        assert (stored.payload, stored.concurrency_key, stored.trace_carrier) == (
+            new.payload,
+            new.concurrency_key,
+            new.trace_carrier,
+        )
+        (created,) = await storage.list_run_events(environment, new.id)
+        assert created.type is RunEventType.CREATED
+        assert created.data["task_id"] == new.task_id
+        assert created.data["queue"] == new.queue
+        assert datetime.fromisoformat(created.data["run_at"]) == new.run_at
 
 
 # -- get_run -------------------------------------------------------------------------
