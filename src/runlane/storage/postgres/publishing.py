@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from runlane.core.clock import to_micros
 from runlane.storage.postgres.params import WORK_CHANNEL
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import (
@@ -57,10 +58,14 @@ def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) ->
 def is_plain(messages: Sequence[NewMessage]) -> bool:
     """Whether the call is one message without a deduplication key whose deliveries
     need no key lock: :func:`publish_plain_message` publishes it in one statement."""
-    return (
-        len(messages) == 1
-        and messages[0].deduplication_key is None
-        and all(d.partition_key is None for d in messages[0].deliveries)
+    return len(messages) == 1 and is_plain_message(messages[0])
+
+
+def is_plain_message(message: NewMessage) -> bool:
+    """Whether ``message`` has no deduplication key and no delivery that needs a key
+    lock: :func:`publish_plain_messages` can write it beside others in one statement."""
+    return message.deduplication_key is None and all(
+        d.partition_key is None for d in message.deliveries
     )
 
 
@@ -106,13 +111,70 @@ async def publish_messages(
     claimed_until: int | None,
     locks: list[str],
 ) -> list[PublishOutcome]:
-    """Publish ``messages`` on ``session``, inside the transaction the caller opened."""
+    """Publish ``messages`` on ``session``, inside the transaction the caller opened.
+
+    The plain messages (:func:`is_plain_message`, ids distinct within the call) go in
+    one statement; the others, each in turn, the general way.
+    """
     if locks:
         await session.fetch(q["lock_delivery_keys"], {"names": locks})
-    return [
-        await _publish(session, q, environment, message, now_us, claimed_until)
-        for message in messages
-    ]
+    plain: dict[int, NewMessage] = {}
+    ids: set[str] = set()
+    for position, message in enumerate(messages):
+        if is_plain_message(message) and message.id not in ids:
+            plain[position] = message
+        ids.add(message.id)
+    outcomes: dict[int, PublishOutcome] = {}
+    if plain:
+        written = await publish_plain_messages(
+            session, q, environment, list(plain.values()), now_us, claimed_until
+        )
+        outcomes.update(zip(plain, written, strict=True))
+    for position, message in enumerate(messages):
+        if position not in outcomes:
+            outcomes[position] = await _publish(
+                session, q, environment, message, now_us, claimed_until
+            )
+    return [outcomes[position] for position in range(len(messages))]
+
+
+async def publish_plain_messages(
+    session: Session,
+    q: Queries,
+    environment: str,
+    messages: Sequence[NewMessage],
+    now_us: int,
+    claimed_until: int | None,
+) -> list[PublishOutcome]:
+    """Publish plain messages with distinct ids in one statement, inside the caller's
+    transaction; a message whose id is stored already is compared with it (a
+    duplicate, or ``MESSAGE_ID_CONFLICT``), a taken delivery run id refuses the call."""
+    params = plain_batch_params(environment, messages, now_us, claimed_until)
+    rows = await session.fetch(q["publish_plain_messages"], params)
+    sequences = {row["message_id"]: int(row["sequence"]) for row in rows if row["run_id"] is None}
+    requested = {row["run_id"]: bool(row["requested"]) for row in rows if row["run_id"] is not None}
+    stored_ids = [message.id for message in messages if message.id not in sequences]
+    stored = {}
+    if stored_ids:
+        found = await session.fetch(
+            q["get_messages"], {"environment": environment, "ids": stored_ids}
+        )
+        stored = {row["id"]: row for row in found}
+    outcomes = []
+    for message in messages:
+        sequence = sequences.get(message.id)
+        if sequence is None:
+            existing = stored[message.id]
+            check_reuse(message, existing["envelope"])
+            outcomes.append(await _duplicate(session, q, environment, message_from_row(existing)))
+            continue
+        for delivery in message.deliveries:
+            if delivery.run_id not in requested:
+                raise taken_run_id(delivery.run_id)
+        runs, outbox = _outcome_runs(environment, message, sequence, now_us, requested)
+        stored_now = stored_message(message, sequence, now_us)
+        outcomes.append(PublishOutcome(stored_now, duplicate=False, runs=runs, outbox=outbox))
+    return outcomes
 
 
 async def _publish(
@@ -180,6 +242,38 @@ async def _create_deliveries(
         if delivery.run_id not in requested:
             raise taken_run_id(delivery.run_id)
     return _outcome_runs(environment, message, sequence, now_us, requested)
+
+
+def plain_batch_params(
+    environment: str, messages: Sequence[NewMessage], now_us: int, claimed_until: int | None
+) -> dict[str, Any]:
+    """Parameters of ``publish_plain_messages``: the messages as one JSON array of
+    positional fields (:data:`~.shapes.PUBLISH_MESSAGE`), their deliveries as another
+    (:data:`~.shapes.PUBLISH_DELIVERY`)."""
+    message_rows: list[list[Any]] = []
+    delivery_rows: list[list[Any]] = []
+    for position, message in enumerate(messages, start=1):
+        message_rows.append(
+            [
+                message.id,
+                message.topic,
+                message.payload_json,
+                message.attributes,
+                message.envelope,
+                to_micros(message.window_ends_at),
+                message.trace_carrier,
+                publish_source(message).to_json(),
+            ]
+        )
+        delivery_rows.extend([position, *delivery_row(d)] for d in message.deliveries)
+    return {
+        "environment": environment,
+        "now": now_us,
+        "outbox_claimed_until": claimed_until,
+        "channel": WORK_CHANNEL,
+        "messages": dumps(message_rows),
+        "deliveries": dumps(delivery_rows),
+    }
 
 
 def _delivery_params(
