@@ -22,6 +22,13 @@ VALUES (:environment, 1)
 ON CONFLICT (environment) DO UPDATE SET last_sequence = last_sequence + 1
 RETURNING last_sequence;
 
+-- name: next_message_sequences
+-- Draw :count sequences at once (the last comes back; the others precede it).
+INSERT INTO runlane_message_sequences (environment, last_sequence)
+VALUES (:environment, :count)
+ON CONFLICT (environment) DO UPDATE SET last_sequence = last_sequence + :count
+RETURNING last_sequence;
+
 -- name: insert_message
 INSERT INTO runlane_messages (
     environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,

@@ -365,6 +365,15 @@ async def test_publish_messages_answers_stored_and_repeated_ids_of_one_call_as_d
     assert by_id["new"] == fresh.message and by_id["other"] == other.message
     (run,) = [r for r in await _all_runs(storage, environment) if r.id == "d-new"]
     assert run == fresh.runs[0]
+    # Distinct ids, one of them stored: the stored one is a duplicate, the other written.
+    again, third = await topics.publish_messages(
+        environment, [message("s", delivery("d-z")), message("third", delivery("d-3"))], NOW
+    )
+    assert again.duplicate and [r.id for r in again.runs] == ["d-s"]
+    assert not third.duplicate and [r.id for r in third.runs] == ["d-3"]
+    assert third.message.sequence is not None and other.message.sequence is not None
+    assert third.message.sequence > other.message.sequence
+    assert "d-z" not in {r.id for r in await _all_runs(storage, environment)}
 
 
 async def test_publish_messages_requests_delivery_only_for_deliveries_claimable_at_once(
