@@ -213,20 +213,27 @@ WHERE environment = %(environment)s AND expires_at <= %(now)s;
 
 -- name: publish_plain_messages
 -- Several messages without deduplication keys whose deliveries need no key lock,
--- in one statement inside the publish transaction (a group of concurrent
--- publishes): what publish_plain_message writes, for each. The messages travel as
--- one JSON array of arrays (shapes.PUBLISH_MESSAGE; the payload is a JSON string
--- of its text, kept exactly as written), their deliveries as another, each naming
--- its message by position (shapes.PUBLISH_DELIVERY). The message ids are distinct:
--- a stored one (or one being written, waited for) inserts neither the message nor
--- its deliveries, and the caller compares it. A run id that is taken already is
--- skipped: the caller refuses the publish. One row per message inserted (run_id
--- null) and one per delivery run inserted.
+-- with distinct ids, in one statement: autocommitted for a group of concurrent
+-- publishes, as one insert_runs is for concurrent triggers. What
+-- publish_plain_message writes, for each. All or nothing: if any id is stored
+-- already, nothing is written and nothing comes back (the caller publishes the
+-- general way, which compares it); an id or run id taken by a publish that
+-- commits meanwhile fails the statement whole (unique violation, the same).
+-- The messages travel as one JSON array of arrays (shapes.PUBLISH_MESSAGE; the
+-- payload is a JSON string of its text, kept exactly as written), their
+-- deliveries as another, each naming its message by position
+-- (shapes.PUBLISH_DELIVERY). One row per message (run_id null) and one per
+-- delivery run.
 WITH input_messages AS (
     SELECT m.x->>0 AS id, m.x->>1 AS topic, (m.x->>2)::json AS payload,
            m.x->3 AS attributes, m.x->>4 AS envelope, (m.x->>5)::bigint AS window_ends_at,
            nullif(m.x->6, 'null') AS trace_carrier, m.x->7 AS source, m.position
     FROM jsonb_array_elements(%(messages)s::jsonb) WITH ORDINALITY AS m(x, position)
+),
+stored AS (
+    SELECT 1 FROM {schema}.runlane_messages
+    WHERE environment = %(environment)s AND id IN (SELECT id FROM input_messages)
+    LIMIT 1
 ),
 message AS (
     INSERT INTO {schema}.runlane_messages (
@@ -236,7 +243,7 @@ message AS (
     SELECT %(environment)s, id, topic, payload, attributes, envelope, %(now)s,
            window_ends_at, trace_carrier, nextval('{schema}.runlane_message_sequence')
     FROM (SELECT * FROM input_messages ORDER BY position) AS ordered
-    ON CONFLICT DO NOTHING
+    WHERE NOT EXISTS (SELECT 1 FROM stored)
     RETURNING id, sequence
 ),
 input AS (
@@ -259,7 +266,6 @@ inserted AS (
     FROM input
     JOIN input_messages m ON m.position = input.message
     JOIN message ON message.id = m.id
-    ON CONFLICT DO NOTHING
     RETURNING id, queue, trace_carrier, delivery_requested_at
 ),
 events AS (

@@ -110,32 +110,46 @@ async def publish_messages(
     now_us: int,
     claimed_until: int | None,
     locks: list[str],
+    *,
+    bulk: bool = True,
 ) -> list[PublishOutcome]:
     """Publish ``messages`` on ``session``, inside the transaction the caller opened.
 
-    The plain messages (:func:`is_plain_message`, ids distinct within the call) go in
-    one statement; the others, each in turn, the general way.
+    With ``bulk`` the plain messages (:func:`is_plain_message`, ids distinct within
+    the call) go in one statement, which raises ``UniqueViolation`` (the transaction
+    is then lost: the caller publishes again without ``bulk``) if an id or run id
+    was taken meanwhile; every other message, and any when a plain one's id is
+    stored already, is published in turn the general way.
     """
     if locks:
         await session.fetch(q["lock_delivery_keys"], {"names": locks})
-    plain: dict[int, NewMessage] = {}
-    ids: set[str] = set()
-    for position, message in enumerate(messages):
-        if is_plain_message(message) and message.id not in ids:
-            plain[position] = message
-        ids.add(message.id)
+    plain = bulk_positions(messages) if bulk else []
     outcomes: dict[int, PublishOutcome] = {}
     if plain:
+        chosen = [messages[i] for i in plain]
         written = await publish_plain_messages(
-            session, q, environment, list(plain.values()), now_us, claimed_until
+            session, q, environment, chosen, now_us, claimed_until
         )
-        outcomes.update(zip(plain, written, strict=True))
+        if written is not None:
+            outcomes.update(zip(plain, written, strict=True))
     for position, message in enumerate(messages):
         if position not in outcomes:
             outcomes[position] = await _publish(
                 session, q, environment, message, now_us, claimed_until
             )
     return [outcomes[position] for position in range(len(messages))]
+
+
+def bulk_positions(messages: Sequence[NewMessage]) -> list[int]:
+    """The positions of the messages :func:`publish_plain_messages` can write together:
+    plain ones, each id's first."""
+    positions: list[int] = []
+    ids: set[str] = set()
+    for position, message in enumerate(messages):
+        if is_plain_message(message) and message.id not in ids:
+            positions.append(position)
+        ids.add(message.id)
+    return positions
 
 
 async def publish_plain_messages(
@@ -145,32 +159,20 @@ async def publish_plain_messages(
     messages: Sequence[NewMessage],
     now_us: int,
     claimed_until: int | None,
-) -> list[PublishOutcome]:
-    """Publish plain messages with distinct ids in one statement, inside the caller's
-    transaction; a message whose id is stored already is compared with it (a
-    duplicate, or ``MESSAGE_ID_CONFLICT``), a taken delivery run id refuses the call."""
+) -> list[PublishOutcome] | None:
+    """Publish plain messages with distinct ids in one statement (autocommitted
+    outside a transaction), all or nothing: ``None`` (nothing written) if one's id is
+    stored already; ``UniqueViolation`` if an id or a delivery run id was taken
+    meanwhile or before."""
     params = plain_batch_params(environment, messages, now_us, claimed_until)
     rows = await session.fetch(q["publish_plain_messages"], params)
     sequences = {row["message_id"]: int(row["sequence"]) for row in rows if row["run_id"] is None}
+    if len(sequences) != len(messages):
+        return None
     requested = {row["run_id"]: bool(row["requested"]) for row in rows if row["run_id"] is not None}
-    stored_ids = [message.id for message in messages if message.id not in sequences]
-    stored = {}
-    if stored_ids:
-        found = await session.fetch(
-            q["get_messages"], {"environment": environment, "ids": stored_ids}
-        )
-        stored = {row["id"]: row for row in found}
     outcomes = []
     for message in messages:
-        sequence = sequences.get(message.id)
-        if sequence is None:
-            existing = stored[message.id]
-            check_reuse(message, existing["envelope"])
-            outcomes.append(await _duplicate(session, q, environment, message_from_row(existing)))
-            continue
-        for delivery in message.deliveries:
-            if delivery.run_id not in requested:
-                raise taken_run_id(delivery.run_id)
+        sequence = sequences[message.id]
         runs, outbox = _outcome_runs(environment, message, sequence, now_us, requested)
         stored_now = stored_message(message, sequence, now_us)
         outcomes.append(PublishOutcome(stored_now, duplicate=False, runs=runs, outbox=outbox))
