@@ -81,7 +81,7 @@ def _publish_all(
     """Plain messages (no deduplication key, no keyed delivery, distinct ids) in bulk;
     any other call one message at a time."""
     ids = {m.id for m in messages}
-    if len(ids) == len(messages) and all(_is_plain(m) for m in messages):
+    if len(messages) > 1 and len(ids) == len(messages) and all(_is_plain(m) for m in messages):
         return _publish_plain(cur, environment, messages, now_us, claimed_until)
     return [_publish(cur, environment, m, now_us, claimed_until) for m in messages]
 
@@ -204,19 +204,21 @@ def _publish(
         held = cur.execute(QUERIES["get_live_deduplication_entry"], dedup).fetchone()
         if held is not None:
             return _duplicate(cur, environment, message_from_row(held))
-    existing = cur.execute(
-        QUERIES["get_message"], {"environment": environment, "id": message.id}
+    # Insert first: a stored id inserts nothing, and only then is the stored one read.
+    inserted = cur.execute(
+        QUERIES["insert_next_message"], message_params(environment, message, now_us)
     ).fetchone()
-    if existing is not None:
+    if inserted is None:
+        existing = cur.execute(
+            QUERIES["get_message"], {"environment": environment, "id": message.id}
+        ).fetchone()
         check_reuse(message, existing["envelope"])
         return _duplicate(cur, environment, message_from_row(existing))
-    (sequence,) = cur.execute(
+    sequence = int(inserted[0])
+    (drawn,) = cur.execute(
         QUERIES["next_message_sequence"], {"environment": environment}
     ).fetchone()
-    cur.execute(
-        QUERIES["insert_message"],
-        {**message_params(environment, message, now_us), "sequence": sequence},
-    )
+    assert drawn == sequence, "the message sequence counter moved under a serialised writer"
     if dedup is not None:
         cur.execute(QUERIES["upsert_deduplication_key"], dedup)
     runs, outbox = _create_deliveries(cur, environment, message, sequence, now_us, claimed_until)
