@@ -212,18 +212,11 @@ DELETE FROM {schema}.runlane_deduplication_keys
 WHERE environment = %(environment)s AND expires_at <= %(now)s;
 
 -- name: publish_plain_messages
--- Several messages without deduplication keys whose deliveries need no key lock,
--- with distinct ids, in one statement: autocommitted for a group of concurrent
--- publishes, as one insert_runs is for concurrent triggers. What
--- publish_plain_message writes, for each. All or nothing: if any id is stored
--- already, nothing is written and nothing comes back (the caller publishes the
--- general way, which compares it); an id or run id taken by a publish that
--- commits meanwhile fails the statement whole (unique violation, the same).
--- The messages travel as one JSON array of arrays (shapes.PUBLISH_MESSAGE; the
--- payload is a JSON string of its text, kept exactly as written), their
--- deliveries as another, each naming its message by position
--- (shapes.PUBLISH_DELIVERY). One row per message (run_id null) and one per
--- delivery run.
+-- A group of plain messages (distinct ids) in one statement, all or nothing: a
+-- stored id writes nothing and returns nothing; an id or run id taken meanwhile
+-- fails it (unique violation). Rows: shapes.PUBLISH_MESSAGE and PUBLISH_DELIVERY.
+-- Kept under 4 KiB so that psycopg caches its conversion. Returns one row per
+-- message (run_id null) and one per delivery run.
 WITH input_messages AS (
     SELECT m.x->>0 AS id, m.x->>1 AS topic, (m.x->>2)::json AS payload,
            m.x->3 AS attributes, m.x->>4 AS envelope, (m.x->>5)::bigint AS window_ends_at,
