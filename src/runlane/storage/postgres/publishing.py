@@ -163,7 +163,16 @@ async def publish_plain_messages(
     """Publish plain messages with distinct ids in one statement (autocommitted
     outside a transaction), all or nothing: ``None`` (nothing written) if one's id is
     stored already; ``UniqueViolation`` if an id or a delivery run id was taken
-    meanwhile or before."""
+    meanwhile or before.
+
+    The statement writes what :func:`publish_plain_message` writes, for each
+    message: the message with its sequence, its delivery runs (their
+    ``run.created`` implied by the row), a delivery request (event and outbox row)
+    for each delivery that asks for one, and one wakeup for listening workers. The
+    messages travel as one JSON array of positional rows, the payload as a JSON
+    string of its text so the json column keeps it exactly as written; the
+    deliveries as another, each naming its message by position.
+    """
     params = plain_batch_params(environment, messages, now_us, claimed_until)
     rows = await session.fetch(q["publish_plain_messages"], params)
     sequences = {row["message_id"]: int(row["sequence"]) for row in rows if row["run_id"] is None}
