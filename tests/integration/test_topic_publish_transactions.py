@@ -263,3 +263,67 @@ async def test_postgres_concurrent_publishes_of_one_key_or_id_answer_with_the_co
     assert [r.id for r in dup_key.runs] == ["d1"]
     assert dup_id.duplicate and [r.id for r in dup_id.runs] == ["d2"]
     assert await _run_ids(pg_store, environment) == ["d1", "d2"]
+
+
+async def test_postgres_a_group_of_plain_publishes_meeting_an_id_written_meanwhile(
+    pg_store: Storage, postgres_dsn: str, environment: str
+) -> None:
+    # Plain messages of one call are written in one autocommitted statement; an id
+    # another transaction is writing makes it wait, then fail whole when that one
+    # commits: the call is published again the general way, the taken id answered
+    # as its duplicate and the other message written once.
+    topics = _topics(pg_store)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        await topics.publish_messages(
+            environment, [_message("m1", "d1", key=None)], NOW, connection=conn
+        )
+        group = asyncio.ensure_future(
+            topics.publish_messages(
+                environment,
+                [_message("m0", "d0", key=None), _message("m1", "d9", key=None)],
+                NOW,
+            )
+        )
+        assert await _blocked(group)
+        await conn.commit()
+    fresh, dup = await group
+    assert not fresh.duplicate and [r.id for r in fresh.runs] == ["d0"]
+    assert dup.duplicate and [r.id for r in dup.runs] == ["d1"]
+    assert await _run_ids(pg_store, environment) == ["d0", "d1"]
+
+
+async def test_postgres_a_plain_publish_in_a_callers_transaction_meeting_an_id_written_meanwhile(
+    pg_store: Storage, postgres_dsn: str, environment: str
+) -> None:
+    # Inside the caller's transaction the statement fails in its savepoint: the
+    # publish is answered the general way and the caller's own work is kept.
+    topics = _topics(pg_store)
+    table = f"notes_{environment.replace('-', '_')}"
+    async with (
+        await psycopg.AsyncConnection.connect(postgres_dsn) as writer,
+        await psycopg.AsyncConnection.connect(postgres_dsn) as caller,
+    ):
+        await caller.execute(f"CREATE TABLE {table} (id text)")
+        await caller.commit()
+        await topics.publish_messages(
+            environment, [_message("m1", "d1", key=None)], NOW, connection=writer
+        )
+        await caller.execute(f"INSERT INTO {table} VALUES ('mine')")
+        publish = asyncio.ensure_future(
+            topics.publish_messages(
+                environment,
+                [_message("m0", "d0", key=None), _message("m1", "d9", key=None)],
+                NOW,
+                connection=caller,
+            )
+        )
+        assert await _blocked(publish)
+        await writer.commit()
+        fresh, dup = await publish
+        assert not fresh.duplicate and dup.duplicate and [r.id for r in dup.runs] == ["d1"]
+        await caller.commit()
+        cur = await caller.execute(f"SELECT id FROM {table}")
+        assert await cur.fetchall() == [("mine",)]
+        await caller.execute(f"DROP TABLE {table}")
+        await caller.commit()
+    assert await _run_ids(pg_store, environment) == ["d0", "d1"]

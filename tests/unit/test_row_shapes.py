@@ -13,18 +13,27 @@ import pytest
 
 from runlane.core.clock import to_micros
 from runlane.storage.postgres.params import copy_text, creation_batch
-from runlane.storage.postgres.publishing import delivery_row
+from runlane.storage.postgres.publishing import delivery_row, plain_batch_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.shapes import (
     COPY_RUN,
     INSERT_DELIVERY,
     INSERT_RUN,
+    PUBLISH_DELIVERY,
+    PUBLISH_MESSAGE,
     TRANSITION,
     TRANSITION_EVENT,
     RowShape,
 )
 from runlane.storage.postgres.transitions import transition_params
-from runlane.storage.protocol import NewDelivery, NewEvent, NewRun, RunChanges, Transition
+from runlane.storage.protocol import (
+    NewDelivery,
+    NewEvent,
+    NewMessage,
+    NewRun,
+    RunChanges,
+    Transition,
+)
 from runlane.types.runs import RunEventType, RunFailure, RunSource, RunStatus, SubscriptionMode
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -63,6 +72,8 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("apply_transitions", "e", TRANSITION_EVENT),
         ("insert_deliveries", "d", INSERT_DELIVERY),
         ("publish_plain_message", "d", INSERT_DELIVERY),
+        ("publish_plain_messages", "m", PUBLISH_MESSAGE),
+        ("publish_plain_messages", "d", PUBLISH_DELIVERY),
     ],
 )
 def test_each_json_row_statement_reads_the_declared_fields_in_order(
@@ -227,5 +238,41 @@ def test_the_delivery_encoder_writes_the_declared_fields() -> None:
         "queue": "main",
         "partition_key": "k",
         "subscription_mode": "ordered",
+        "request_delivery": True,
+    }
+
+
+def test_the_plain_batch_encoder_writes_the_declared_fields() -> None:
+    message = NewMessage(
+        id="m-1",
+        topic="orders",
+        payload={"n": 1.0},
+        payload_json='{"n": 1.0}',
+        attributes={"region": "eu"},
+        envelope="{}",
+        window_ends_at=NOW + timedelta(seconds=60),
+        trace_carrier={"traceparent": "00-abc-def-01"},
+        deliveries=(NewDelivery("run-1", "ship", "main", SubscriptionMode.NONE, None, True),),
+    )
+    params = plain_batch_params("env", [message], NOW_US, None)
+    (row,) = json.loads(params["messages"])
+    assert dict(zip(PUBLISH_MESSAGE.names, row, strict=True)) == {
+        "id": "m-1",
+        "topic": "orders",
+        "payload": '{"n": 1.0}',
+        "attributes": {"region": "eu"},
+        "envelope": "{}",
+        "window_ends_at": NOW_US + 60_000_000,
+        "trace_carrier": {"traceparent": "00-abc-def-01"},
+        "source": {"type": "publish", "topic": "orders", "message_id": "m-1"},
+    }
+    (delivery,) = json.loads(params["deliveries"])
+    assert dict(zip(PUBLISH_DELIVERY.names, delivery, strict=True)) == {
+        "message": 1,
+        "id": "run-1",
+        "task_id": "ship",
+        "queue": "main",
+        "partition_key": None,
+        "subscription_mode": "none",
         "request_delivery": True,
     }

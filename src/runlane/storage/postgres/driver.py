@@ -565,22 +565,42 @@ class PostgresStorage(SqlStorageBase):
                     # next statement would, so the savepoint below sits inside it (a
                     # transaction block begun here would commit at its end).
                     await session.fetch(self._q["open_caller_transaction"], {})
-                async with session.transaction():
-                    return await publish(session)
+                try:
+                    async with session.transaction():
+                        return await publish(session)
+                except pg_errors.UniqueViolation:
+                    # Only the bulk statement raises it (an id taken meanwhile): its
+                    # savepoint is gone; publish again the general way.
+                    async with session.transaction():
+                        return await publish(session, bulk=False)
             except psycopg.Error as error:
                 raise self._error(error) from None
 
         plain = publishing.is_plain(messages)
+        bulk = len(publishing.bulk_positions(messages)) == len(messages)
 
         async def op(conn: Connection) -> list[PublishOutcome]:
+            session = AsyncSession(conn)
             if plain:
                 outcome = await publishing.publish_plain_message(
-                    AsyncSession(conn), self._q, environment, messages[0], now_us, claimed_until
+                    session, self._q, environment, messages[0], now_us, claimed_until
                 )
                 if outcome is not None:
                     return [outcome]
+            elif bulk:
+                # A group of plain publishes: one autocommitted statement, as for
+                # concurrent triggers. A stored id writes nothing, a taken one fails
+                # it whole: then the general way, which compares or names it.
+                try:
+                    outcomes = await publishing.publish_plain_messages(
+                        session, self._q, environment, messages, now_us, claimed_until
+                    )
+                except pg_errors.UniqueViolation:
+                    outcomes = None
+                if outcomes is not None:
+                    return outcomes
             async with conn.transaction():
-                return await publish(AsyncSession(conn))
+                return await publish(session, bulk=False)
 
         return await self._run(op)
 

@@ -210,3 +210,84 @@ ORDER BY id;
 -- name: release_expired_deduplication_keys
 DELETE FROM {schema}.runlane_deduplication_keys
 WHERE environment = %(environment)s AND expires_at <= %(now)s;
+
+-- name: publish_plain_messages
+-- A group of plain messages (distinct ids) in one statement, all or nothing: a
+-- stored id writes nothing and returns nothing; an id or run id taken meanwhile
+-- fails it (unique violation). Rows: shapes.PUBLISH_MESSAGE and PUBLISH_DELIVERY.
+-- Kept under 4 KiB so that psycopg caches its conversion. Returns one row per
+-- message (run_id null) and one per delivery run.
+WITH input_messages AS (
+    SELECT m.x->>0 AS id, m.x->>1 AS topic, (m.x->>2)::json AS payload,
+           m.x->3 AS attributes, m.x->>4 AS envelope, (m.x->>5)::bigint AS window_ends_at,
+           nullif(m.x->6, 'null') AS trace_carrier, m.x->7 AS source, m.position
+    FROM jsonb_array_elements(%(messages)s::jsonb) WITH ORDINALITY AS m(x, position)
+),
+stored AS (
+    SELECT 1 FROM {schema}.runlane_messages
+    WHERE environment = %(environment)s AND id IN (SELECT id FROM input_messages)
+    LIMIT 1
+),
+message AS (
+    INSERT INTO {schema}.runlane_messages (
+        environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,
+        trace_carrier, sequence
+    )
+    SELECT %(environment)s, id, topic, payload, attributes, envelope, %(now)s,
+           window_ends_at, trace_carrier, nextval('{schema}.runlane_message_sequence')
+    FROM (SELECT * FROM input_messages ORDER BY position) AS ordered
+    WHERE NOT EXISTS (SELECT 1 FROM stored)
+    RETURNING id, sequence
+),
+input AS (
+    SELECT (d.x->>0)::int AS message, d.x->>1 AS id, d.x->>2 AS task_id, d.x->>3 AS queue,
+           d.x->>4 AS partition_key, d.x->>5 AS subscription_mode,
+           (d.x->>6)::bool AS request_delivery
+    FROM jsonb_array_elements(%(deliveries)s::jsonb) AS d(x)
+),
+inserted AS (
+    INSERT INTO {schema}.runlane_runs (
+        environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
+        first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
+        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+    )
+    SELECT %(environment)s, input.id, input.task_id, input.queue, 'queued', m.payload,
+           0, 0, %(now)s, %(now)s, %(now)s, %(now)s,
+           CASE WHEN input.request_delivery THEN 2 ELSE 1 END, m.source, m.trace_carrier,
+           CASE WHEN input.request_delivery THEN %(now)s::bigint END,
+           input.partition_key, 0, input.subscription_mode, message.sequence
+    FROM input
+    JOIN input_messages m ON m.position = input.message
+    JOIN message ON message.id = m.id
+    RETURNING id, queue, trace_carrier, delivery_requested_at
+),
+events AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
+    )
+    SELECT %(environment)s, id, 2, 'run.delivery_requested', %(now)s,
+           jsonb_build_object('queue', queue, 'outbox_id', id || '.2')
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+),
+outbox AS (
+    INSERT INTO {schema}.runlane_outbox (
+        environment, id, run_id, queue, status, available_at, claimed_until, requested_at,
+        trace_carrier
+    )
+    SELECT %(environment)s, id || '.2', id, queue,
+           CASE WHEN %(outbox_claimed_until)s::bigint IS NULL THEN 'pending' ELSE 'claimed' END,
+           %(now)s, %(outbox_claimed_until)s::bigint, %(now)s, trace_carrier
+    FROM inserted
+    WHERE delivery_requested_at IS NOT NULL
+),
+wakeup AS (
+    SELECT pg_notify(%(channel)s, %(environment)s)
+    WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT id AS message_id, sequence, NULL::text AS run_id, NULL::bool AS requested,
+       (SELECT count(*) FROM wakeup) AS woken
+FROM message
+UNION ALL
+SELECT NULL, NULL, id, delivery_requested_at IS NOT NULL, 0
+FROM inserted;

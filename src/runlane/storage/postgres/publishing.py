@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from runlane.core.clock import to_micros
 from runlane.storage.postgres.params import WORK_CHANNEL
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import (
@@ -57,10 +58,14 @@ def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) ->
 def is_plain(messages: Sequence[NewMessage]) -> bool:
     """Whether the call is one message without a deduplication key whose deliveries
     need no key lock: :func:`publish_plain_message` publishes it in one statement."""
-    return (
-        len(messages) == 1
-        and messages[0].deduplication_key is None
-        and all(d.partition_key is None for d in messages[0].deliveries)
+    return len(messages) == 1 and is_plain_message(messages[0])
+
+
+def is_plain_message(message: NewMessage) -> bool:
+    """Whether ``message`` has no deduplication key and no delivery that needs a key
+    lock: :func:`publish_plain_messages` can write it beside others in one statement."""
+    return message.deduplication_key is None and all(
+        d.partition_key is None for d in message.deliveries
     )
 
 
@@ -105,14 +110,82 @@ async def publish_messages(
     now_us: int,
     claimed_until: int | None,
     locks: list[str],
+    *,
+    bulk: bool = True,
 ) -> list[PublishOutcome]:
-    """Publish ``messages`` on ``session``, inside the transaction the caller opened."""
+    """Publish ``messages`` on ``session``, inside the transaction the caller opened.
+
+    With ``bulk`` the plain messages (:func:`is_plain_message`, ids distinct within
+    the call) go in one statement, which raises ``UniqueViolation`` (the transaction
+    is then lost: the caller publishes again without ``bulk``) if an id or run id
+    was taken meanwhile; every other message, and any when a plain one's id is
+    stored already, is published in turn the general way.
+    """
     if locks:
         await session.fetch(q["lock_delivery_keys"], {"names": locks})
-    return [
-        await _publish(session, q, environment, message, now_us, claimed_until)
-        for message in messages
-    ]
+    plain = bulk_positions(messages) if bulk else []
+    outcomes: dict[int, PublishOutcome] = {}
+    if plain:
+        chosen = [messages[i] for i in plain]
+        written = await publish_plain_messages(
+            session, q, environment, chosen, now_us, claimed_until
+        )
+        if written is not None:
+            outcomes.update(zip(plain, written, strict=True))
+    for position, message in enumerate(messages):
+        if position not in outcomes:
+            outcomes[position] = await _publish(
+                session, q, environment, message, now_us, claimed_until
+            )
+    return [outcomes[position] for position in range(len(messages))]
+
+
+def bulk_positions(messages: Sequence[NewMessage]) -> list[int]:
+    """The positions of the messages :func:`publish_plain_messages` can write together:
+    plain ones, each id's first."""
+    positions: list[int] = []
+    ids: set[str] = set()
+    for position, message in enumerate(messages):
+        if is_plain_message(message) and message.id not in ids:
+            positions.append(position)
+        ids.add(message.id)
+    return positions
+
+
+async def publish_plain_messages(
+    session: Session,
+    q: Queries,
+    environment: str,
+    messages: Sequence[NewMessage],
+    now_us: int,
+    claimed_until: int | None,
+) -> list[PublishOutcome] | None:
+    """Publish plain messages with distinct ids in one statement (autocommitted
+    outside a transaction), all or nothing: ``None`` (nothing written) if one's id is
+    stored already; ``UniqueViolation`` if an id or a delivery run id was taken
+    meanwhile or before.
+
+    The statement writes what :func:`publish_plain_message` writes, for each
+    message: the message with its sequence, its delivery runs (their
+    ``run.created`` implied by the row), a delivery request (event and outbox row)
+    for each delivery that asks for one, and one wakeup for listening workers. The
+    messages travel as one JSON array of positional rows, the payload as a JSON
+    string of its text so the json column keeps it exactly as written; the
+    deliveries as another, each naming its message by position.
+    """
+    params = plain_batch_params(environment, messages, now_us, claimed_until)
+    rows = await session.fetch(q["publish_plain_messages"], params)
+    sequences = {row["message_id"]: int(row["sequence"]) for row in rows if row["run_id"] is None}
+    if len(sequences) != len(messages):
+        return None
+    requested = {row["run_id"]: bool(row["requested"]) for row in rows if row["run_id"] is not None}
+    outcomes = []
+    for message in messages:
+        sequence = sequences[message.id]
+        runs, outbox = _outcome_runs(environment, message, sequence, now_us, requested)
+        stored_now = stored_message(message, sequence, now_us)
+        outcomes.append(PublishOutcome(stored_now, duplicate=False, runs=runs, outbox=outbox))
+    return outcomes
 
 
 async def _publish(
@@ -180,6 +253,38 @@ async def _create_deliveries(
         if delivery.run_id not in requested:
             raise taken_run_id(delivery.run_id)
     return _outcome_runs(environment, message, sequence, now_us, requested)
+
+
+def plain_batch_params(
+    environment: str, messages: Sequence[NewMessage], now_us: int, claimed_until: int | None
+) -> dict[str, Any]:
+    """Parameters of ``publish_plain_messages``: the messages as one JSON array of
+    positional fields (:data:`~.shapes.PUBLISH_MESSAGE`), their deliveries as another
+    (:data:`~.shapes.PUBLISH_DELIVERY`)."""
+    message_rows: list[list[Any]] = []
+    delivery_rows: list[list[Any]] = []
+    for position, message in enumerate(messages, start=1):
+        message_rows.append(
+            [
+                message.id,
+                message.topic,
+                message.payload_json,
+                message.attributes,
+                message.envelope,
+                to_micros(message.window_ends_at),
+                message.trace_carrier,
+                publish_source(message).to_json(),
+            ]
+        )
+        delivery_rows.extend([position, *delivery_row(d)] for d in message.deliveries)
+    return {
+        "environment": environment,
+        "now": now_us,
+        "outbox_claimed_until": claimed_until,
+        "channel": WORK_CHANNEL,
+        "messages": dumps(message_rows),
+        "deliveries": dumps(delivery_rows),
+    }
 
 
 def _delivery_params(

@@ -1,8 +1,8 @@
 """Batch row shapes: the positional rows the hot statements take, each declared once.
 
 A batch travels as one JSON array of arrays (``insert_runs``, ``apply_transitions``,
-``insert_deliveries``) or as COPY text lines (``copy_runs``): by position, which is what
-makes them cheap.
+``insert_deliveries``, ``publish_plain_messages``) or as COPY text lines (``copy_runs``):
+by position, which is what makes them cheap.
 Each shape below is the one place that order is written down. The statements in
 the ``.sql`` files stay whole (they can be copied into ``EXPLAIN``) and name the
 fields by position; a unit test reads them and proves they agree with these
@@ -86,6 +86,26 @@ INSERT_DELIVERY = RowShape(
         ("request_delivery", "bool"),
     )
 )
+
+#: A message of ``publish_plain_messages``' ``messages`` parameter. The payload is a JSON
+#: string holding its text (read as json, so it is kept exactly as written); attributes,
+#: trace carrier and the deliveries' source are spliced in as the JSON they are.
+PUBLISH_MESSAGE = RowShape(
+    (
+        ("id", "text"),
+        ("topic", "text"),
+        ("payload", "json"),
+        ("attributes", "jsonb"),
+        ("envelope", "text"),
+        ("window_ends_at", "bigint"),
+        ("trace_carrier", "jsonb"),
+        ("source", "jsonb"),
+    )
+)
+
+#: A delivery of ``publish_plain_messages``' ``deliveries`` parameter: the position (from
+#: 1) of its message in ``messages``, then what :data:`INSERT_DELIVERY` carries.
+PUBLISH_DELIVERY = RowShape((("message", "int"), *INSERT_DELIVERY.fields))
 
 #: An event of ``apply_transitions``' ``events`` parameter.
 TRANSITION_EVENT = RowShape(

@@ -22,6 +22,31 @@ VALUES (:environment, 1)
 ON CONFLICT (environment) DO UPDATE SET last_sequence = last_sequence + 1
 RETURNING last_sequence;
 
+-- name: next_message_sequences
+-- Draw :count sequences at once (the last comes back; the others precede it).
+INSERT INTO runlane_message_sequences (environment, last_sequence)
+VALUES (:environment, :count)
+ON CONFLICT (environment) DO UPDATE SET last_sequence = last_sequence + :count
+RETURNING last_sequence;
+
+-- name: insert_next_message
+-- The message with the next sequence of its environment, unless its id is stored
+-- (then nothing comes back). Writers are serialised: the caller advances the
+-- counter to it with next_message_sequence once it is in.
+INSERT INTO runlane_messages (
+    environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,
+    trace_carrier, sequence
+)
+SELECT :environment, :id, :topic, :payload, :attributes, :envelope, :published_at,
+       :window_ends_at, :trace_carrier,
+       coalesce(
+           (SELECT last_sequence FROM runlane_message_sequences
+            WHERE environment = :environment), 0
+       ) + 1
+WHERE true
+ON CONFLICT (environment, id) DO NOTHING
+RETURNING sequence;
+
 -- name: insert_message
 INSERT INTO runlane_messages (
     environment, id, topic, payload, attributes, envelope, published_at, window_ends_at,

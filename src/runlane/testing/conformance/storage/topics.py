@@ -329,6 +329,53 @@ async def test_publish_messages_dedupes_within_one_call(storage: Storage, enviro
     assert second.message == first.message and [r.id for r in second.runs] == ["d1"]
 
 
+async def test_publish_messages_answers_stored_and_repeated_ids_of_one_call_as_duplicates(
+    storage: Storage, environment: str
+) -> None:
+    # Concurrent publishes share one call (one statement on PostgreSQL): a message whose
+    # id is stored, or repeats an earlier message of the call, is that one's duplicate,
+    # and the others of the call are written beside it.
+    topics = _topics(storage)
+    (stored,) = await topics.publish_messages(environment, [message("s", delivery("d-s"))], NOW)
+    fresh, again, repeated, other = await topics.publish_messages(
+        environment,
+        [
+            message("new", delivery("d-new", request=True), delivery("d-new-2", "ship")),
+            message("s", delivery("d-x")),
+            message("new", delivery("d-y")),
+            message("other", attributes={"kind": "a"}),
+        ],
+        NOW,
+        outbox_claimed_until=NOW + timedelta(seconds=30),
+    )
+    assert not fresh.duplicate and not other.duplicate
+    assert [r.id for r in fresh.runs] == ["d-new", "d-new-2"]
+    assert [o.run_id for o in fresh.outbox] == ["d-new"]
+    assert again.duplicate and again.message == stored.message
+    assert [r.id for r in again.runs] == ["d-s"] and again.outbox == ()
+    assert repeated.duplicate and repeated.message == fresh.message
+    assert [r.id for r in repeated.runs] == ["d-new", "d-new-2"]
+    assert other.runs == [] and other.message.attributes == {"kind": "a"}
+    sequences = [stored.message.sequence, fresh.message.sequence, other.message.sequence]
+    assert sequences == sorted(set(sequences))
+    assert sorted(r.id for r in await _all_runs(storage, environment)) == [
+        "d-new", "d-new-2", "d-s",
+    ]  # fmt: skip
+    by_id = await topics.get_messages(environment, ["new", "other"])
+    assert by_id["new"] == fresh.message and by_id["other"] == other.message
+    (run,) = [r for r in await _all_runs(storage, environment) if r.id == "d-new"]
+    assert run == fresh.runs[0]
+    # Distinct ids, one of them stored: the stored one is a duplicate, the other written.
+    again, third = await topics.publish_messages(
+        environment, [message("s", delivery("d-z")), message("third", delivery("d-3"))], NOW
+    )
+    assert again.duplicate and [r.id for r in again.runs] == ["d-s"]
+    assert not third.duplicate and [r.id for r in third.runs] == ["d-3"]
+    assert third.message.sequence is not None and other.message.sequence is not None
+    assert third.message.sequence > other.message.sequence
+    assert "d-z" not in {r.id for r in await _all_runs(storage, environment)}
+
+
 async def test_publish_messages_requests_delivery_only_for_deliveries_claimable_at_once(
     storage: Storage, environment: str
 ) -> None:
