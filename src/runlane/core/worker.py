@@ -173,7 +173,7 @@ class Worker:
             extra={"event": "worker.started", "worker_id": self.worker_id},
         )
         if observers:
-            observers.call("slots", 0, self.concurrency)
+            observers.slots(0, self.concurrency)
         try:
             while not self._stop.is_set():
                 free = self.concurrency - len(self._holding) - self._reserved
@@ -263,7 +263,7 @@ class Worker:
             holding.add(key)
             active[key] = create_task(self._execute(run, key))
         if runs and self._observers:
-            self._observers.call("slots", len(holding), self.concurrency)
+            self._observers.slots(len(holding), self.concurrency)
 
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
         attempts = self._attempts
@@ -273,7 +273,7 @@ class Worker:
             if self._slot_freed is not None:
                 self._slot_freed.set()
             if observers:
-                observers.call("slots", len(self._holding), self.concurrency)
+                observers.slots(len(self._holding), self.concurrency)
 
         observers = self._observers
         on_progress = self._on_progress

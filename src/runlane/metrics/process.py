@@ -6,7 +6,6 @@ import dataclasses
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 from runlane import Attempt, Observer, Outcome, Run, TickReport, __version__
@@ -225,7 +224,7 @@ class PrometheusMetrics(Observer):
         for run in runs:
             of(run.queue, run.task_id).triggered += 1
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+    def started(self, attempt: Attempt) -> None:
         run = attempt.run
         series = self.c.of(run.queue, run.task_id)
         series.started += 1
@@ -233,7 +232,6 @@ class PrometheusMetrics(Observer):
         histogram = series.start_latency
         histogram.counts[bisect_left(self._buckets, latency)] += 1
         histogram.sum += latency
-        return _NOTHING
 
     def settled(self, attempt: Attempt) -> None:
         outcome = attempt.outcome
@@ -259,19 +257,6 @@ class PrometheusMetrics(Observer):
     def slots(self, busy: int, total: int) -> None:
         self.c.slots_busy = busy
         self.c.slots_total = total
-
-
-class _Nothing:
-    """A reusable async context manager that does nothing (cheaper than building one)."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
 
 
 def prometheus_metrics(
