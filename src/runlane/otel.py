@@ -62,6 +62,8 @@ def _carrier_span_type(api: Any) -> Any:
     parsed when first asked for: an attempt that is not sampled rarely asks."""
 
     class CarrierSpan(api.NonRecordingSpan):  # type: ignore[misc]
+        __slots__ = ("_header", "_parsed")
+
         def __init__(self, header: str) -> None:  # no super(): _context is lazy
             self._header = header
             self._parsed: Any = None
@@ -133,6 +135,10 @@ class OtelTracing(Observer):
         self._checked: Any = None  # the propagator _standard was found for
         self._standard = False
         self._carrier_span = _carrier_span_type(self._trace)
+        #: The key under which a context holds its span, read once through the API
+        #: (a Context is a dict), so a carrier's context is built in one step.
+        holding = self._trace.set_span_in_context(self._trace.INVALID_SPAN, self._root)
+        self._span_key = next(iter(holding)) if isinstance(holding, dict) and holding else None
         self._producer_kind = self._trace.SpanKind.PRODUCER
         self._consumer_kind = self._trace.SpanKind.CONSUMER
 
@@ -188,6 +194,8 @@ class OtelTracing(Observer):
         ):
             return None
         span = self._carrier_span(header)
+        if self._span_key is not None:
+            return self._context.Context({self._span_key: span}), span
         return self._trace.set_span_in_context(span, self._root), span
 
     def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:

@@ -320,17 +320,19 @@ class _AttemptScope:
     """Enters the observers' attempt contexts in order and leaves them in reverse
     (a plain class: this runs once per attempt)."""
 
-    __slots__ = ("_attempt", "_entered", "_observers")
+    __slots__ = ("_attempt", "_entered", "_manager", "_observer", "_observers")
 
     def __init__(self, observers: Observers, attempt: Attempt) -> None:
         self._observers = observers
         self._attempt = attempt
-        #: Observer, manager, observer, manager... of the contexts entered (one flat
-        #: list: fewer objects per attempt than a list of pairs).
-        self._entered: list[Any] = []
+        #: The first context entered and its observer (usually the only one), then
+        #: observer, manager, observer, manager... of the others.
+        self._observer: Any = None
+        self._manager: AbstractAsyncContextManager[None] | None = None
+        self._entered: list[Any] | None = None
 
     async def __aenter__(self) -> None:
-        observers, attempt, entered = self._observers, self._attempt, self._entered
+        observers, attempt = self._observers, self._attempt
         for observer, bound in observers._bound["attempt"]:
             try:
                 manager = bound(attempt)
@@ -338,15 +340,25 @@ class _AttemptScope:
             except Exception:
                 observers.failed(observer, "attempt")
                 continue
-            entered.append(observer)
-            entered.append(manager)
+            if self._manager is None:
+                self._observer, self._manager = observer, manager
+            elif self._entered is None:
+                self._entered = [observer, manager]
+            else:
+                self._entered += (observer, manager)
 
     async def __aexit__(self, *exc: object) -> None:
         observers, attempt, entered = self._observers, self._attempt, self._entered
         if attempt.outcome is not None:
             observers.settled(attempt)
-        for index in range(len(entered) - 2, -1, -2):
+        if entered is not None:
+            for index in range(len(entered) - 2, -1, -2):
+                try:
+                    await entered[index + 1].__aexit__(None, None, None)
+                except Exception:
+                    observers.failed(entered[index], "attempt")
+        if self._manager is not None:
             try:
-                await entered[index + 1].__aexit__(None, None, None)
+                await self._manager.__aexit__(None, None, None)
             except Exception:
-                observers.failed(entered[index], "attempt")
+                observers.failed(self._observer, "attempt")

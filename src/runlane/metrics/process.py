@@ -228,7 +228,9 @@ class PrometheusMetrics(Observer):
         run = attempt.run
         series = self.c.of(run.queue, run.task_id)
         series.started += 1
-        latency = max((run.updated_at - run.run_at).total_seconds(), 0.0)
+        latency = (run.updated_at - run.run_at).total_seconds()
+        if latency < 0.0:
+            latency = 0.0
         histogram = series.start_latency
         histogram.counts[bisect_left(self._buckets, latency)] += 1
         histogram.sum += latency

@@ -262,6 +262,43 @@ async def test_an_observer_that_raises_is_logged_once_per_hook_and_changes_nothi
     assert [a.outcome for a in recorder.settles] == [Outcome.SUCCEEDED] * 3
 
 
+class Nested(Observer):
+    """Records entering and leaving its attempt context under its own name."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
+        self.calls.append(f"enter {self.name}")
+        yield
+        self.calls.append(f"exit {self.name}")
+
+    def settled(self, attempt: Attempt) -> None:
+        self.calls.append(f"settled {self.name}")
+
+
+async def test_attempt_contexts_are_left_in_reverse_order_of_entry(
+    make_runtime: Factory,
+) -> None:
+    calls: list[str] = []
+    observers = [Nested("a", calls), Broken(), Nested("b", calls), Nested("c", calls)]
+    rl = await make_runtime([echo], observers=observers)
+    await rl.trigger(echo, None)
+    await rl.execute_next()
+    assert calls == [
+        "enter a",
+        "enter b",
+        "enter c",
+        "settled a",
+        "settled b",
+        "settled c",
+        "exit c",
+        "exit b",
+        "exit a",
+    ]
+
+
 async def test_an_observer_that_raises_when_left_changes_nothing_either(
     make_runtime: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
