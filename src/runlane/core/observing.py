@@ -350,7 +350,11 @@ class _AttemptScope:
     async def __aexit__(self, *exc: object) -> None:
         observers, attempt, entered = self._observers, self._attempt, self._entered
         if attempt.outcome is not None:
-            observers.settled(attempt)
+            for observer, bound in observers._bound["settled"]:  # Observers.settled, inline
+                try:
+                    bound(attempt)
+                except Exception:
+                    observers.failed(observer, "settled")
         if entered is not None:
             for index in range(len(entered) - 2, -1, -2):
                 try:

@@ -214,6 +214,8 @@ class PrometheusMetrics(Observer):
             shared[key] = _Collectors(client, registry, key)
         self.c = shared[key]
         self._buckets = key
+        #: The series of the last (queue, task) seen: attempts come in runs of one task.
+        self._last: tuple[str, str, _Series] | None = None
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
     def attached(self, runtime: Runlane) -> None:
@@ -224,9 +226,17 @@ class PrometheusMetrics(Observer):
         for run in runs:
             of(run.queue, run.task_id).triggered += 1
 
+    def _series(self, run: Run) -> _Series:
+        last = self._last
+        if last is not None and last[1] == run.task_id and last[0] == run.queue:
+            return last[2]
+        series = self.c.of(run.queue, run.task_id)
+        self._last = (run.queue, run.task_id, series)
+        return series
+
     def started(self, attempt: Attempt) -> None:
         run = attempt.run
-        series = self.c.of(run.queue, run.task_id)
+        series = self._series(run)
         series.started += 1
         latency = (run.updated_at - run.run_at).total_seconds()
         if latency < 0.0:
@@ -238,8 +248,7 @@ class PrometheusMetrics(Observer):
     def settled(self, attempt: Attempt) -> None:
         outcome = attempt.outcome
         assert outcome is not None
-        run = attempt.run
-        series = self.c.of(run.queue, run.task_id)
+        series = self._series(attempt.run)
         if outcome in series.outcomes:
             series.outcomes[outcome] += 1
         duration = attempt.duration
