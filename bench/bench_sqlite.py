@@ -20,6 +20,13 @@ triggered on its own, so each has its own sampling decision. It prints each
 configuration's median rate and the median over rounds of its time divided by
 the time without observers in the same round, for wall time and for the CPU
 time of the process (steadier on a shared machine).
+
+``--config NAME`` drains once with one of those configurations; with
+``--callgrind``, under ``valgrind --tool=callgrind --instr-atstart=no``, only the
+drain's instructions are counted (the steadiest figure of all)::
+
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=off.out \
+        .venv/bin/python bench/bench_sqlite.py --observers --config off --runs 1000 --callgrind
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -287,19 +295,37 @@ def _observers(config: str, ratio: float) -> tuple[list[Any], Callable[[], None]
     return [*observers, tracing], provider.shutdown
 
 
+def _callgrind(state: str) -> None:
+    """Turn callgrind's instrumentation of this process ``on`` or ``off``."""
+    command = ["callgrind_control", "-i", state, str(os.getpid())]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def traced_drain(
-    path: Path, runs: int, concurrency: int, observers: Sequence[Any] = ()
+    path: Path,
+    runs: int,
+    concurrency: int,
+    observers: Sequence[Any] = (),
+    *,
+    callgrind: bool = False,
 ) -> tuple[float, float]:
     """Wall and CPU seconds (every thread of the process, the span processor's too)
     for a DRAIN worker to execute ``runs`` runs, each triggered on its own (one
-    producer span, so one sampling decision, per run, as one per request)."""
+    producer span, so one sampling decision, per run, as one per request).
+
+    With ``callgrind`` (the process runs under ``valgrind --tool=callgrind
+    --instr-atstart=no``), instructions are counted around the drain only."""
     async with _runtime(path, observers) as rl:
         for payload in _payloads(runs):
             await rl.trigger(noop, payload)
         worker = rl.worker(mode=WorkerMode.DRAIN, concurrency=concurrency, handle_signals=False)
+        if callgrind:
+            _callgrind("on")
         started, cpu = time.perf_counter(), time.process_time()
         await worker.run()
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if callgrind:
+            _callgrind("off")
         if worker.executed != runs:
             raise SystemExit(f"runlane executed {worker.executed} of {runs} runs")
         return elapsed, cpu
@@ -372,7 +398,35 @@ def main() -> None:
         default=RECOMMENDED_RATIO,
         help="TraceIdRatioBased ratio of the sampled OTel SDK configuration.",
     )
+    parser.add_argument(
+        "--config",
+        choices=OBSERVER_CONFIGS,
+        help="With --observers: one drain of this configuration only.",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="With --config, under valgrind --tool=callgrind --instr-atstart=no: "
+        "count instructions around the drain only.",
+    )
     args = parser.parse_args()
+    if args.observers and args.config:
+        observers, shutdown = _observers(args.config, args.sample_ratio)
+        with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
+            try:
+                wall, used = asyncio.run(
+                    traced_drain(
+                        Path(folder) / "drain.db",
+                        args.runs,
+                        args.concurrency,
+                        observers,
+                        callgrind=args.callgrind,
+                    )
+                )
+            finally:
+                shutdown()
+        print(f"{args.config}: {args.runs:,} runs, wall {wall:.3f}s, CPU {used:.3f}s")
+        return
     if args.observers:
         with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:
             result = observer_overhead(

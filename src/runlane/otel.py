@@ -29,6 +29,7 @@ measured cost of each choice.
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,64 @@ __all__ = ["OtelTracing", "otel_tracing"]
 _PRODUCER: contextvars.ContextVar[Any] = contextvars.ContextVar("runlane_producer", default=None)
 
 _FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LETTERED)
+
+#: A version-00 W3C traceparent with nothing around it (the form the W3C propagator
+#: writes); anything else goes through the propagator.
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_NO_TRACE = "0" * 32
+_NO_SPAN = "0" * 16
+#: Last hex digits of trace flags whose sampled bit is clear.
+_EVEN_HEX = frozenset("02468ace")
+
+
+def _carrier_span_type(api: Any) -> Any:
+    """A ``NonRecordingSpan`` made from a checked version-00 W3C ``traceparent``, whose
+    span context (the one the W3C propagator extracts: remote, no trace state) is
+    parsed when first asked for: an attempt that is not sampled rarely asks."""
+
+    class CarrierSpan(api.NonRecordingSpan):  # type: ignore[misc]
+        __slots__ = ("_header", "_parsed")
+
+        def __init__(self, header: str) -> None:  # no super(): _context is lazy
+            self._header = header
+            self._parsed: Any = None
+
+        @property
+        def _context(self) -> Any:
+            parsed = self._parsed
+            if parsed is None:
+                header = self._header
+                parsed = self._parsed = api.SpanContext(
+                    int(header[3:35], 16),
+                    int(header[36:52], 16),
+                    True,
+                    api.TraceFlags(int(header[53:], 16)),
+                )
+            return parsed
+
+    return CarrierSpan
+
+
+def _is_w3c(propagator: Any) -> bool:
+    """Whether ``propagator`` is the W3C trace-context propagator, alone or composed
+    only with the W3C baggage one (the API's default): for a carrier holding nothing
+    but a ``traceparent``, its context can then be read without it."""
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parts = (
+        getattr(propagator, "_propagators", None)
+        if type(propagator) is CompositePropagator
+        else [propagator]
+    )
+    if not parts:
+        return False
+    kinds = {type(part) for part in parts}
+    return TraceContextTextMapPropagator in kinds and kinds <= {
+        TraceContextTextMapPropagator,
+        W3CBaggagePropagator,
+    }
 
 
 def _api() -> tuple[Any, Any, Any]:
@@ -73,6 +132,13 @@ class OtelTracing(Observer):
         self._environment = ""
         self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
         self._root = self._context.Context()
+        self._checked: Any = None  # the propagator _standard was found for
+        self._standard = False
+        self._carrier_span = _carrier_span_type(self._trace)
+        #: The key under which a context holds its span, read once through the API
+        #: (a Context is a dict), so a carrier's context is built in one step.
+        holding = self._trace.set_span_in_context(self._trace.INVALID_SPAN, self._root)
+        self._span_key = next(iter(holding)) if isinstance(holding, dict) and holding else None
         self._producer_kind = self._trace.SpanKind.PRODUCER
         self._consumer_kind = self._trace.SpanKind.CONSUMER
 
@@ -106,30 +172,64 @@ class OtelTracing(Observer):
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         return _Consumer(self, attempt)
 
+    def _remote(self, carrier: Mapping[str, str], unsampled_only: bool) -> tuple[Any, Any] | None:
+        """The context of a carrier holding only a version-00 W3C ``traceparent``, and
+        its span, when the propagator is the W3C one: the context the propagator would
+        extract, with the span context parsed only when first asked for. ``None`` for
+        any other carrier or propagator, and with ``unsampled_only`` for a sampled one."""
+        if len(carrier) != 1:
+            return None
+        header = carrier.get("traceparent")
+        # The sampled flag is the lowest bit of the last hex digit: known before parsing.
+        if header is None or (unsampled_only and header[-1:] not in _EVEN_HEX):
+            return None
+        propagator = self._propagator or self._propagate.get_global_textmap()
+        if propagator is not self._checked:
+            self._checked, self._standard = propagator, _is_w3c(propagator)
+        if (
+            not self._standard
+            or _TRACEPARENT.fullmatch(header) is None
+            or header.startswith(_NO_TRACE, 3)  # an invalid parent: the propagator's business
+            or header.startswith(_NO_SPAN, 36)
+        ):
+            return None
+        span = self._carrier_span(header)
+        if self._span_key is not None:
+            return self._context.Context({self._span_key: span}), span
+        return self._trace.set_span_in_context(span, self._root), span
+
     def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
         """The parent context, the creation's span context (``None`` if the carrier
-        cannot be parsed) and its sampled flag, for a stored carrier (the last one is
-        kept: runs of one trigger_many, and a run's retries, share theirs)."""
+        cannot be parsed) and its sampled flag, for a stored carrier."""
+        remote = self._remote(carrier, False)
+        if remote is not None:
+            created = remote[1].get_span_context()
+            return remote[0], created, created.trace_flags.sampled
         cached = self._last_creation
         if cached is not None and cached[0] == carrier:
             return cached[1], cached[2], cached[3]
-        extracted = self.propagator.extract(carrier)
+        propagator = self._propagator or self._propagate.get_global_textmap()
+        extracted = propagator.extract(carrier)
         created = self._trace.get_current_span(extracted).get_span_context()
         if created.is_valid:
             parent, sampled = extracted, created.trace_flags.sampled
         else:
             parent, created, sampled = self._root, None, True  # unparsable: a new root trace
+        # The last one is kept: runs of one trigger_many, and a run's retries, share it.
         self._last_creation = (dict(carrier), parent, created, sampled)
         return parent, created, sampled
 
     def start(self, attempt: Attempt) -> tuple[Any, Any]:
         """The started ``execute`` span of ``attempt`` (a child of, and linked to, the
-        run's stored carrier) and the context to make current.
+        run's stored carrier) and the context to make current (``None``: the current
+        one already is).
 
         The span's attributes are given at creation, where a sampler sees them. With
         ``skip_unsampled`` and a carrier whose trace was not sampled, there is no span
         (``None``): the context is the carrier's own, so task code still runs in the
-        run's trace, not sampled, as a parent-based sampler would have decided.
+        run's trace, not sampled, as a parent-based sampler would have decided. A
+        tracer that hands back the parent's own non-recording span (the API's no-op
+        tracer) has nothing to end, and the parent context is made current as it is.
         """
         run = attempt.run
         parent: Any = None
@@ -140,7 +240,7 @@ class OtelTracing(Observer):
                 return None, parent
             if created is not None:
                 links = (self._trace.Link(created),)
-        span = self.tracer.start_span(
+        span = (self._tracer or self.tracer).start_span(
             f"execute {run.task_id}",
             context=parent,
             kind=self._consumer_kind,
@@ -157,7 +257,9 @@ class OtelTracing(Observer):
                 "runlane.worker_id": attempt.worker_id,
             },
         )
-        return span, self._trace.set_span_in_context(span)
+        if span is self._trace.get_current_span(parent):
+            return None, parent
+        return span, self._trace.set_span_in_context(span, parent)
 
     def finish(self, span: Any, attempt: Attempt) -> None:
         """Set the outcome (and the error of a failed attempt) and end ``span``."""
@@ -254,11 +356,21 @@ class _Consumer:
 
     async def __aenter__(self) -> None:
         tracing = self._tracing
+        carrier = self._attempt.run.trace_carrier
+        if carrier and tracing._skip_unsampled:
+            # The common skipped attempt, without start()'s general path: a plain
+            # traceparent whose flag says "not sampled" needs only its context current.
+            remote = tracing._remote(carrier, True)
+            if remote is not None:
+                self._span = None
+                self._token = tracing._context.attach(remote[0])
+                return
         self._span, current = tracing.start(self._attempt)
-        self._token = tracing._context.attach(current)
+        self._token = tracing._context.attach(current) if current is not None else None
 
     async def __aexit__(self, *exc: object) -> None:
-        self._tracing._context.detach(self._token)
+        if self._token is not None:
+            self._tracing._context.detach(self._token)
         if self._span is not None:
             self._tracing.finish(self._span, self._attempt)
 

@@ -123,10 +123,18 @@ def test_a_worker_serves_process_metrics_that_move_as_it_works(cli: Cli) -> None
             assert line, f"the worker exited before serving metrics: {working.communicate()}"
             found = re.search(r"metrics: (http://127\.0\.0\.1:\d+/metrics)", line)
             url = found.group(1) if found else None
+        # The URL is printed as the server starts, before the worker reports its
+        # slots: wait for that report rather than reading the first scrape.
+        slots = ("runlane_worker_slots", frozenset())
+        deadline = time.monotonic() + 30
         first = scrape(url)
+        while first.get(slots, 0) != 3:
+            assert working.poll() is None, f"the worker exited early: {working.communicate()}"
+            assert time.monotonic() < deadline, f"slots never reported: {first.get(slots)}"
+            time.sleep(0.05)
+            first = scrape(url)
         greet = frozenset({("queue", "main"), ("task", "greet")})
         assert first.get(("runlane_runs_succeeded_total", greet), 0) == 0
-        assert first[("runlane_worker_slots", frozenset())] == 3
         for _ in range(2):
             trigger(cli, "greet", '{"name": "Ada"}')
         deadline = time.monotonic() + 30

@@ -193,7 +193,7 @@ def test_histograms_count_like_the_client_and_share_series_by_queue_and_task(
     )
     for duration in (0.5, 0.75, 2.0):
         attempt = Attempt(run, "w", duration=duration, outcome=AttemptOutcome.SUCCEEDED)
-        metrics.attempt(attempt)
+        metrics.started(attempt)
         metrics.settled(attempt)
     metrics.triggered([run, run])
     samples = scrape(registry)

@@ -413,6 +413,107 @@ async def test_skip_unsampled_starts_no_span_for_an_unsampled_run_even_if_the_sa
     )
 
 
+UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+@pytest.mark.parametrize(
+    "carrier",
+    [
+        {"traceparent": UNSAMPLED},
+        {"traceparent": UNSAMPLED[:-2] + "02"},  # another flag set, still not sampled
+        {"traceparent": UNSAMPLED, "tracestate": "vendor=value"},
+        {"traceparent": UNSAMPLED, "baggage": "user=ada"},
+    ],
+    ids=["plain", "other-flag", "tracestate", "baggage"],
+)
+@pytest.mark.parametrize("propagator", [PROPAGATOR, None], ids=["w3c", "global"])
+async def test_an_unsampled_run_makes_current_exactly_what_the_propagator_extracts(
+    tmp_path: Path, carrier: dict[str, str], propagator: Any
+) -> None:
+    """skip_unsampled reads a plain traceparent itself; whatever the carrier, task code
+    sees the context the propagator would have extracted (ids, flags, trace state,
+    remote), and the run's baggage with the global propagator."""
+    from opentelemetry import baggage, propagate
+
+    provider, recorded = sampled_provider(ALWAYS_ON)
+    baggage_seen: dict[str, Any] = {}
+
+    @task("otel.seen_baggage")
+    async def seen_baggage(payload: Any, ctx: Context) -> None:
+        SEEN[ctx.run_id] = trace.get_current_span().get_span_context()
+        baggage_seen[ctx.run_id] = baggage.get_all()
+
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen_baggage],
+        observers=[otel_tracing(provider, propagator, skip_unsampled=True)],
+    ) as rl:
+        await rl.migrate()
+        run = await rl.trigger(seen_baggage, None, trace_carrier=carrier)
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status is RunStatus.SUCCEEDED
+    expected = (propagator or propagate.get_global_textmap()).extract(carrier)
+    assert SEEN[run.id] == trace.get_current_span(expected).get_span_context()
+    assert SEEN[run.id].trace_flags.sampled is False
+    assert baggage_seen[run.id] == baggage.get_all(expected)
+    assert [span.name for span in recorded.get_finished_spans()] == ["trigger otel.seen_baggage"]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "00-" + "0" * 32 + UNSAMPLED[35:],  # an invalid trace id
+        UNSAMPLED[:36] + "0" * 16 + "-00",  # an invalid span id
+        UNSAMPLED.upper(),  # the W3C format is lower case
+        UNSAMPLED + "-extra",  # version 00 has four fields
+    ],
+)
+async def test_an_unusable_traceparent_starts_a_new_trace_even_with_skip_unsampled(
+    tmp_path: Path, header: str
+) -> None:
+    """A traceparent the propagator rejects is no decision: the attempt is a root, and
+    the sampler (here: always) records it."""
+    provider, recorded = sampled_provider(ALWAYS_ON)
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(provider, None, skip_unsampled=True)],
+    ) as rl:
+        await rl.migrate()
+        run = await rl.trigger(seen, None, trace_carrier={"traceparent": header})
+        await rl.execute_next()
+    (execute,) = named(recorded.get_finished_spans(), "execute otel.seen")
+    assert execute.parent is None and list(execute.links) == []
+    assert SEEN[run.id] == execute.context and execute.context.trace_id != int(UNSAMPLED[3:35], 16)
+
+
+@pytest.mark.parametrize("carrier", [None, {"traceparent": UNSAMPLED[:-2] + "01"}])
+async def test_without_an_sdk_task_code_runs_in_the_runs_or_the_callers_context(
+    tmp_path: Path, carrier: dict[str, str] | None
+) -> None:
+    """With the API's no-op tracer there is no span to make current: task code sees the
+    stored carrier's context, or, for a run without one, the caller's own span."""
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(trace.NoOpTracerProvider(), PROPAGATOR)],
+    ) as rl:
+        await rl.migrate()
+        run = await rl.trigger(seen, None, trace_carrier=carrier)
+        with TRACER.start_as_current_span("the caller") as caller:
+            settled = await rl.execute_next()
+            assert trace.get_current_span() is caller  # left as it was
+    assert settled is not None and settled.status is RunStatus.SUCCEEDED
+    if carrier is None:
+        assert SEEN[run.id] == caller.get_span_context()
+    else:
+        expected = trace.get_current_span(PROPAGATOR.extract(carrier)).get_span_context()
+        assert SEEN[run.id] == expected and expected.is_valid
+
+
 async def test_a_failed_trigger_ends_its_producer_span_as_an_error(tmp_path: Path) -> None:
     async with runtime(tmp_path / "o.db") as rl:
         await rl.migrate()

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Protocol, cast
 
 from runlane.core.store import StoreScope
-from runlane.core.transitions import project
 from runlane.storage.protocol import SettlesAndClaims
 from runlane.types.records import LeaseRequest, QueuePolicy, Transition
 from runlane.types.runs import Run
@@ -73,7 +72,7 @@ class TransitionBatcher:
         self._max_flushes = max(1, max_flushes)
         self._claims = claims if isinstance(store.storage, SettlesAndClaims) else None
         #: (run, transition, future, whether the caller wants the run as stored after it).
-        self._pending: list[tuple[Run, Transition, asyncio.Future[Run | None], bool]] = []
+        self._pending: list[tuple[Transition, asyncio.Future[datetime | None]]] = []
         #: Flush tasks started and not finished; whether one has not taken its batch yet.
         self._flushes: set[asyncio.Task[None]] = set()
         self._starting = False
@@ -83,15 +82,12 @@ class TransitionBatcher:
         """Whether nothing is waiting to be written or being written."""
         return not self._pending and not self._flushes
 
-    async def apply(self, run: Run, transition: Transition, *, project: bool = True) -> Run | None:
-        """Apply one transition of ``run``; the run as stored after it, or ``None`` when its
-        compare-and-set condition failed.
-
-        With ``project=False`` the caller does not need the stored run: an applied
-        transition then returns ``run`` itself, as it was before (no new record is built).
-        """
-        future: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((run, transition, future, project))
+    async def apply(self, transition: Transition) -> datetime | None:
+        """Apply one transition of a run; the time it was written at (the stored run is
+        ``project(run, transition, that time)``), or ``None`` when its compare-and-set
+        condition failed. The caller builds the stored run only if it needs it."""
+        future: asyncio.Future[datetime | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((transition, future))
         self._start_flush()
         return await future
 
@@ -128,7 +124,7 @@ class TransitionBatcher:
         # What is left may go out in another flush at the same time.
         self._start_flush()
         now = store.now()
-        transitions = [t for _, t, _, _ in batch]
+        transitions = [t for t, _ in batch]
         claimed: list[Run] = []
         try:
             if request is None:
@@ -136,7 +132,7 @@ class TransitionBatcher:
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
-            for _, _, future, _ in batch:
+            for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
             if hook is not None and request is not None:
@@ -144,12 +140,9 @@ class TransitionBatcher:
             if not isinstance(error, Exception):
                 raise
             return
-        for (run, transition, future, wanted), ok in zip(batch, applied, strict=True):
+        for (_, future), ok in zip(batch, applied, strict=True):
             if not future.done():
-                if not ok:
-                    future.set_result(None)
-                else:
-                    future.set_result(project(run, transition, now) if wanted else run)
+                future.set_result(now if ok else None)
         if hook is not None and request is not None:
             hook.claimed(claimed, request)
 

@@ -37,7 +37,8 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy, RunChanges
+from runlane.core.transitions import project as project_run
+from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy, Transition
 from runlane.types.runs import Run, RunFailure, RunStatus
 
 if TYPE_CHECKING:
@@ -185,11 +186,19 @@ class AttemptRunner:
             return await self._execute(
                 report, settings, stop, max_attempt_duration, batcher, project, handler_done
             )
-        async with observers.attempt(report):
-            # Observers look at the settled run: always build it.
+        observers.started(report)
+        if observers.wraps_attempts:
+            async with observers.attempt(report):
+                return await self._execute(
+                    report, settings, stop, max_attempt_duration, batcher, project, handler_done
+                )
+        try:
             return await self._execute(
-                report, settings, stop, max_attempt_duration, batcher, True, handler_done
+                report, settings, stop, max_attempt_duration, batcher, project, handler_done
             )
+        finally:
+            if report.outcome is not None:
+                observers.settled(report)
 
     async def _execute(
         self,
@@ -456,11 +465,11 @@ class AttemptRunner:
                 )
             else:
                 transition = settle_attempt(current, outcome, policy, now)
-            settled = await settles.apply(current, transition, project=project)
-            if settled is not None:
+            written = await settles.apply(transition)
+            if written is not None:
                 if report is not None:
-                    _report_settled(report, outcome, transition.changes, settled, project, now)
-                return settled
+                    _report_settled(report, outcome, transition, current, written, now)
+                return project_run(current, transition, written) if project else current
             fresh = await store.storage.get_run(store.environment, run.id)
             if (
                 fresh is None
@@ -773,14 +782,14 @@ def _log_outcome(report: Attempt) -> None:
 def _report_settled(
     report: Attempt,
     outcome: AttemptOutcome | Ended,
-    changes: RunChanges,
-    settled: Run,
-    projected: bool,
+    transition: Transition,
+    run: Run,
+    written: datetime,
     now: datetime,
 ) -> None:
+    changes = transition.changes
     report.outcome = OUTCOME_BY_STATUS.get(changes.status, Outcome.SUCCEEDED)
-    if projected:
-        report.settled = settled
+    report.settled_as(run, transition, written)
     if changes.run_at is not None and changes.status in (RunStatus.RETRYING, RunStatus.RELEASED):
         report.delay_seconds = max(0.0, (changes.run_at - now).total_seconds())
     if type(outcome) is Released:

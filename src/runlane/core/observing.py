@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,7 +22,10 @@ from runlane.core.errors import configuration_error
 from runlane.types.runs import Run, RunFailure, RunStatus, TickReport
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from runlane.core.definitions import QueueDef, TaskDef
+    from runlane.types.records import Transition
 
 logger = logging.getLogger("runlane.observers")
 
@@ -52,7 +54,6 @@ OUTCOME_BY_STATUS: Mapping[RunStatus, Outcome] = {
 }
 
 
-@dataclass(slots=True, eq=False)
 class Attempt:
     """One attempt as observers see it; filled in as it goes.
 
@@ -65,16 +66,72 @@ class Attempt:
     ``dead_letter_reason``.
     """
 
-    run: Run
-    worker_id: str
-    duration: float = 0.0
-    error: BaseException | None = None
-    failure: RunFailure | None = None
-    outcome: Outcome | None = None
-    settled: Run | None = None
-    delay_seconds: float | None = None
-    release_reason: str | None = None
-    dead_letter_reason: str | None = None
+    __slots__ = (
+        "_projection",
+        "_settled",
+        "dead_letter_reason",
+        "delay_seconds",
+        "duration",
+        "error",
+        "failure",
+        "outcome",
+        "release_reason",
+        "run",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        run: Run,
+        worker_id: str,
+        duration: float = 0.0,
+        error: BaseException | None = None,
+        failure: RunFailure | None = None,
+        outcome: Outcome | None = None,
+        settled: Run | None = None,
+        delay_seconds: float | None = None,
+        release_reason: str | None = None,
+        dead_letter_reason: str | None = None,
+    ) -> None:
+        self.run = run
+        self.worker_id = worker_id
+        self.duration = duration
+        self.error = error
+        self.failure = failure
+        self.outcome = outcome
+        self._settled = settled
+        self._projection: tuple[Run, Transition, datetime] | None = None
+        self.delay_seconds = delay_seconds
+        self.release_reason = release_reason
+        self.dead_letter_reason = dead_letter_reason
+
+    @property
+    def settled(self) -> Run | None:
+        """The run as settled (built on first read: most observers never look)."""
+        projection = self._projection
+        if projection is not None:
+            from runlane.core.transitions import project
+
+            self._settled = project(*projection)
+            self._projection = None
+        return self._settled
+
+    @settled.setter
+    def settled(self, run: Run | None) -> None:
+        self._settled = run
+        self._projection = None
+
+    def settled_as(self, run: Run, transition: Transition, at: datetime) -> None:
+        """The outcome was written: ``settled`` is ``run`` after ``transition`` at ``at``
+        (the record is built only if an observer reads it)."""
+        self._settled = None
+        self._projection = (run, transition, at)
+
+    def __repr__(self) -> str:
+        return (
+            f"Attempt(run={self.run.id!r}, attempt={self.run.attempt}, "
+            f"worker_id={self.worker_id!r}, outcome={self.outcome}, duration={self.duration})"
+        )
 
 
 class ObservedRuntime(Protocol):
@@ -119,6 +176,11 @@ class Observer:
     def triggered(self, runs: Sequence[Run]) -> None:
         """Runs this process created (not those an idempotency or singleton key returned)."""
 
+    def started(self, attempt: Attempt) -> None:
+        """An attempt begins: its lease is held and its handler not called yet (before
+        any ``attempt`` context is entered). Cheaper than ``attempt`` for an observer
+        that only counts."""
+
     def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
         """Wraps one attempt from just after its lease is held until its outcome is
         written (worker, ``execute_next``, ``run_now``, ``execute_delivery``); it is
@@ -144,6 +206,7 @@ class Observer:
 HOOKS = (
     "producing",
     "triggered",
+    "started",
     "attempt",
     "settled",
     "lease_expired",
@@ -153,16 +216,28 @@ HOOKS = (
 
 
 class Observers:
-    """The runtime's observers, called with their failures isolated."""
+    """The runtime's observers, called with their failures isolated.
 
-    __slots__ = ("_hooks", "_logged", "_runtime", "items")
+    Each hook keeps the list of observers that override it, found once when an
+    observer is added: a hook nobody overrides costs one empty loop, and the
+    per-attempt ones (``started``, ``settled``, ``slots``) are called as bound
+    methods kept beside them.
+    """
+
+    __slots__ = ("_bound", "_hooks", "_logged", "_runtime", "items", "wraps_attempts")
 
     def __init__(self, runtime: ObservedRuntime, observers: Sequence[Observer] = ()) -> None:
         self.items: list[Observer] = []
         self._runtime = runtime
         self._logged: set[tuple[int, str]] = set()
-        #: Per hook, the observers that override it: a hook nobody overrides costs nothing.
+        #: Per hook, the observers that override it.
         self._hooks: dict[str, list[Observer]] = {hook: [] for hook in HOOKS}
+        #: Per hook, (observer, its bound hook) of the same observers.
+        self._bound: dict[str, list[tuple[Observer, Callable[..., Any]]]] = {
+            hook: [] for hook in HOOKS
+        }
+        #: Whether any observer wraps attempts in a context (``attempt``).
+        self.wraps_attempts = False
         for observer in observers:
             self.add(observer)
 
@@ -176,6 +251,8 @@ class Observers:
         for hook, overriding in self._hooks.items():
             if getattr(type(observer), hook) is not getattr(Observer, hook):
                 overriding.append(observer)
+                self._bound[hook].append((observer, getattr(observer, hook)))
+        self.wraps_attempts = bool(self._hooks["attempt"])
         try:
             observer.attached(self._runtime)
         except Exception:
@@ -196,11 +273,35 @@ class Observers:
 
     def call(self, hook: str, *args: Any) -> None:
         """Call ``hook(*args)`` on every observer that overrides it."""
-        for observer in self._hooks[hook]:
+        for observer, bound in self._bound[hook]:
             try:
-                getattr(observer, hook)(*args)
+                bound(*args)
             except Exception:
                 self.failed(observer, hook)
+
+    def started(self, attempt: Attempt) -> None:
+        """Every observer's ``started`` (once per attempt: no dispatch by name)."""
+        for observer, bound in self._bound["started"]:
+            try:
+                bound(attempt)
+            except Exception:
+                self.failed(observer, "started")
+
+    def settled(self, attempt: Attempt) -> None:
+        """Every observer's ``settled``."""
+        for observer, bound in self._bound["settled"]:
+            try:
+                bound(attempt)
+            except Exception:
+                self.failed(observer, "settled")
+
+    def slots(self, busy: int, total: int) -> None:
+        """Every observer's ``slots``."""
+        for observer, bound in self._bound["slots"]:
+            try:
+                bound(busy, total)
+            except Exception:
+                self.failed(observer, "slots")
 
     @contextlib.contextmanager
     def producing(self, task_id: str, queue: str, count: int) -> Iterator[dict[str, str] | None]:
@@ -244,30 +345,49 @@ class _AttemptScope:
     """Enters the observers' attempt contexts in order and leaves them in reverse
     (a plain class: this runs once per attempt)."""
 
-    __slots__ = ("_attempt", "_entered", "_observers")
+    __slots__ = ("_attempt", "_entered", "_manager", "_observer", "_observers")
 
     def __init__(self, observers: Observers, attempt: Attempt) -> None:
         self._observers = observers
         self._attempt = attempt
-        self._entered: list[tuple[Observer, AbstractAsyncContextManager[None]]] = []
+        #: The first context entered and its observer (usually the only one), then
+        #: observer, manager, observer, manager... of the others.
+        self._observer: Any = None
+        self._manager: AbstractAsyncContextManager[None] | None = None
+        self._entered: list[Any] | None = None
 
     async def __aenter__(self) -> None:
         observers, attempt = self._observers, self._attempt
-        for observer in observers._hooks["attempt"]:
+        for observer, bound in observers._bound["attempt"]:
             try:
-                manager = observer.attempt(attempt)
+                manager = bound(attempt)
                 await manager.__aenter__()
             except Exception:
                 observers.failed(observer, "attempt")
                 continue
-            self._entered.append((observer, manager))
+            if self._manager is None:
+                self._observer, self._manager = observer, manager
+            elif self._entered is None:
+                self._entered = [observer, manager]
+            else:
+                self._entered += (observer, manager)
 
     async def __aexit__(self, *exc: object) -> None:
-        observers, attempt = self._observers, self._attempt
+        observers, attempt, entered = self._observers, self._attempt, self._entered
         if attempt.outcome is not None:
-            observers.call("settled", attempt)
-        for observer, manager in reversed(self._entered):
+            for observer, bound in observers._bound["settled"]:  # Observers.settled, inline
+                try:
+                    bound(attempt)
+                except Exception:
+                    observers.failed(observer, "settled")
+        if entered is not None:
+            for index in range(len(entered) - 2, -1, -2):
+                try:
+                    await entered[index + 1].__aexit__(None, None, None)
+                except Exception:
+                    observers.failed(entered[index], "attempt")
+        if self._manager is not None:
             try:
-                await manager.__aexit__(None, None, None)
+                await self._manager.__aexit__(None, None, None)
             except Exception:
-                observers.failed(observer, "attempt")
+                observers.failed(self._observer, "attempt")

@@ -204,7 +204,7 @@ class Worker:
             extra={"event": "worker.started", "worker_id": self.worker_id},
         )
         if observers:
-            observers.call("slots", 0, self.concurrency)
+            observers.slots(0, self.concurrency)
         try:
             while not self._stop.is_set():
                 free = self._room()
@@ -328,7 +328,7 @@ class Worker:
             self._buffer_filled.set()
         self._claim_batch = self._claim_batch_for(self.concurrency + self._ahead())
         if self._observers:
-            self._observers.call("slots", len(holding), concurrency)
+            self._observers.slots(len(holding), concurrency)
 
     def _begin(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         key = (run.id, run.attempt)
@@ -435,7 +435,7 @@ class Worker:
             if self._slot_freed is not None:
                 self._slot_freed.set()
             if observers:
-                observers.call("slots", len(self._holding), self.concurrency)
+                observers.slots(len(self._holding), self.concurrency)
 
         observers = self._observers
         on_progress = self._on_progress

@@ -6,7 +6,6 @@ import dataclasses
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, TickReport, __version__
@@ -222,6 +221,8 @@ class PrometheusMetrics(Observer):
             shared[key] = _Collectors(client, registry, key)
         self.c = shared[key]
         self._buckets = key
+        #: The series of the last (queue, task) seen: attempts come in runs of one task.
+        self._last: tuple[str, str, _Series] | None = None
         self._ticks = [f.name for f in dataclasses.fields(TickReport) if f.name != "failures"]
 
     def attached(self, runtime: ObservedRuntime) -> None:
@@ -232,21 +233,29 @@ class PrometheusMetrics(Observer):
         for run in runs:
             of(run.queue, run.task_id).triggered += 1
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
-        run = attempt.run
+    def _series(self, run: Run) -> _Series:
+        last = self._last
+        if last is not None and last[1] == run.task_id and last[0] == run.queue:
+            return last[2]
         series = self.c.of(run.queue, run.task_id)
+        self._last = (run.queue, run.task_id, series)
+        return series
+
+    def started(self, attempt: Attempt) -> None:
+        run = attempt.run
+        series = self._series(run)
         series.started += 1
-        latency = max((run.updated_at - run.run_at).total_seconds(), 0.0)
+        latency = (run.updated_at - run.run_at).total_seconds()
+        if latency < 0.0:
+            latency = 0.0
         histogram = series.start_latency
         histogram.counts[bisect_left(self._buckets, latency)] += 1
         histogram.sum += latency
-        return _NOTHING
 
     def settled(self, attempt: Attempt) -> None:
         outcome = attempt.outcome
         assert outcome is not None
-        run = attempt.run
-        series = self.c.of(run.queue, run.task_id)
+        series = self._series(attempt.run)
         if outcome in series.outcomes:
             series.outcomes[outcome] += 1
         duration = attempt.duration
@@ -266,19 +275,6 @@ class PrometheusMetrics(Observer):
     def slots(self, busy: int, total: int) -> None:
         self.c.slots_busy = busy
         self.c.slots_total = total
-
-
-class _Nothing:
-    """A reusable async context manager that does nothing (cheaper than building one)."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
 
 
 def prometheus_metrics(

@@ -7,7 +7,6 @@ both, so both drivers hand core identical values.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
@@ -29,7 +28,7 @@ from runlane.types.runs import (
 )
 
 #: Bound once: the decoder calls it for every row.
-_loads = json.loads
+_loads = load_json
 
 #: A database row read by column name (sqlite3.Row, psycopg dict rows), JSON as text.
 Row = Mapping[str, Any] | Any

@@ -54,6 +54,9 @@ class Recorder(Observer):
     def triggered(self, runs: Sequence[Run]) -> None:
         self.calls.append(("triggered", [run.id for run in runs]))
 
+    def started(self, attempt: Attempt) -> None:
+        self.calls.append(("started", attempt.run.id))
+
     @contextlib.asynccontextmanager
     async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
         self.calls.append(("attempt.enter", attempt.run.id))
@@ -101,6 +104,9 @@ class Broken(Observer):
 
     def triggered(self, runs: Sequence[Run]) -> None:
         raise RuntimeError("triggered broke")
+
+    def started(self, attempt: Attempt) -> None:
+        raise RuntimeError("started broke")
 
     def attempt(self, attempt: Attempt) -> Any:
         raise RuntimeError("attempt broke")
@@ -162,13 +168,15 @@ async def test_an_observer_sees_a_trigger_and_the_attempt_around_the_handler(
     assert recorder.calls == [
         ("producing", ("observed.echo", "main", 1)),
         ("triggered", [run.id]),
+        ("started", run.id),
         ("attempt.enter", run.id),
         ("settled", AttemptOutcome.SUCCEEDED),
         ("attempt.exit", AttemptOutcome.SUCCEEDED),
     ]
     (attempt,) = recorder.settles
     assert attempt.run.status is RunStatus.RUNNING and attempt.run.attempt == 1
-    assert attempt.settled is not None and attempt.settled.status is RunStatus.SUCCEEDED
+    # The settled run is built when first read, the same as the one written.
+    assert attempt.settled == settled
     assert attempt.duration >= 0 and attempt.error is None and attempt.failure is None
 
 
@@ -207,7 +215,13 @@ async def test_every_entry_point_is_observed(make_runtime: Factory) -> None:
     assert result.run.result["around"] == f"around {delivered.id}"
     entered = [value for name, value in recorder.calls if name == "attempt.enter"]
     assert entered == [now_run.id, worker_run.id, delivered.id]
+    assert [value for name, value in recorder.calls if name == "started"] == entered
     assert [a.outcome for a in recorder.settles] == [AttemptOutcome.SUCCEEDED] * 3
+    # Every entry point gives observers the run as stored after the attempt, the
+    # worker's too (which builds no settled run for itself).
+    for attempt in recorder.settles:
+        assert attempt.settled is not None
+        assert attempt.settled == await rl.runs.get(attempt.run.id)
     slots = [value for name, value in recorder.calls if name == "slots"]
     assert slots[0] == (0, 2) and (1, 2) in slots and slots[-1] == (0, 2)
 
@@ -241,10 +255,48 @@ async def test_an_observer_that_raises_is_logged_once_per_hook_and_changes_nothi
         "attempt (ignored; logged once)",
         "producing (ignored; logged once)",
         "settled (ignored; logged once)",
+        "started (ignored; logged once)",
         "triggered (ignored; logged once)",
     ]
     # The healthy observer still saw everything.
     assert [a.outcome for a in recorder.settles] == [AttemptOutcome.SUCCEEDED] * 3
+
+
+class Nested(Observer):
+    """Records entering and leaving its attempt context under its own name."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
+        self.calls.append(f"enter {self.name}")
+        yield
+        self.calls.append(f"exit {self.name}")
+
+    def settled(self, attempt: Attempt) -> None:
+        self.calls.append(f"settled {self.name}")
+
+
+async def test_attempt_contexts_are_left_in_reverse_order_of_entry(
+    make_runtime: Factory,
+) -> None:
+    calls: list[str] = []
+    observers = [Nested("a", calls), Broken(), Nested("b", calls), Nested("c", calls)]
+    rl = await make_runtime([echo], observers=observers)
+    await rl.trigger(echo, None)
+    await rl.execute_next()
+    assert calls == [
+        "enter a",
+        "enter b",
+        "enter c",
+        "settled a",
+        "settled b",
+        "settled c",
+        "exit c",
+        "exit b",
+        "exit a",
+    ]
 
 
 async def test_an_observer_that_raises_when_left_changes_nothing_either(
