@@ -25,6 +25,7 @@ from runlane import (
     ManualClock,
     RetryPolicy,
     Runlane,
+    RunlaneError,
     RunStatus,
     WorkerMode,
     queue,
@@ -517,7 +518,7 @@ async def test_without_an_sdk_task_code_runs_in_the_runs_or_the_callers_context(
 async def test_a_failed_trigger_ends_its_producer_span_as_an_error(tmp_path: Path) -> None:
     async with runtime(tmp_path / "o.db") as rl:
         await rl.migrate()
-        with pytest.raises(Exception) as raised:
+        with pytest.raises(RunlaneError) as raised:
             await rl.trigger(sync_task, None, connection=object())
     (producer,) = named(EXPORTER.get_finished_spans(), "trigger otel.sync")
     assert producer.status.status_code is StatusCode.ERROR

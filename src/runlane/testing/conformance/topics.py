@@ -103,6 +103,20 @@ async def _drain(rl: Runlane) -> list[Run]:
     return done
 
 
+async def _one_dead_letter(make_runtime: Factory) -> tuple[Runlane, str]:
+    """A runtime holding one delivery its subscriber dead-lettered, and that run's id."""
+    orders = _orders()
+
+    async def refuse(message: Message[Any], ctx: DeliveryContext) -> Outcome:
+        return Outcome.dead_letter("refused")
+
+    rl = await _runtime(make_runtime, [_sub("s", refuse, orders)])
+    receipt = await rl.publish(orders, {"order_id": 1})
+    run_id = receipt.runs[0].id
+    await _drain(rl)
+    return rl, run_id
+
+
 async def _claim(rl: Runlane, worker: str = "gone-worker") -> Run:
     """Lease one due delivery to a worker that then vanishes (it never settles)."""
     now = rl.clock.now()
@@ -914,15 +928,7 @@ async def test_tick_releases_expired_deduplication_keys(make_runtime: Factory) -
 
 
 async def test_replay_and_discard_are_audited_in_the_run_history(make_runtime: Factory) -> None:
-    orders = _orders()
-
-    async def refuse(message: Message[Any], ctx: DeliveryContext) -> Outcome:
-        return Outcome.dead_letter("refused")
-
-    rl = await _runtime(make_runtime, [_sub("s", refuse, orders)])
-    receipt = await rl.publish(orders, {"order_id": 1})
-    run_id = receipt.runs[0].id
-    await _drain(rl)
+    rl, run_id = await _one_dead_letter(make_runtime)
     await rl.dead_letters.replay(run_id, reason="retry after fix", actor="alice")
     await _drain(rl)
     await rl.dead_letters.discard(run_id, reason="gave up", actor="bob")
@@ -938,15 +944,7 @@ async def test_replay_and_discard_are_audited_in_the_run_history(make_runtime: F
 
 
 async def test_replay_and_discard_are_compare_and_set(make_runtime: Factory) -> None:
-    orders = _orders()
-
-    async def refuse(message: Message[Any], ctx: DeliveryContext) -> Outcome:
-        return Outcome.dead_letter("refused")
-
-    rl = await _runtime(make_runtime, [_sub("s", refuse, orders)])
-    receipt = await rl.publish(orders, {"order_id": 1})
-    run_id = receipt.runs[0].id
-    await _drain(rl)
+    rl, run_id = await _one_dead_letter(make_runtime)
     await rl.dead_letters.discard(run_id, reason="first")
     for call in (
         rl.dead_letters.replay(run_id),
@@ -1126,15 +1124,7 @@ async def test_runs_operations_refuse_what_does_not_apply_to_deliveries(
 
 
 async def test_operator_calls_check_their_arguments_first(make_runtime: Factory) -> None:
-    orders = _orders()
-
-    async def refuse(message: Message[Any], ctx: DeliveryContext) -> Outcome:
-        return Outcome.dead_letter("refused")
-
-    rl = await _runtime(make_runtime, [_sub("s", refuse, orders)])
-    receipt = await rl.publish(orders, {"order_id": 1})
-    run_id = receipt.runs[0].id
-    await _drain(rl)
+    rl, run_id = await _one_dead_letter(make_runtime)
     letters = rl.dead_letters
     cases: list[tuple[Awaitable[Any], ErrorCode]] = [
         (letters.list(topic="nope"), ErrorCode.TOPIC_NOT_FOUND),
