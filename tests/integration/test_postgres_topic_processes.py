@@ -8,7 +8,6 @@ handlers, not read back from run statuses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -100,15 +99,24 @@ async def _publish(rl: Runlane, customers: int, per_customer: int) -> int:
 
 async def _wait_until_succeeded(rl: Runlane, total: int, within: float) -> None:
     deadline = time.monotonic() + within
+    tick_error: Exception | None = None
     while time.monotonic() < deadline:
-        # Recover leases of killed workers from here too (any process may tick).
-        with contextlib.suppress(Exception):
+        # Recover leases of killed workers from here too (any process may tick). A tick
+        # may lose a race with the workers' own; one that keeps failing is the cause
+        # the timeout below reports.
+        try:
             await rl.tick()
+            tick_error = None
+        except Exception as error:
+            tick_error = error
         stats = await rl.queue_stats()
         if sum(s.counts.get(RunStatus.SUCCEEDED, 0) for s in stats) >= total:
             return
         await asyncio.sleep(0.3)
-    raise AssertionError(f"deliveries did not finish within {within}s: {await rl.queue_stats()}")
+    raise AssertionError(
+        f"deliveries did not finish within {within}s: {await rl.queue_stats()}; "
+        f"last tick error: {tick_error!r}"
+    )
 
 
 Event = tuple[datetime, str, str, int, str, int]  # at, phase, run_id, n, key, pid

@@ -221,8 +221,7 @@ def test_each_outcome_is_settled_on_the_queue(sns_world: SnsWorld) -> None:
         for m in again
     }
     assert back == {"retry": "2", "transient": "2", "release": "2"}
-    time.sleep(1.5)
-    later = sns_world.receive_all(binding.queue_url, expected=2, within=3)
+    later = sns_world.receive_all(binding.queue_url, expected=2, within=4.5)
     assert sorted(json.loads(m["Body"])["message"]["id"] for m in later) == ["junk", "raise"]
     copies = dead_letters(sns_world, binding, 2)
     assert set(copies) == {"dead", "fatal"}
