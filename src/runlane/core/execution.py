@@ -100,16 +100,15 @@ class AttemptRunner:
         tasks: Mapping[str, TaskDef[Any]],
         observers: Observers,
         threads: Callable[[], Executor],
-        subscriptions: Subscriptions | None = None,
+        subscriptions: Subscriptions,
     ) -> None:
         """Run attempts of ``tasks`` against ``store``, seen by ``observers``; sync
         task functions run on ``threads()`` (called when one first runs, so a runtime
         that only runs async tasks never starts a pool). Delivery runs call the
-        handlers of ``subscriptions`` (none registered: every delivery fails as an
-        unknown subscription would)."""
+        handlers of ``subscriptions``."""
         self._store = store
         self._tasks = tasks
-        self._subscriptions = subscriptions or Subscriptions(store, {})
+        self._subscriptions = subscriptions
         self._observers = observers
         self._threads = threads
         self._settles = TransitionBatcher(store)

@@ -32,7 +32,7 @@ from runlane.core.maintenance import (
 )
 from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
-from runlane.core.producing import Producer, RunWriter, TriggerPlan
+from runlane.core.producing import Producer, RunWriter
 from runlane.core.publisher import Publisher
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
@@ -45,7 +45,6 @@ from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.records import PublishReceipt
 from runlane.topics.registration import TopicRegistry, register_topics
 from runlane.transport.protocol import DeliveryMessage
-from runlane.types.records import NewRun
 from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
@@ -410,66 +409,6 @@ class Runlane:
             connection=connection,
         )
 
-    def plan_trigger(
-        self,
-        task: TaskDef[Any] | str,
-        *,
-        source: RunSource,
-        queue: QueueDef | str | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        idempotency_key: str | None = None,
-        singleton_key: str | None = None,
-        concurrency_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-    ) -> TriggerPlan:
-        """Validate the payload-independent options of a call; nothing is written here."""
-        return self._producer.plan_trigger(
-            task,
-            source=source,
-            queue=queue,
-            delay=delay,
-            run_at=run_at,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-        )
-
-    def build_new_run(
-        self,
-        task: TaskDef[Any] | str,
-        payload: Any,
-        *,
-        source: RunSource,
-        queue: QueueDef | str | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        idempotency_key: str | None = None,
-        singleton_key: str | None = None,
-        concurrency_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-    ) -> NewRun:
-        """Validate everything about one run to create; nothing is written here."""
-        return self._producer.build_new_run(
-            task,
-            payload,
-            source=source,
-            queue=queue,
-            delay=delay,
-            run_at=run_at,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-        )
-
-    async def create_child_run(
-        self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
-    ) -> Run:
-        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
-        return await self._producer.create_child_run(source, source_type, queue)
-
     # -- executing -----------------------------------------------------------------
 
     def lease_settings(
@@ -609,11 +548,6 @@ class Runlane:
             else None,
             claim_ahead=claim_ahead,
         )
-
-    @property
-    def attempts(self) -> AttemptRunner:
-        """The attempt runner (used by workers)."""
-        return self._attempts
 
     # -- maintenance and operating ---------------------------------------------------
 
