@@ -32,6 +32,7 @@ from runlane.storage.sql.messages import (
     check_reuse,
     deduplication_params,
     delivery_run,
+    is_plain_message,
     message_from_row,
     message_params,
     publish_source,
@@ -59,14 +60,6 @@ def is_plain(messages: Sequence[NewMessage]) -> bool:
     """Whether the call is one message without a deduplication key whose deliveries
     need no key lock: :func:`publish_plain_message` publishes it in one statement."""
     return len(messages) == 1 and is_plain_message(messages[0])
-
-
-def is_plain_message(message: NewMessage) -> bool:
-    """Whether ``message`` has no deduplication key and no delivery that needs a key
-    lock: :func:`publish_plain_messages` can write it beside others in one statement."""
-    return message.deduplication_key is None and all(
-        d.partition_key is None for d in message.deliveries
-    )
 
 
 async def publish_plain_message(

@@ -94,6 +94,14 @@ def deduplication_params(environment: str, message: NewMessage, now_us: int) -> 
     }
 
 
+def is_plain_message(message: NewMessage) -> bool:
+    """Whether ``message`` has no deduplication key and no delivery that needs a key
+    lock: the drivers write such messages beside others in one go."""
+    return message.deduplication_key is None and all(
+        d.partition_key is None for d in message.deliveries
+    )
+
+
 def check_reuse(message: NewMessage, stored_envelope: str) -> None:
     """A stored message has ``message``'s id: return if it is the same message (a
     duplicate), else ``MESSAGE_ID_CONFLICT``."""

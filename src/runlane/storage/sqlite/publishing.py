@@ -22,6 +22,7 @@ from runlane.storage.sql.messages import (
     created_event_data,
     deduplication_params,
     delivery_run,
+    is_plain_message,
     key_params,
     message_from_row,
     message_params,
@@ -81,15 +82,13 @@ def _publish_all(
     """Plain messages (no deduplication key, no keyed delivery, distinct ids) in bulk;
     any other call one message at a time."""
     ids = {m.id for m in messages}
-    if len(messages) > 1 and len(ids) == len(messages) and all(_is_plain(m) for m in messages):
+    if (
+        len(messages) > 1
+        and len(ids) == len(messages)
+        and all(is_plain_message(m) for m in messages)
+    ):
         return _publish_plain(cur, environment, messages, now_us, claimed_until)
     return [_publish(cur, environment, m, now_us, claimed_until) for m in messages]
-
-
-def _is_plain(message: NewMessage) -> bool:
-    return message.deduplication_key is None and all(
-        d.partition_key is None for d in message.deliveries
-    )
 
 
 def _publish_plain(
