@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
 
+from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.store import StoreScope
 from runlane.storage.protocol import SettlesAndClaims
 from runlane.types.records import LeaseRequest, QueuePolicy, Transition
@@ -28,6 +29,12 @@ logger = logging.getLogger("runlane.worker")
 
 #: Most transitions written in one storage call.
 MAX_SETTLE_BATCH = 500
+
+#: Pauses before writing a batch again after storage was unavailable (a restart, a
+#: failover, a dropped connection): about six seconds in all. Each transition is a
+#: compare-and-set on its attempt's fencing token, so writing it twice is harmless, and
+#: a settle that gets through saves its run from running again after its lease expires.
+SETTLE_RETRY_DELAYS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +135,7 @@ class TransitionBatcher:
         claimed: list[Run] = []
         try:
             if request is None:
-                applied = await store.storage.apply_transitions(store.environment, transitions, now)
+                applied = await self._apply(transitions, now)
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
@@ -158,4 +165,23 @@ class TransitionBatcher:
         except Exception as error:
             # Settles must not fail because a claim did: write them on their own.
             logger.warning("settling and claiming failed (%s); settling alone", error)
-            return await store.storage.apply_transitions(store.environment, transitions, now), []
+            return await self._apply(transitions, now), []
+
+    async def _apply(self, transitions: list[Transition], now: datetime) -> list[bool]:
+        """Write ``transitions``, again after short pauses while storage is unavailable."""
+        store = self._store
+        for delay in SETTLE_RETRY_DELAYS:
+            try:
+                return await store.storage.apply_transitions(store.environment, transitions, now)
+            except RunlaneError as error:
+                # Closed storage (the runtime is shutting down) does not come back.
+                if error.code != ErrorCode.STORAGE_UNAVAILABLE or error.meta.get("open") is False:
+                    raise
+                logger.warning(
+                    "writing %d settles failed (%s); trying again in %ss",
+                    len(transitions),
+                    error,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+        return await store.storage.apply_transitions(store.environment, transitions, now)

@@ -252,7 +252,10 @@ class PostgresStorage(SqlStorageBase):
         pool = self._pool
         if pool is None:
             raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE, "PostgreSQL storage is not open.", retryable=True
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "PostgreSQL storage is not open.",
+                meta={"open": False},
+                retryable=True,
             )
         for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
             try:

@@ -93,7 +93,10 @@ class SqliteConnection:
         executor = self._executor
         if executor is None:
             raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE, "SQLite storage is not open.", retryable=True
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "SQLite storage is not open.",
+                meta={"open": False},
+                retryable=True,
             )
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -149,7 +152,10 @@ class SqliteConnection:
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
             raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE, "SQLite storage is not open.", retryable=True
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "SQLite storage is not open.",
+                meta={"open": False},
+                retryable=True,
             )
         return self._conn
 
