@@ -32,7 +32,7 @@ from runlane.core.ids import new_run_id
 from runlane.core.observing import Observers
 from runlane.core.store import StoreScope
 from runlane.topics.definitions import TopicDef
-from runlane.topics.publishing import ValidatedPublish, canonical_envelope, validate_publish
+from runlane.topics.publishing import ValidatedPublish, envelope_of, validate_publish
 from runlane.topics.records import PublishReceipt
 from runlane.topics.registration import TopicRegistry
 from runlane.types.records import NewDelivery, NewMessage, PublishOutcome
@@ -251,7 +251,7 @@ def new_message(checked: ValidatedPublish, now: datetime, *, transport: bool) ->
         payload=checked.payload_json,
         payload_json=checked.payload_text,
         attributes=dict(message.attributes),
-        envelope=canonical_envelope(message.topic, checked.payload_json, message.attributes),
+        envelope=envelope_of(checked),
         window_ends_at=now + timedelta(seconds=checked.topic.deduplication_window),
         deduplication_key=checked.deduplication_key,
         trace_carrier=checked.trace_carrier,

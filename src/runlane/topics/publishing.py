@@ -4,7 +4,8 @@
 contract's order (the first failure wins), and returns what 5.4.2 writes: the
 message and, per matching subscription in registration order, its delivery's
 queue, mode and key. Storage then applies deduplication (:func:`is_within_window`)
-and message-id reuse (:func:`check_message_id_reuse`) in the publish transaction.
+and message-id reuse (:func:`check_envelope_reuse` on :func:`envelope_of`) in the
+publish transaction.
 """
 
 from __future__ import annotations
@@ -164,15 +165,11 @@ def canonical_envelope(topic: str, payload_json: Any, attributes: Mapping[str, s
     )
 
 
-def check_message_id_reuse(stored_envelope: str, publish: ValidatedPublish) -> None:
-    """Return if ``publish`` repeats the stored message (a duplicate), else ``MESSAGE_ID_CONFLICT``.
-
-    Checked after deduplication: a duplicate by deduplication key never gets here.
-    """
-    envelope = canonical_envelope(
-        publish.topic.name, publish.payload_json, publish.message.attributes
-    )
-    check_envelope_reuse(publish.message.id, stored_envelope, envelope)
+def envelope_of(publish: ValidatedPublish) -> str:
+    """The canonical envelope of a validated publish: what storage compares when its
+    message id is reused (:func:`check_envelope_reuse`)."""
+    message = publish.message
+    return canonical_envelope(message.topic, publish.payload_json, message.attributes)
 
 
 def check_envelope_reuse(message_id: str, stored_envelope: str, envelope: str) -> None:

@@ -15,7 +15,8 @@ from runlane.topics.messages import Message
 from runlane.topics.publishing import (
     ValidatedPublish,
     canonical_envelope,
-    check_message_id_reuse,
+    check_envelope_reuse,
+    envelope_of,
     is_within_window,
     validate_publish,
 )
@@ -285,7 +286,7 @@ def test_c19_the_same_content_with_keys_in_another_order_is_a_duplicate() -> Non
         message_id="m-1",
         now=NOW,
     )
-    check_message_id_reuse(stored, again)  # returns: a duplicate, not a conflict
+    check_envelope_reuse("m-1", stored, envelope_of(again))  # a duplicate, not a conflict
 
 
 def test_canonical_json_sorts_nested_keys_and_keeps_array_order() -> None:
@@ -305,6 +306,6 @@ def test_canonical_json_sorts_nested_keys_and_keeps_array_order() -> None:
 )
 def test_c20_a_reused_message_id_with_other_content_is_message_id_conflict(stored: str) -> None:
     with pytest.raises(RunlaneError) as raised:
-        check_message_id_reuse(stored, _publish(message_id="m-1"))
+        check_envelope_reuse("m-1", stored, envelope_of(_publish(message_id="m-1")))
     assert raised.value.code is ErrorCode.MESSAGE_ID_CONFLICT
     assert raised.value.meta == {"message_id": "m-1"}
