@@ -3,6 +3,7 @@ lane, and ``rl.sync.publish`` (contract 5.4.2, 5.4.5)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -179,3 +180,41 @@ async def test_execute_delivery_runs_a_delivery_and_ignores_one_whose_key_is_bus
         assert (await rl.runs.get(second_b.id)).status is RunStatus.QUEUED
     finally:
         await rl.close()
+
+
+async def test_concurrent_plain_publishes_share_storage_calls_and_keep_their_receipts(
+    tmp_path: Path,
+) -> None:
+    logs = topic("logs")
+    rl = Runlane(
+        lane=sqlite_lane(tmp_path / "plain.db"),
+        queues=[MAIN],
+        tasks=[],
+        topics=[logs],
+        subscriptions=[
+            subscription("logs.a", topic=logs, handler=_noop),
+            subscription("logs.b", topic=logs, handler=_noop),
+        ],
+    )
+    async with rl:
+        storage: Any = rl.storage
+        real = storage.publish_messages
+        groups: list[int] = []
+
+        async def publish_messages(*args: Any, **kwargs: Any) -> Any:
+            outcomes = await real(*args, **kwargs)
+            groups.append(len(outcomes))
+            return outcomes
+
+        storage.publish_messages = publish_messages
+        receipts = await asyncio.gather(
+            *(rl.publish(logs, {"n": n}, message_id=f"m-{n}") for n in range(50))
+        )
+        assert [receipt.message_id for receipt in receipts] == [f"m-{n}" for n in range(50)]
+        assert all(len(receipt.runs) == 2 for receipt in receipts)
+        assert sum(groups) == 50
+        assert len(groups) < 50 and max(groups) > 1, groups  # group commit, not a call each
+        runs = (await rl.runs.list(limit=200)).data
+        assert len({run.id for run in runs}) == 100
+        by_message = {receipt.message_id: {run.id for run in receipt.runs} for receipt in receipts}
+        assert len(set().union(*by_message.values())) == 100  # no receipt shows another's runs
