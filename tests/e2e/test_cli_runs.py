@@ -166,7 +166,7 @@ def test_an_unknown_task_id_gets_a_did_you_mean(cli: Cli) -> None:
     assert "Did you mean 'greet'?" in typo.stderr
 
 
-def test_errors_under_json_are_one_json_object_with_the_same_exit_status(cli: Cli) -> None:
+def test_json_errors_go_to_stdout_as_an_object_and_to_stderr_as_a_line(cli: Cli) -> None:
     typo = cli.run("trigger", APP, "greeet", "--json", expect=1)
     missing = cli.run("runs", "show", APP, "no-such-run", "--json", expect=1)
     bad_app = cli.run("runs", "list", "app:nothing_here", "--json", expect=1)
@@ -175,9 +175,10 @@ def test_errors_under_json_are_one_json_object_with_the_same_exit_status(cli: Cl
     assert error["code"] == "task_not_found"
     assert "Did you mean 'greet'?" in error["message"]
     assert error["meta"] == {"task_id": "greeet", "suggestions": ["greet"]}
+    assert typo.stderr.startswith("error[task_not_found]: task 'greeet' is not registered")
     for failed in (missing, bad_app):
         assert json.loads(failed.stdout).keys() == {"code", "message", "meta"}
-        assert failed.stderr == ""
+        assert failed.stderr.startswith(f"error[{json.loads(failed.stdout)['code']}]: ")
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,10 @@ ERROR_EXIT_CODE = 1
 
 
 class RunlaneGroup(click.Group):
-    """Turns a :class:`RunlaneError` from any command into one red line and exit status 1:
-    one JSON object on stdout under a command's ``--json``, one JSON record on stderr
-    under ``--log-format json`` (as are usage errors)."""
+    """Turns a :class:`RunlaneError` from any command into exit status 1 and one red
+    ``error[<code>]: <message>`` line on stderr (one JSON record there under
+    ``--log-format json``, as are usage errors); under a command's ``--json`` the error
+    is also one JSON object on stdout."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Refuse an argument that is not valid UTF-8 before any command sees it."""
@@ -57,10 +58,11 @@ class RunlaneGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RunlaneError as error:
+            # The error line always goes to stderr; a --json reader also gets the error
+            # as an object on stdout, where it reads the command's data.
             if ctx.meta.get(JSON_REQUESTED):
                 print_error_json(error)
-            else:
-                print_error(error)
+            print_error(error)
             ctx.exit(ERROR_EXIT_CODE)
         except click.ClickException as error:
             if not json_logs_enabled():
