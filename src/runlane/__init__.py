@@ -2,11 +2,12 @@
 
 from runlane.core.clock import Clock, ManualClock, SystemClock
 from runlane.core.context import Context, Release, Signal, SignalReason
-from runlane.core.definitions import QueueDef, TaskDef, queue, task
+from runlane.core.definitions import TaskDef, task
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.lane_spec import Lane
 from runlane.core.observing import Attempt, Observer
 from runlane.core.observing import Outcome as AttemptOutcome
+from runlane.core.queue_defs import QueueDef, queue
 from runlane.core.retry import BackoffType, RetryPolicy
 from runlane.core.runtime import Runlane
 from runlane.core.schedule_defs import ScheduleDef, schedule

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runlane.core.definitions import QueueDef
+from runlane.core.queue_defs import QueueDef
 from runlane.sqs import SqsFifo, sqs_queue, sqs_transport
 from runlane.testing.conformance.transport import *  # noqa: F403
 from runlane.testing.conformance.transport import Delivered

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from runlane.core.durations import parse_duration
 from runlane.core.errors import configuration_error
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -43,8 +44,6 @@ class ManualClock:
 
     def advance(self, by: str | timedelta | float) -> datetime:
         """Move the clock forward by a duration and return the new time."""
-        from runlane.core.durations import parse_duration
-
         self._now += timedelta(seconds=parse_duration(by, name="advance"))
         return self._now
 

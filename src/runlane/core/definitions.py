@@ -1,87 +1,25 @@
-"""Definitions users write once and pass around: queues and tasks."""
+"""Definitions users write once and pass around: tasks (queues: ``queue_defs``)."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import validate_identifier
+from runlane.core.queue_defs import QueueDef
 from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-
-if TYPE_CHECKING:
-    from runlane.core.schedule_defs import ScheduleDef
+from runlane.core.schedule_defs import ScheduleDef
 
 DEFAULT_IDEMPOTENCY_KEY_TTL = "30d"
 
 KeyOption = str | Callable[[Any], str] | None
 """A key given as a fixed string or computed from the validated payload."""
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class QueueDef:
-    """A named queue and its durable policy. Build it with :func:`queue`."""
-
-    name: str
-    default: bool
-    concurrency_limit: int | None
-    dispatch_timeout: float | None
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        default: bool = False,
-        concurrency_limit: int | None = None,
-        dispatch_timeout: Duration | None = None,
-    ) -> None:
-        validate_identifier(name, name="queue name")
-        if concurrency_limit is not None and (
-            isinstance(concurrency_limit, bool)
-            or not isinstance(concurrency_limit, int)
-            or concurrency_limit < 1
-        ):
-            raise configuration_error(
-                f"queue {name!r}: concurrency_limit must be a whole number of at least 1."
-            )
-        if dispatch_timeout is not None and concurrency_limit is None:
-            raise configuration_error(
-                f"queue {name!r}: dispatch_timeout needs concurrency_limit "
-                "(it bounds how long reserved capacity may sit unclaimed)."
-            )
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "default", bool(default))
-        object.__setattr__(self, "concurrency_limit", concurrency_limit)
-        object.__setattr__(
-            self,
-            "dispatch_timeout",
-            parse_optional_duration(dispatch_timeout, name="dispatch_timeout", allow_zero=False),
-        )
-
-
-def queue(
-    name: str,
-    *,
-    default: bool = False,
-    concurrency_limit: int | None = None,
-    dispatch_timeout: Duration | None = None,
-) -> QueueDef:
-    """Define a queue.
-
-    >>> main = queue("main", default=True)
-    >>> invoices = queue("invoice_sync", concurrency_limit=1, dispatch_timeout="2m")
-    """
-    return QueueDef(
-        name,
-        default=default,
-        concurrency_limit=concurrency_limit,
-        dispatch_timeout=dispatch_timeout,
-    )
 
 
 P = TypeVar("P")
@@ -186,8 +124,6 @@ def task(
         else parse_duration(idempotency_key_ttl, name="idempotency_key_ttl", allow_zero=False)
     )
     schedule_defs = tuple(schedules)
-    from runlane.core.schedule_defs import ScheduleDef
-
     for entry in schedule_defs:
         if not isinstance(entry, ScheduleDef):
             raise configuration_error(f"task {id!r}: schedules must be schedule(...) definitions.")

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.core.store import StoreScope
 from runlane.transport.protocol import (
     DeliveryMessage,

@@ -19,12 +19,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runlane.core.errors import configuration_error
+from runlane.core.transitions import project
 from runlane.types.runs import Run, RunFailure, RunStatus, TickReport
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from runlane.core.definitions import QueueDef, TaskDef
+    from runlane.core.definitions import TaskDef
+    from runlane.core.queue_defs import QueueDef
     from runlane.types.records import Transition
 
 logger = logging.getLogger("runlane.observers")
@@ -110,8 +112,6 @@ class Attempt:
         """The run as settled (built on first read: most observers never look)."""
         projection = self._projection
         if projection is not None:
-            from runlane.core.transitions import project
-
             self._settled = project(*projection)
             self._projection = None
         return self._settled

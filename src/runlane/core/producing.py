@@ -27,13 +27,14 @@ from typing import Any
 
 from runlane.core.carriers import validate_trace_carrier
 from runlane.core.clock import Clock, aware_utc
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.core.observing import Observers
 from runlane.core.payloads import prepare_payload
+from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
 from runlane.types.records import CreateOutcome, NewRun

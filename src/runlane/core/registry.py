@@ -6,8 +6,9 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.core.schedule_defs import ScheduleDef
 from runlane.types.records import QueuePolicy
 

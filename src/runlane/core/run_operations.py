@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.clock import aware_utc
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
+from runlane.core.queue_defs import QueueDef
 from runlane.core.storable_text import unstorable
 from runlane.core.transitions import project, request_cancellation
 from runlane.topics.runs import delivery_state

@@ -1,31 +1,28 @@
-"""The runtime, a composition root: it binds the registry to a lane, builds the
-collaborators that produce, execute, maintain and operate, and delegates its
-public calls to them."""
+"""The runtime, a composition root: it binds the registry to a lane and builds the
+collaborators that produce, execute, maintain and operate. Its public calls, which
+delegate to them, are inherited from ``core/calls.py``."""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from runlane.core.brokered import BrokeredTopics, split_topics
+from runlane.core.calls import ExecutingCalls, OperatingCalls, ProducingCalls
 from runlane.core.clock import Clock, SystemClock
-from runlane.core.context import Signal
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.delivering import Subscriptions
-from runlane.core.delivery import DeliveryResult, execute_delivery
 from runlane.core.dispatch import Dispatcher, check_transport_bindings
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner, LeaseSettings
+from runlane.core.errors import configuration_error
+from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner
 from runlane.core.ids import new_token, validate_identifier
 from runlane.core.lane_spec import Lane, LaneConnection
 from runlane.core.maintenance import (
-    DEFAULT_MAINTENANCE_INTERVAL,
     Duty,
     Maintenance,
     standard_duties,
@@ -34,32 +31,20 @@ from runlane.core.observing import Observer, Observers
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.core.producing import Producer, RunWriter
 from runlane.core.publisher import Publisher
+from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
 from runlane.core.topic_operations import DeadLetters, SubscriptionOperations
-from runlane.core.worker import WorkBell, Worker, WorkerMode
+from runlane.core.worker import WorkBell
 from runlane.topics.definitions import SubscriptionDef, TopicDef
-from runlane.topics.records import PublishReceipt
 from runlane.topics.registration import TopicRegistry, register_topics
-from runlane.transport.protocol import DeliveryMessage
-from runlane.types.runs import (
-    QueueStats,
-    QueueThroughput,
-    Run,
-    RunSource,
-    RunSourceType,
-    TickReport,
-)
 
 logger = logging.getLogger("runlane")
 
 DEFAULT_ENVIRONMENT = "default"
-_RUN_NOW = RunSource(RunSourceType.RUN_NOW)
-#: A task's payload type: its schema with ``task(schema=...)``, else ``Any``.
-P = TypeVar("P")
 
 
 def default_worker_id() -> str:
@@ -68,7 +53,7 @@ def default_worker_id() -> str:
     return f"{host}-{os.getpid()}-{new_token()[:6]}"
 
 
-class Runlane:
+class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
     """The runtime: queues and tasks registered against one lane and environment.
 
     >>> async with Runlane(lane=sqlite_lane("app.db"), queues=[main], tasks=[send]) as rl:
@@ -312,269 +297,3 @@ class Runlane:
         if self._sync is None:
             self._sync = SyncRunlane(self)
         return self._sync
-
-    # -- producing (delegated to the producer services built in bind_lane) ----------
-
-    async def trigger(
-        self,
-        task: TaskDef[P] | str,
-        payload: P | Mapping[str, Any] | None = None,
-        *,
-        queue: QueueDef | str | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        idempotency_key: str | None = None,
-        singleton_key: str | None = None,
-        concurrency_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-        connection: Any = None,
-    ) -> Run:
-        """Create a run of ``task``; it has committed when this returns.
-
-        With an owned ``idempotency_key`` or an active ``singleton_key`` the
-        existing run is returned instead of a new one.
-        """
-        return await self._producer.trigger(
-            task,
-            payload,
-            queue=queue,
-            delay=delay,
-            run_at=run_at,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-            connection=connection,
-        )
-
-    async def trigger_many(
-        self,
-        task: TaskDef[P] | str,
-        payloads: Sequence[P | Mapping[str, Any] | None],
-        *,
-        queue: QueueDef | str | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        concurrency_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-        connection: Any = None,
-    ) -> list[Run]:
-        """Create many runs of one task: all payloads are validated first, then
-        written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
-        :data:`TRIGGER_CONCURRENCY` at a time (one after another inside the caller's
-        ``connection``). If a batch fails, others may have been written."""
-        return await self._producer.trigger_many(
-            task,
-            payloads,
-            queue=queue,
-            delay=delay,
-            run_at=run_at,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-            connection=connection,
-        )
-
-    async def publish(
-        self,
-        topic: TopicDef | str,
-        payload: Any = None,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        message_id: str | None = None,
-        deduplication_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-        connection: Any = None,
-    ) -> PublishReceipt:
-        """Publish a message to a stored topic: the message and one delivery run per
-        matching subscription are written in one transaction, committed when this
-        returns (inside ``connection``: part of the caller's transaction).
-
-        A ``deduplication_key`` held within the topic's window, or a ``message_id``
-        published before with the same content, returns the original's receipt with
-        ``duplicate=True`` and writes nothing.
-
-        A topic on SNS is published to SNS and nothing is stored: the receipt has no
-        runs, no ``sequence`` and SNS's ``provider_message_id``; ``deduplication_key``
-        and ``connection`` are ``CAPABILITY_UNSUPPORTED`` there.
-
-        >>> receipt = await rl.publish(orders, {"id": 7}, attributes={"event": "paid"})
-        """
-        return await self._publisher.publish(
-            topic,
-            payload,
-            attributes=attributes,
-            message_id=message_id,
-            deduplication_key=deduplication_key,
-            trace_carrier=trace_carrier,
-            connection=connection,
-        )
-
-    # -- executing -----------------------------------------------------------------
-
-    def lease_settings(
-        self, lease_duration: Duration | None, heartbeat_interval: Duration | None
-    ) -> LeaseSettings:
-        """Resolve lease options against the runtime defaults."""
-        return LeaseSettings.resolve(self.lease_duration, lease_duration, heartbeat_interval)
-
-    async def execute_next(
-        self,
-        *,
-        queues: Sequence[QueueDef | str] | None = None,
-        lease_duration: Duration | None = None,
-        worker_id: str | None = None,
-    ) -> Run | None:
-        """Claim one due run, execute one attempt, and return it as settled (or ``None``)."""
-        policies = self.registry.policies_for(queues)
-        settings = self.lease_settings(lease_duration, None)
-        owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
-        await self.open()
-        return await self._attempts.execute_next(policies, settings, owner)
-
-    async def run_now(
-        self,
-        task: TaskDef[Any] | str,
-        payload: Any = None,
-        *,
-        queue: QueueDef | str | None = None,
-        idempotency_key: str | None = None,
-        singleton_key: str | None = None,
-        concurrency_key: str | None = None,
-        trace_carrier: Mapping[str, str] | None = None,
-        lease_duration: Duration | None = None,
-    ) -> Run:
-        """Create a run leased to this process and execute one attempt inline.
-
-        It never picks up another run. If the keys return an existing run, that
-        run is returned untouched.
-        """
-        new = self._producer.build_new_run(
-            task,
-            payload,
-            queue=queue,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-            source=_RUN_NOW,
-        )
-        settings = self.lease_settings(lease_duration, None)
-        await self.open()
-        return await self._attempts.run_now(new, settings, self.worker_id)
-
-    async def execute_delivery(
-        self,
-        message: DeliveryMessage,
-        *,
-        lease_duration: Duration | None = None,
-        heartbeat_interval: Duration | None = None,
-        max_attempt_duration: Duration | None = None,
-        signal: Signal | None = None,
-        worker_id: str | None = None,
-    ) -> DeliveryResult:
-        """Execute the run a wakeup points at.
-
-        Stale, duplicate, wrong-queue, already-leased, not-due, terminal,
-        foreign-environment and over-capacity wakeups return an IGNORED result
-        (safe to acknowledge). Framework and storage failures raise, so the
-        provider delivers the message again.
-        """
-        if not isinstance(message, DeliveryMessage):
-            raise RunlaneError(
-                ErrorCode.ADAPTER_CONTRACT_VIOLATION,
-                "execute_delivery needs a DeliveryMessage (see parse_sqs_wakeup_body).",
-            )
-        settings = self.lease_settings(lease_duration, heartbeat_interval)
-        limit = parse_optional_duration(
-            max_attempt_duration, name="max_attempt_duration", allow_zero=False
-        )
-        owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
-        await self.open()
-        return await execute_delivery(
-            self.store,
-            self._attempts,
-            self.registry.queue_policies,
-            message,
-            settings,
-            worker_id=owner,
-            signal=signal,
-            max_attempt_duration=limit,
-        )
-
-    def worker(
-        self,
-        *,
-        queues: Sequence[QueueDef | str] | None = None,
-        concurrency: int = 10,
-        mode: WorkerMode | str | None = None,
-        lease_duration: Duration | None = None,
-        heartbeat_interval: Duration | None = None,
-        worker_id: str | None = None,
-        poll_interval: Duration = "500ms",
-        handle_signals: bool = True,
-        on_progress: Callable[[Run], None] | None = None,
-        maintenance: bool = True,
-        maintenance_interval: Duration = DEFAULT_MAINTENANCE_INTERVAL,
-        claim_ahead: int | None = None,
-    ) -> Worker:
-        """Build a worker; ``await worker.run()`` until stopped (or drained in DRAIN mode).
-
-        A polling worker also runs the maintenance duties of ``tick`` (schedules, lease
-        recovery, pruning, ...) every ``maintenance_interval`` while it is the
-        environment's elected leader: one leader across all workers, so no separate
-        ``tick`` process is needed. ``maintenance=False`` leaves them to ``rl.tick()``.
-        ``claim_ahead`` caps the claimed runs waiting for a slot (default: ten per slot,
-        at most 400).
-        """
-        return Worker(
-            self.store,
-            self._attempts,
-            self.observers,
-            connect=self._connection.open,
-            tick=self._maintenance.tick,
-            work=self.work_bell,
-            queues=self.registry.policies_for(queues),
-            concurrency=concurrency,
-            mode=WorkerMode(mode or WorkerMode.POLL),
-            lease=self.lease_settings(lease_duration, heartbeat_interval),
-            worker_id=validate_identifier(worker_id or self.worker_id, name="worker_id"),
-            poll_interval=parse_duration(poll_interval, name="poll_interval", allow_zero=False),
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            maintenance_interval=parse_duration(
-                maintenance_interval, name="maintenance_interval", allow_zero=False
-            )
-            if maintenance
-            else None,
-            claim_ahead=claim_ahead,
-        )
-
-    # -- maintenance and operating ---------------------------------------------------
-
-    async def tick(self) -> TickReport:
-        """One maintenance pass; safe to run from many processes at once."""
-        return await self._maintenance.tick()
-
-    async def queue_stats(self) -> list[QueueStats]:
-        """Counts per registered queue (and per concurrency key on bounded queues)."""
-        return await self._counts.queue_stats()
-
-    async def throughput(self, since: Duration | datetime = "1h") -> list[QueueThroughput]:
-        """Runs per registered queue that finished (succeeded, failed, cancelled) within
-        ``since`` (a duration back from now, or an aware datetime), zeros included.
-
-        >>> sum(t.failed for t in await rl.throughput("5m"))
-        2
-        """
-        return await self._counts.throughput(since)
-
-    async def outbox_backlog(self) -> dict[str, int]:
-        """Delivery requests not yet published, per registered queue (zeros included).
-
-        Always zero on a lane without a transport: nothing is ever requested there.
-        """
-        return await self._counts.outbox_backlog()
-
-    def require(self, capability: str) -> None:
-        """Raise CAPABILITY_UNSUPPORTED unless the storage promises ``capability``."""
-        self.store.require(capability)

@@ -14,9 +14,11 @@ from runlane.core.cron import ever_fires, is_valid_cron, wall_times_after, wall_
 from runlane.core.durations import Duration, parse_duration
 from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.ids import MAX_IDENTIFIER_LENGTH, validate_identifier
+from runlane.core.payloads import prepare_payload
+from runlane.core.queue_defs import QueueDef
 
 if TYPE_CHECKING:
-    from runlane.core.definitions import QueueDef, TaskDef
+    from runlane.core.definitions import TaskDef
 
 #: With ``catch_up=True`` at most this many missed slots are materialised per tick.
 MAX_CATCH_UP_SLOTS = 100
@@ -61,8 +63,6 @@ class ScheduleDef:
         """Check the static payload against the task's schema (and that storage can keep
         it) at definition time, not at every tick; ``Runlane(...)`` checks it again
         against its own size cap."""
-        from runlane.core.payloads import prepare_payload
-
         try:
             prepare_payload(task, self.payload, max_payload_bytes)
         except RunlaneError as error:
@@ -191,8 +191,6 @@ def schedule(
 
     >>> schedule("invoices.nightly", cron="0 3 * * *", timezone="Europe/Berlin")
     """
-    from runlane.core.definitions import QueueDef
-
     validate_identifier(id, name="schedule id")
     if len(id) > MAX_SCHEDULE_ID_LENGTH:
         raise configuration_error(

@@ -15,8 +15,9 @@ from runlane.types.records import NewRun, ScheduleOccurrence, ScheduleState
 from runlane.types.runs import RunSource, RunSourceType
 
 if TYPE_CHECKING:
-    from runlane.core.definitions import QueueDef, TaskDef
+    from runlane.core.definitions import TaskDef
     from runlane.core.observing import Observers
+    from runlane.core.queue_defs import QueueDef
 
 logger = logging.getLogger("runlane.schedules")
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from runlane.core.clock import ManualClock
-from runlane.core.definitions import QueueDef
 from runlane.core.durations import Duration, parse_optional_duration
 from runlane.core.errors import configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.core.run_operations import MAX_PAGE_SIZE
 from runlane.core.runtime import Runlane
 from runlane.types.runs import CLAIMABLE_STATUSES, Run

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from runlane.core.clock import ManualClock
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.errors import configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.core.runtime import Runlane
 from runlane.lanes import sqlite_lane
 from runlane.operator.loading import APP_ENV_VAR, load_runtime

@@ -13,10 +13,10 @@ from typing import Any, overload
 
 from pydantic import BaseModel
 
-from runlane.core.definitions import QueueDef
 from runlane.core.durations import Duration, parse_duration, parse_optional_duration
 from runlane.core.errors import configuration_error
 from runlane.core.ids import validate_identifier
+from runlane.core.queue_defs import QueueDef
 from runlane.core.retry import RetryPolicy
 from runlane.topics.attributes import (
     AttributeFilter,

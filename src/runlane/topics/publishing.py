@@ -17,10 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane.core.carriers import validate_trace_carrier
-from runlane.core.definitions import QueueDef, TaskDef
+from runlane.core.definitions import TaskDef
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.ids import new_run_id, validate_optional_identifier
 from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, prepare_payload
+from runlane.core.queue_defs import QueueDef
 from runlane.core.retry import DEFAULT_RETRY_POLICY
 from runlane.core.storable_text import unstorable
 from runlane.topics.attributes import validate_attributes

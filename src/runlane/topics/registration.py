@@ -12,8 +12,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 
 #: An unknown topic or subscription name's error names at most this many look-alikes.

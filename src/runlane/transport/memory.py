@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.queue_defs import QueueDef
 from runlane.transport.protocol import (
     PublishOutcome,
     TransportCapabilities,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from runlane.core.definitions import QueueDef
+from runlane.core.queue_defs import QueueDef
 
 
 @dataclass(frozen=True, slots=True)

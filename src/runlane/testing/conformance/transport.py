@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runlane.core.definitions import QueueDef, queue
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.queue_defs import QueueDef, queue
 from runlane.transport.envelope import parse_wakeup_body
 from runlane.transport.protocol import (
     DeliveryMessage,

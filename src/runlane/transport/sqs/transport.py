@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.definitions import QueueDef
 from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.core.queue_defs import QueueDef
 from runlane.transport.envelope import create_wakeup_body
 from runlane.transport.protocol import (
     PublishFailure,
