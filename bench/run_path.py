@@ -73,9 +73,7 @@ class PathRecorder:
 
 async def trace_one_run(directory: Path) -> PathRecorder:
     recorder = PathRecorder()
-    async with Runlane(
-        lane=sqlite_lane(directory / "path.db"), queues=[MAIN], tasks=[noop]
-    ) as rl:
+    async with Runlane(lane=sqlite_lane(directory / "path.db"), queues=[MAIN], tasks=[noop]) as rl:
         worker = rl.worker(mode="drain", handle_signals=False, maintenance=False)
         threading.setprofile(recorder)
         sys.setprofile(recorder)
