@@ -1,6 +1,7 @@
-"""The publish statements run once per publish (or per group of them): psycopg caches
-the conversion of a statement's ``%(name)s`` placeholders only up to 4,096 bytes,
-and converts a longer one anew on every execution."""
+"""The hot statements run once per claim, settle or publish (or per group of them):
+psycopg caches the conversion of a statement's ``%(name)s`` placeholders only up to
+4,096 bytes, and converts a longer one anew on every execution (about 155 µs for the
+claim, more than running it)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,18 @@ LONGEST_SCHEMA = '"' + "s" * 63 + '"'
 
 
 @pytest.mark.parametrize(
-    "name", ["publish_plain_message", "publish_plain_messages", "insert_deliveries"]
+    "name",
+    [
+        "publish_plain_message",
+        "publish_plain_messages",
+        "insert_deliveries",
+        "claim_due_runs",
+        "claim_bounded_runs",
+        "lock_claimable_keys",
+        "claim_run",
+        "apply_transitions",
+    ],
 )
-def test_a_publish_statement_stays_short_enough_for_psycopgs_cache(name: str) -> None:
+def test_a_hot_statement_stays_short_enough_for_psycopgs_cache(name: str) -> None:
     statement = QUERY_TEMPLATES[name].replace("{schema}", LONGEST_SCHEMA)
     assert len(statement.encode()) <= PSYCOPG_CACHED_LENGTH

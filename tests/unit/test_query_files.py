@@ -41,7 +41,7 @@ def test_statements_of_every_sql_file_of_a_package_load_by_name(
     assert load_queries(name) == {
         "claim_run": "SELECT 2",
         "claim_due_runs": "SELECT 3",
-        "get_run": "-- One run.\nSELECT 1",
+        "get_run": "SELECT 1",  # comment lines stay in the file, not on the wire
     }
 
 
@@ -103,3 +103,17 @@ def test_sqlite_list_runs_bounds_its_page_on_the_primary_key_with_or_without_a_c
     params |= {name: '["x"]' for name in ("statuses", "task_ids", "queues")}
     plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES['list_runs']}", params).fetchall()
     assert "(environment=? AND id<?)" in plan[0][3]
+
+
+def test_a_loaded_statement_drops_comment_lines_and_indentation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = (
+        "-- name: pick\n-- Why this statement exists.\nSELECT a,\n       'x -- y'\n\n"
+        "    -- a note inside\n  FROM t -- trailing stays\n WHERE b = 1;\n"
+    )
+    name = _package(tmp_path, "compact_queries", {"one.sql": text})
+    assert load_queries(name) == {
+        "pick": "SELECT a,\n'x -- y'\nFROM t -- trailing stays\nWHERE b = 1"
+    }
