@@ -1,17 +1,24 @@
-"""Connections: settings, the pool's per-connection setup, and its cheap health check."""
+"""Connections: settings, the pool's per-connection setup and cheap health check, and
+the spare connection a lone caller uses instead of the pool."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import selectors
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.sessions import load_json_as_text
+
+Connection = psycopg.AsyncConnection[Any]
 
 DEFAULT_APPLICATION_NAME = "runlane"
 _SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -102,3 +109,74 @@ def socket_readable(fd: int) -> bool:
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         return bool(selector.select(timeout=0))
+
+
+class SpareConnection:
+    """A connection of the driver's own that a call takes when it finds it free,
+    before it asks the pool.
+
+    A lone caller, such as one producer triggering in a loop, then skips the pool's
+    checkout (its lock, waiting list, health check and return), which costs about as
+    much client time as the call's own statement; concurrent callers find it busy and
+    use the pool as before. It is opened in the background on first need, and dropped
+    (to be opened again later) when it is not idle after a call, was closed or broken,
+    or has something to read while idle (the server is closing it).
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Connection]]) -> None:
+        self._connect = connect
+        self._conn: Connection | None = None
+        self._busy = False
+        self._opening: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def take(self) -> Connection | None:
+        """The connection, now marked busy; ``None`` when busy or not (yet) usable."""
+        if self._busy:
+            return None
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken or socket_readable(conn.pgconn.socket):
+            self._drop()
+            if self._opening is None:
+                self._opening = asyncio.create_task(self._open())
+            return None
+        self._busy = True
+        return conn
+
+    def give_back(self, conn: Connection) -> None:
+        """End a call that :meth:`take` allowed; keep the connection only if it is idle."""
+        self._busy = False
+        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+            # Cancelled mid-statement or left in a transaction: never reuse it.
+            self._drop()
+
+    async def close(self) -> None:
+        """Close the connection and stop opening one."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.cancel()
+            with contextlib.suppress(BaseException):
+                await opening
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    async def _open(self) -> None:
+        try:
+            conn = await self._connect()
+            await configure_pooled(conn)
+        except (psycopg.Error, OSError, RunlaneError):
+            # The pool serves meanwhile (and reports what is wrong); try again later.
+            return
+        finally:
+            self._opening = None
+        self._conn = conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            task = asyncio.create_task(conn.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)

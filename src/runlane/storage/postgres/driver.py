@@ -35,6 +35,7 @@ from runlane.storage.postgres import (
 )
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
+    SpareConnection,
     check_options,
     check_pooled,
     configure_pooled,
@@ -147,6 +148,7 @@ class PostgresStorage(SqlStorageBase):
             for version, name, sql in versioning.MIGRATIONS
         ]
         self._pool: AsyncConnectionPool[Connection] | None = None
+        self._spare: SpareConnection | None = None
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
         self._leadership = MaintenanceLeadership(self._connect_listener, schema)
@@ -191,6 +193,7 @@ class PostgresStorage(SqlStorageBase):
             )
             await pool.open(wait=False)
             self._pool = pool
+            self._spare = SpareConnection(self._connect_spare)
 
     async def close(self) -> None:
         """Stop listening and close the pool; :meth:`open` may be called again later."""
@@ -199,6 +202,9 @@ class PostgresStorage(SqlStorageBase):
         if listener is not None:
             await listener.close()
         await self._leadership.close()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -233,6 +239,11 @@ class PostgresStorage(SqlStorageBase):
         except psycopg.Error as error:
             raise self._error(error) from None
 
+    async def _connect_spare(self) -> Connection:
+        return await psycopg.AsyncConnection.connect(
+            self._dsn, **{**self._connect_kwargs, "autocommit": True}
+        )
+
     async def _connect_listener(self) -> Connection:
         return await psycopg.AsyncConnection.connect(
             self._dsn, **{**self._connect_kwargs, **LISTENER_OPTIONS}
@@ -244,7 +255,8 @@ class PostgresStorage(SqlStorageBase):
         return self._target.error(error, schema=self.schema)
 
     async def _run(self, op: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``op`` on a pooled (autocommit) connection, retrying aborted conflicts.
+        """Run ``op`` on the spare connection when it is free, else on a pooled one (both
+        autocommit), retrying aborted conflicts.
 
         ``op`` is one statement or one transaction, so a deadlock or serialization
         failure rolled all of it back and it is safe to run again.
@@ -257,6 +269,18 @@ class PostgresStorage(SqlStorageBase):
                 meta={"open": False},
                 retryable=True,
             )
+        spare = self._spare
+        conn = spare.take() if spare is not None else None
+        if conn is not None:
+            assert spare is not None
+            try:
+                return await op(conn)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                pass  # rolled back whole: run it again below
+            except psycopg.Error as error:
+                raise self._error(error) from None
+            finally:
+                spare.give_back(conn)
         for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
             try:
                 async with pool.connection() as conn:

@@ -1,0 +1,158 @@
+"""The spare connection: a lone caller skips the pool, and a spare the server ended,
+or a call cancelled mid-statement, is dropped and replaced, never reused."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from runlane import Context, Runlane, postgres_lane, queue, task
+from runlane.storage.postgres.connections import SpareConnection
+from runlane.storage.postgres.driver import PostgresStorage
+
+
+@task("noop")
+async def noop(payload: Any, ctx: Context) -> None:
+    return None
+
+
+def _runtime(dsn: str, environment: str) -> Runlane:
+    return Runlane(
+        lane=postgres_lane(dsn),
+        queues=[queue("main", default=True)],
+        tasks=[noop],
+        environment=environment,
+    )
+
+
+async def _migrated(dsn: str, environment: str) -> Runlane:
+    rl = _runtime(dsn, environment)
+    await rl.migrate()
+    return rl
+
+
+def _pool_requests(rl: Runlane) -> int:
+    storage = rl.storage
+    assert isinstance(storage, PostgresStorage)
+    assert storage._pool is not None
+    return int(storage._pool.get_stats().get("requests_num", 0))
+
+
+def _spare(rl: Runlane) -> SpareConnection:
+    storage = rl.storage
+    assert isinstance(storage, PostgresStorage)
+    assert storage._spare is not None
+    return storage._spare
+
+
+async def _until_spare_is_open(rl: Runlane) -> psycopg.AsyncConnection[Any]:
+    spare = _spare(rl)
+    for _ in range(500):
+        conn = spare.take()
+        if conn is not None:
+            spare.give_back(conn)
+            return conn
+        await asyncio.sleep(0.01)
+    raise AssertionError("the spare connection never opened")
+
+
+async def test_a_lone_producer_triggers_on_the_spare_not_the_pool(
+    postgres_dsn: str, environment: str
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})  # asks for the spare, which opens in the background
+        await _until_spare_is_open(rl)
+        before = _pool_requests(rl)
+        runs = [await rl.trigger(noop, {"i": i}) for i in range(20)]
+        assert _pool_requests(rl) == before
+        assert len({run.id for run in runs}) == 20
+        listed = await rl.runs.list(limit=100)
+        assert len(listed.data) == 21
+
+
+async def test_concurrent_callers_use_the_pool_beside_the_spare(
+    postgres_dsn: str, environment: str
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        await _until_spare_is_open(rl)
+        before = _pool_requests(rl)
+        # Separate writes (trigger_many of one run each) that overlap in time.
+        await asyncio.gather(*(rl.trigger_many(noop, [{"i": i}]) for i in range(10)))
+        assert _pool_requests(rl) > before
+        assert len((await rl.runs.list(limit=100)).data) == 11
+
+
+async def test_a_spare_the_server_ended_is_replaced_and_no_call_fails(
+    postgres_dsn: str, environment: str
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        ended = await _until_spare_is_open(rl)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [ended.info.backend_pid])
+        await asyncio.sleep(0.2)  # the termination notice reaches the spare's socket
+        await rl.trigger(noop, {})  # the pool serves; a new spare opens meanwhile
+        replacement = await _until_spare_is_open(rl)
+        assert replacement is not ended
+        assert ended.closed
+        await rl.trigger(noop, {})
+        assert len((await rl.runs.list(limit=10)).data) == 3
+
+
+async def test_a_call_cancelled_mid_statement_leaves_a_usable_spare(postgres_dsn: str) -> None:
+    storage = PostgresStorage(postgres_dsn)
+    await storage.open()
+    try:
+        spare = _spare_of(storage)
+        spare.take()  # starts opening it
+        conn = await _open_spare(spare)
+        statement = asyncio.create_task(conn.execute("SELECT pg_sleep(5)"))
+        await asyncio.sleep(0.1)
+        statement.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await statement
+        spare.give_back(conn)
+        # Whatever the spare hands out next (the same connection once psycopg has
+        # cancelled the statement, or a new one) answers its own statement.
+        after = await _open_spare(spare)
+        cur = await after.execute("SELECT 42")
+        assert await cur.fetchone() == (42,)
+        spare.give_back(after)
+    finally:
+        await storage.close()
+
+
+async def test_a_spare_left_in_a_transaction_is_dropped(postgres_dsn: str) -> None:
+    storage = PostgresStorage(postgres_dsn)
+    await storage.open()
+    try:
+        spare = _spare_of(storage)
+        spare.take()
+        conn = await _open_spare(spare)
+        await conn.execute("BEGIN")
+        spare.give_back(conn)  # not idle: dropped, never handed out again
+        reopened = await _open_spare(spare)
+        assert reopened is not conn
+        cur = await reopened.execute("SELECT 1")
+        assert await cur.fetchone() == (1,)
+        spare.give_back(reopened)
+    finally:
+        await storage.close()
+
+
+def _spare_of(storage: PostgresStorage) -> SpareConnection:
+    assert storage._spare is not None
+    return storage._spare
+
+
+async def _open_spare(spare: SpareConnection) -> psycopg.AsyncConnection[Any]:
+    for _ in range(500):
+        conn = spare.take()
+        if conn is not None:
+            return conn
+        await asyncio.sleep(0.01)
+    raise AssertionError("the spare connection never opened")
