@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import selectors
+import select
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -103,12 +103,17 @@ async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
 def socket_readable(fd: int) -> bool:
     """Whether ``fd`` has data or a hang-up waiting, without blocking.
 
-    ``selectors`` picks what the platform has (epoll, kqueue, or select on Windows,
-    where ``select.poll`` does not exist); a hang-up reads as readable everywhere.
+    A one-shot ``poll`` costs about a microsecond, a tenth of building a ``selectors``
+    selector (an epoll instance), which matters on every call; ``select`` serves
+    where ``poll`` does not exist (Windows). A hang-up reads as readable on both.
     """
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        return bool(selector.select(timeout=0))
+    poll = getattr(select, "poll", None)
+    if poll is not None:
+        poller = poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, errored = select.select([fd], [], [fd], 0)
+    return bool(readable or errored)
 
 
 class SpareConnection:
