@@ -10,6 +10,7 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -170,71 +171,39 @@ class AttemptRunner:
         max_attempt_duration: float | None = None,
         batcher: TransitionBatcher | None = None,
         project: bool = True,
-        handler_done: Callable[[], None] | None = None,
     ) -> Run:
         """Execute the attempt ``run`` is leased for and return the run as settled.
 
-        Observers see it from here (the lease is held) until the outcome is written;
-        ``handler_done`` is called once the handler is done, before settling (a worker
-        frees its slot there). ``batcher`` and ``project`` are as for :meth:`settle`.
+        Observers see it from here (the lease is held) until the outcome is written.
+        ``batcher`` and ``project`` are as for :meth:`settle`; a worker uses
+        :meth:`begin` instead, to free its slot between the two steps.
         """
-        assert run.lease is not None
-        report = Attempt(run, run.lease.owner)
-        observers = self._observers
-        if not observers:
-            return await self._execute(
-                report, settings, stop, max_attempt_duration, batcher, project, handler_done
-            )
-        observers.started(report)
-        if observers.wraps_attempts:
-            async with observers.attempt(report):
-                return await self._execute(
-                    report, settings, stop, max_attempt_duration, batcher, project, handler_done
-                )
-        try:
-            return await self._execute(
-                report, settings, stop, max_attempt_duration, batcher, project, handler_done
-            )
-        finally:
-            if report.outcome is not None:
-                observers.settled(report)
+        attempt = self.begin(
+            run,
+            settings,
+            stop=stop,
+            max_attempt_duration=max_attempt_duration,
+            batcher=batcher,
+            project=project,
+        )
+        await attempt.call()
+        return await attempt.settle()
 
-    async def _execute(
+    def begin(
         self,
-        report: Attempt,
+        run: Run,
         settings: LeaseSettings,
-        stop: Signal | None,
-        max_attempt_duration: float | None,
-        batcher: TransitionBatcher | None,
-        project: bool,
-        handler_done: Callable[[], None] | None,
-    ) -> Run:
-        run = report.run
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "run %s (%s) attempt %s started",
-                run.id,
-                run.task_id,
-                run.attempt,
-                extra=_fields(report, "run.started"),
-            )
-        started = time.perf_counter()
-        try:
-            outcome, policy = await self.attempt(
-                run, settings, stop=stop, max_attempt_duration=max_attempt_duration
-            )
-        finally:
-            report.duration = time.perf_counter() - started
-            if handler_done is not None:
-                handler_done()
-        if type(outcome) is Failed:
-            report.failure = outcome.failure
-            report.error = outcome.error
-        elif type(outcome) is Ended and outcome.raised:
-            report.error = outcome.value  # type: ignore[assignment]
-        settled = await self.settle(run, outcome, policy, batcher, project=project, report=report)
-        _log_outcome(report)
-        return settled
+        *,
+        stop: Signal | None = None,
+        max_attempt_duration: float | None = None,
+        batcher: TransitionBatcher | None = None,
+        project: bool = True,
+    ) -> OpenAttempt:
+        """The attempt ``run`` is leased for, as two steps the caller awaits in turn:
+        :meth:`OpenAttempt.call` (the handler) and :meth:`OpenAttempt.settle` (the
+        outcome written). Options are as for :meth:`execute`."""
+        assert run.lease is not None
+        return OpenAttempt(self, run, settings, stop, max_attempt_duration, batcher, project)
 
     async def attempt(
         self,
@@ -488,6 +457,113 @@ class AttemptRunner:
         raise RunlaneError(
             ErrorCode.STORAGE_CONFLICT, f"run {run.id}: outcome kept conflicting.", retryable=True
         )
+
+
+class OpenAttempt:
+    """One attempt in two steps: :meth:`call` runs the handler, :meth:`settle` writes
+    its outcome. Between them the caller does what must not wait for the write (a
+    worker frees its slot), without handing the runner a callback.
+
+    Observers see the attempt from :meth:`call` until :meth:`settle` returns, or until
+    either step raises. Built by :meth:`AttemptRunner.begin`; each step runs once.
+    """
+
+    __slots__ = (
+        "_batcher",
+        "_limit",
+        "_outcome",
+        "_policy",
+        "_project",
+        "_runner",
+        "_scope",
+        "_settings",
+        "_stop",
+        "report",
+    )
+
+    def __init__(
+        self,
+        runner: AttemptRunner,
+        run: Run,
+        settings: LeaseSettings,
+        stop: Signal | None,
+        max_attempt_duration: float | None,
+        batcher: TransitionBatcher | None,
+        project: bool,
+    ) -> None:
+        assert run.lease is not None
+        self._runner = runner
+        self.report = Attempt(run, run.lease.owner)
+        self._settings = settings
+        self._stop = stop
+        self._limit = max_attempt_duration
+        self._batcher = batcher
+        self._project = project
+        self._scope: AbstractAsyncContextManager[None] | None = None
+        self._outcome: AttemptOutcome | Ended | None = None
+        self._policy = DEFAULT_RETRY_POLICY
+
+    async def call(self) -> None:
+        """Run the handler (keeping the lease alive); its outcome waits for :meth:`settle`."""
+        report, runner = self.report, self._runner
+        run = report.run
+        observers = runner._observers
+        if observers:
+            observers.started(report)
+            if observers.wraps_attempts:
+                scope = observers.attempt(report)
+                await scope.__aenter__()
+                self._scope = scope
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "run %s (%s) attempt %s started",
+                run.id,
+                run.task_id,
+                run.attempt,
+                extra=_fields(report, "run.started"),
+            )
+        started = time.perf_counter()
+        try:
+            self._outcome, self._policy = await runner.attempt(
+                run, self._settings, stop=self._stop, max_attempt_duration=self._limit
+            )
+        except BaseException:
+            report.duration = time.perf_counter() - started
+            await self._leave()
+            raise
+        report.duration = time.perf_counter() - started
+
+    async def settle(self) -> Run:
+        """Write the outcome :meth:`call` produced; the run as settled (see
+        :meth:`AttemptRunner.settle` for ``project``)."""
+        report, outcome = self.report, self._outcome
+        assert outcome is not None, "call() first"
+        if type(outcome) is Failed:
+            report.failure = outcome.failure
+            report.error = outcome.error
+        elif type(outcome) is Ended and outcome.raised:
+            report.error = outcome.value  # type: ignore[assignment]
+        try:
+            settled = await self._runner.settle(
+                report.run,
+                outcome,
+                self._policy,
+                self._batcher,
+                project=self._project,
+                report=report,
+            )
+            _log_outcome(report)
+        finally:
+            await self._leave()
+        return settled
+
+    async def _leave(self) -> None:
+        """Let observers see the end: the attempt scope's exit, or ``settled``."""
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            await scope.__aexit__(None, None, None)  # reports settled itself; never raises
+        elif self._runner._observers and self.report.outcome is not None:
+            self._runner._observers.settled(self.report)
 
 
 class _LeaseKeeper:

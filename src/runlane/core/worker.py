@@ -423,36 +423,24 @@ class Worker:
         return status is not None
 
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
-        attempts = self._attempts
         began = time.monotonic()
-
-        def handler_done() -> None:
-            held = time.monotonic() - began
-            hold = self._hold_time
-            self._hold_time = held if hold is None else hold + HOLD_TIME_WEIGHT * (held - hold)
-            self._holding.discard(key)
-            self._start_buffered()
-            if self._slot_freed is not None:
-                self._slot_freed.set()
-            if observers:
-                observers.slots(len(self._holding), self.concurrency)
-
-        observers = self._observers
         on_progress = self._on_progress
         try:
+            # The settled run is built only for on_progress.
+            attempt = self._attempts.begin(
+                run,
+                self.lease,
+                stop=self._stop,
+                batcher=self._settles,
+                project=on_progress is not None,
+            )
             try:
-                # The settled run is built only for on_progress and observers.
-                settled = await attempts.execute(
-                    run,
-                    self.lease,
-                    stop=self._stop,
-                    batcher=self._settles,
-                    project=on_progress is not None,
-                    handler_done=handler_done,
-                )
+                await attempt.call()
             finally:
-                if key in self._holding:
-                    handler_done()  # the attempt raised before its handler was done
+                # The handler is done (or raised): its slot frees before the settle is
+                # written, which may wait for a batch.
+                self._free_slot(key, time.monotonic() - began)
+            settled = await attempt.settle()
             self.executed += 1
             if on_progress is not None:
                 on_progress(settled)
@@ -465,6 +453,18 @@ class Worker:
             self._active.pop(key, None)
             if self._slot_freed is not None:
                 self._slot_freed.set()
+
+    def _free_slot(self, key: tuple[str, int], held: float) -> None:
+        """Give back the slot of an attempt whose handler held it for ``held`` seconds."""
+        hold = self._hold_time
+        self._hold_time = held if hold is None else hold + HOLD_TIME_WEIGHT * (held - hold)
+        self._holding.discard(key)
+        self._start_buffered()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+        observers = self._observers
+        if observers:
+            observers.slots(len(self._holding), self.concurrency)
 
     # -- claiming while settling (the batcher's ClaimHook) ---------------------------
 
