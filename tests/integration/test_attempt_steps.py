@@ -23,11 +23,13 @@ async def ok(payload: Any, ctx: Context) -> None:
     return None
 
 
-handler_running = asyncio.Event()
+#: Set by ``waits`` once its handler runs; each test that uses it puts a fresh one here.
+handler_running: asyncio.Event | None = None
 
 
 @task("steps.waits")
 async def waits(payload: Any, ctx: Context) -> None:
+    assert handler_running is not None
     handler_running.set()
     await asyncio.sleep(30)
 
@@ -104,9 +106,10 @@ async def test_a_step_that_raises_still_closes_the_observers_scope(tmp_path: Pat
 
         # The handler step cancelled (a shutdown): the scope is left, nothing settled.
         cancelled = runner.begin(run, settings)
-        handler_running.clear()
+        global handler_running
+        handler_running = running = asyncio.Event()
         call = asyncio.create_task(cancelled.call())
-        await asyncio.wait_for(handler_running.wait(), 10)
+        await asyncio.wait_for(running.wait(), 10)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call

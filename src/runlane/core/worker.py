@@ -426,15 +426,15 @@ class Worker:
         began = time.monotonic()
         on_progress = self._on_progress
         try:
-            # The settled run is built only for on_progress.
-            attempt = self._attempts.begin(
-                run,
-                self.lease,
-                stop=self._stop,
-                batcher=self._settles,
-                project=on_progress is not None,
-            )
             try:
+                # The settled run is built only for on_progress.
+                attempt = self._attempts.begin(
+                    run,
+                    self.lease,
+                    stop=self._stop,
+                    batcher=self._settles,
+                    project=on_progress is not None,
+                )
                 await attempt.call()
             finally:
                 # The handler is done (or raised): its slot frees before the settle is

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import re
 import select
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ from runlane.storage.postgres.sessions import load_json_as_text
 Connection = psycopg.AsyncConnection[Any]
 
 DEFAULT_APPLICATION_NAME = "runlane"
+#: Seconds the spare connection waits after a failed opening before it tries again.
+SPARE_RETRY_AFTER = 1.0
 _SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 #: The listening connection notices a silently dead peer within about a minute.
@@ -128,11 +131,20 @@ class SpareConnection:
     or has something to read while idle (the server is closing it).
     """
 
-    def __init__(self, connect: Callable[[], Awaitable[Connection]]) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Connection]],
+        *,
+        retry_after: float = SPARE_RETRY_AFTER,
+    ) -> None:
+        """Open connections with ``connect``; after a failed opening, wait
+        ``retry_after`` seconds before the next (the pool serves meanwhile)."""
         self._connect = connect
+        self._retry_after = retry_after
         self._conn: Connection | None = None
         self._busy = False
         self._opening: asyncio.Task[None] | None = None
+        self._next_opening = 0.0
         self._closing: set[asyncio.Task[None]] = set()
 
     def take(self) -> Connection | None:
@@ -142,7 +154,7 @@ class SpareConnection:
         conn = self._conn
         if conn is None or conn.closed or conn.broken or socket_readable(conn.pgconn.socket):
             self._drop()
-            if self._opening is None:
+            if self._opening is None and time.monotonic() >= self._next_opening:
                 self._opening = asyncio.create_task(self._open())
             return None
         self._busy = True
@@ -173,7 +185,9 @@ class SpareConnection:
             conn = await self._connect()
             await configure_pooled(conn)
         except (psycopg.Error, OSError, RunlaneError):
-            # The pool serves meanwhile (and reports what is wrong); try again later.
+            # The pool serves meanwhile (and reports what is wrong). Not at every call:
+            # a server at its connection limit would see an attempt per statement.
+            self._next_opening = time.monotonic() + self._retry_after
             return
         finally:
             self._opening = None

@@ -182,7 +182,7 @@ class PostgresStorage(SqlStorageBase):
                     raise self._error(error) from None
             pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
                 self._dsn,
-                kwargs={**self._connect_kwargs, "autocommit": True},
+                kwargs=self._pooled_kwargs(),
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self._pool_timeout,
@@ -239,10 +239,12 @@ class PostgresStorage(SqlStorageBase):
         except psycopg.Error as error:
             raise self._error(error) from None
 
+    def _pooled_kwargs(self) -> dict[str, Any]:
+        """Connection options of the pool's connections and the spare (autocommit)."""
+        return {**self._connect_kwargs, "autocommit": True}
+
     async def _connect_spare(self) -> Connection:
-        return await psycopg.AsyncConnection.connect(
-            self._dsn, **{**self._connect_kwargs, "autocommit": True}
-        )
+        return await psycopg.AsyncConnection.connect(self._dsn, **self._pooled_kwargs())
 
     async def _connect_listener(self) -> Connection:
         return await psycopg.AsyncConnection.connect(
@@ -270,19 +272,15 @@ class PostgresStorage(SqlStorageBase):
                 retryable=True,
             )
         spare = self._spare
-        conn = spare.take() if spare is not None else None
-        if conn is not None:
-            assert spare is not None
-            try:
-                return await op(conn)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
-                pass  # rolled back whole: run it again below
-            except psycopg.Error as error:
-                raise self._error(error) from None
-            finally:
-                spare.give_back(conn)
         for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
             try:
+                own = spare.take() if spare is not None and attempt == 1 else None
+                if own is not None:
+                    assert spare is not None
+                    try:
+                        return await op(own)
+                    finally:
+                        spare.give_back(own)
                 async with pool.connection() as conn:
                     return await op(conn)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
