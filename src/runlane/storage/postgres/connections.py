@@ -124,9 +124,8 @@ class SpareConnection:
     before it asks the pool.
 
     A lone caller, such as one producer triggering in a loop, then skips the pool's
-    checkout (its lock, waiting list, health check and return), which costs about as
-    much client time as the call's own statement; concurrent callers find it busy and
-    use the pool as before. It is opened in the background on first need, and dropped
+    checkout (its lock, waiting list, health check and return) on every call;
+    concurrent callers find it busy and use the pool as before. It is opened in the background on first need, and dropped
     (to be opened again later) when it is not idle after a call, was closed or broken,
     or has something to read while idle (the server is closing it).
     """
