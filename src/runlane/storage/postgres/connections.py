@@ -125,9 +125,10 @@ class SpareConnection:
 
     A lone caller, such as one producer triggering in a loop, then skips the pool's
     checkout (its lock, waiting list, health check and return) on every call;
-    concurrent callers find it busy and use the pool as before. It is opened in the background on first need, and dropped
-    (to be opened again later) when it is not idle after a call, was closed or broken,
-    or has something to read while idle (the server is closing it).
+    concurrent callers find it busy and use the pool as before. It is opened in the
+    background on first need, and dropped (to be opened again later) when it is not
+    idle after a call, was closed or broken, or has something to read while idle (the
+    server is closing it).
     """
 
     def __init__(
