@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -73,6 +74,112 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
     assert "'discarded'" in finished
 
 
+def _index_sizes(conn: sqlite3.Connection) -> dict[str, int]:
+    """Entries per partial index, counted through the index itself (integrity_check
+    would report an index that disagrees with its table)."""
+    sizes = {}
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"):
+        table = conn.execute(
+            "SELECT tbl_name FROM sqlite_master WHERE name = ?", (name,)
+        ).fetchone()[0]
+        where = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+        if where[0] and " WHERE " in where[0].replace("\n", " "):
+            condition = where[0].replace("\n", " ").split(" WHERE ", 1)[1]
+            sizes[name] = conn.execute(
+                f"SELECT count(*) FROM {table} INDEXED BY {name} WHERE {condition}"
+            ).fetchone()[0]
+    return sizes
+
+
+async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 8 only rewrites the status sets of the partial indexes (IN lists
+    # become OR chains): every index keeps exactly the rows it had, and runs left
+    # queued, running and finished by the older version go on as before.
+    path = tmp_path / "v7.db"
+    _migrate_up_to(path, 7, monkeypatch)
+    statuses = ["queued", "scheduled", "running", "succeeded", "failed", "retrying"]
+    with sqlite3.connect(path) as conn:
+        for number, status in enumerate(statuses):
+            conn.execute(
+                "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+                "run_at, created_at, updated_at, event_sequence, source, lease_expires_at, "
+                "singleton_key) VALUES ('upgrade', ?, 'noop', 'main', ?, 'null', 1, 1, 1, 1, "
+                '\'{"type": "trigger"}\', ?, ?)',
+                (f"run-{number}", status, 5 if status == "running" else None, f"s{number}"),
+            )
+        before = _index_sizes(conn)
+    assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
+    rl = Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True)],
+        tasks=[noop],
+        environment="upgrade",
+    )
+    async with rl:
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        with sqlite3.connect(path) as conn:
+            assert _index_sizes(conn) == before
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            sql = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
+            ).fetchone()[0]
+        assert " IN (" not in sql
+        done = await rl.execute_next()
+        assert done is not None and done.id == "run-0" and done.status.value == "succeeded"
+
+
+async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v8.db"
+    _migrate_up_to(path, 8, monkeypatch)
+    created = {"task_id": "noop", "queue": "main", "run_at": "2026-01-01T00:00:00+00:00",
+               "source": {"type": "trigger"}}  # fmt: skip
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, created_at, updated_at, event_sequence, source) VALUES ('upgrade', "
+            "'old-run', 'noop', 'main', 'queued', 'null', 1767225600000000, 1, 1, 1, ?)",
+            (json.dumps(created["source"]),),
+        )
+        conn.execute(
+            "INSERT INTO runlane_run_events VALUES ('upgrade', 'old-run', 1, 'run.created', 1, ?)",
+            (json.dumps(created),),
+        )
+    rl = Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True)],
+        tasks=[noop],
+        environment="upgrade",
+    )
+    async with rl:
+        assert _applied(path)[-1] == 9
+        (event,) = await rl.runs.events("old-run")
+        assert event.type.value == "run.created" and event.data == created
+        new = await rl.trigger(noop, None)
+        (implied,) = await rl.runs.events(new.id)
+        assert implied.type.value == "run.created" and implied.sequence == 1
+        assert implied.data == {
+            "task_id": "noop",
+            "queue": "main",
+            "run_at": new.run_at.isoformat(),
+            "source": new.source.to_json(),
+        }
+        done = await rl.execute_next()
+        assert done is not None and done.id == "old-run"
+        assert [e.type.value for e in await rl.runs.events("old-run")] == [
+            "run.created", "run.started", "run.succeeded",
+        ]  # fmt: skip
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute(
+            "SELECT count(*) FROM runlane_run_events WHERE run_id = ? AND type = 'run.created'",
+            (new.id,),
+        ).fetchone()
+    assert stored == (0,)
+
+
 async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None:
     storage = sqlite_lane(tmp_path / "new.db").storage
     await storage.open()
@@ -80,4 +187,4 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9]

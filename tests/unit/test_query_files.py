@@ -91,6 +91,49 @@ def test_each_sqlite_statement_compiles_as_it_stands() -> None:
             pytest.fail(f"{name}: {error}")
 
 
+def test_sqlite_partial_indexes_name_their_status_sets_without_in_lists() -> None:
+    # SQLite evaluates a partial index's WHERE on every row written and builds a
+    # temporary table for a constant IN list at each execution: OR chains skip that.
+    conn = sqlite3.connect(":memory:")
+    apply_migrations(conn.cursor())
+    partial = {
+        name: sql.split(" WHERE ", 1)[1]
+        for name, sql in conn.execute(
+            "SELECT name, replace(sql, char(10), ' ') FROM sqlite_master "
+            "WHERE type = 'index' AND sql LIKE '% WHERE %'"
+        )
+    }
+    assert "runlane_runs_claimable" in partial
+    assert {name: where for name, where in partial.items() if " IN (" in where} == {}
+
+
+@pytest.mark.parametrize(
+    ("statement", "index"),
+    [
+        ("claim_due_runs", "runlane_runs_claimable"),
+        ("claim_bounded_runs", "runlane_runs_claimable"),
+        ("claim_run", "runlane_runs_keyed"),
+        ("list_expired_leases", "runlane_runs_leased"),
+        ("occupied_capacity", "runlane_runs_leased"),
+        ("get_active_singleton_owner", "runlane_runs_singleton"),
+        ("count_finished_runs", "runlane_runs_finished"),
+        ("undelivered_runs", "runlane_runs_undelivered"),
+    ],
+)
+def test_sqlite_statements_reach_the_partial_indexes_written_for_them(
+    statement: str, index: str
+) -> None:
+    # The planner uses a partial index only when the statement names the index's
+    # status set exactly as the index does: an IN list where the index has an OR
+    # chain would turn the claim into a table scan without failing anything else.
+    conn = sqlite3.connect(":memory:")
+    apply_migrations(conn.cursor())
+    sql = QUERIES[statement]
+    params: object = (None, None) if "?" in sql else defaultdict(lambda: None)
+    plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()  # type: ignore[arg-type]
+    assert any(f"INDEX {index} " in row[3] for row in plan), plan
+
+
 @pytest.mark.parametrize("cursor", [None, "r5"])
 def test_sqlite_list_runs_bounds_its_page_on_the_primary_key_with_or_without_a_cursor(
     cursor: str | None,

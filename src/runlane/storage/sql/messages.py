@@ -173,16 +173,6 @@ def delivery_run(
     return PlannedRun(run, params, requested)
 
 
-def created_event_data(run: Run) -> dict[str, Any]:
-    """The data of a delivery run's ``run.created`` event (as for any run)."""
-    return {
-        "task_id": run.task_id,
-        "queue": run.queue,
-        "run_at": run.run_at.isoformat(),
-        "source": run.source.to_json(),
-    }
-
-
 def key_params(
     environment: str, delivery: NewDelivery, sequence: int, now_us: int
 ) -> dict[str, Any]:

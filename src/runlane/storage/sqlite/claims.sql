@@ -29,7 +29,8 @@ WHERE environment = :environment AND id IN (
             SELECT id, run_at FROM runlane_runs
             WHERE environment = :environment
               AND queue = :queue
-              AND status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+                   OR status = 'released')
               AND run_at <= :now
               AND partition_key IS NULL
             ORDER BY run_at, id
@@ -44,9 +45,11 @@ WHERE environment = :environment AND id IN (
             FROM runlane_runs k INDEXED BY runlane_runs_keyed
             WHERE k.environment = :environment
               AND k.partition_key IS NOT NULL
-              AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                               'cancellation_requested', 'dead_lettered')
-              AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND (k.status = 'queued' OR k.status = 'scheduled' OR k.status = 'retrying'
+                   OR k.status = 'released' OR k.status = 'running'
+                   OR k.status = 'cancellation_requested' OR k.status = 'dead_lettered')
+              AND (k.status = 'queued' OR k.status = 'scheduled' OR k.status = 'retrying'
+                   OR k.status = 'released')
               AND k.queue = :queue
               AND k.run_at <= :now
               -- ORDERED: the key's head (no unfinished delivery before it).
@@ -54,8 +57,10 @@ WHERE environment = :environment AND id IN (
                   SELECT 1 FROM runlane_runs o
                   WHERE o.environment = k.environment AND o.task_id = k.task_id
                     AND o.partition_key = k.partition_key
-                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                     'cancellation_requested', 'dead_lettered')
+                    AND (o.status = 'queued' OR o.status = 'scheduled'
+                         OR o.status = 'retrying' OR o.status = 'released'
+                         OR o.status = 'running' OR o.status = 'cancellation_requested'
+                         OR o.status = 'dead_lettered')
                     AND o.message_sequence < k.message_sequence
               ))
         ) f
@@ -65,9 +70,10 @@ WHERE environment = :environment AND id IN (
               SELECT 1 FROM runlane_runs o
               WHERE o.environment = :environment AND o.task_id = f.task_id
                 AND o.partition_key = f.partition_key
-                AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                 'cancellation_requested', 'dead_lettered')
-                AND o.status IN ('running', 'cancellation_requested')
+                AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+                     OR o.status = 'released' OR o.status = 'running'
+                     OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
+                AND (o.status = 'running' OR o.status = 'cancellation_requested')
                 AND o.lease_expires_at > :now
           )
     )
@@ -101,7 +107,8 @@ WHERE environment = :environment AND id IN (
                 FROM json_each(:bounded)
             ) q ON q.queue = r.queue
             WHERE r.environment = :environment
-              AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND (r.status = 'queued' OR r.status = 'scheduled' OR r.status = 'retrying'
+                   OR r.status = 'released')
               AND r.run_at <= :now
               AND r.partition_key IS NULL
             UNION ALL
@@ -119,17 +126,22 @@ WHERE environment = :environment AND id IN (
                 ) q ON q.queue = k.queue
                 WHERE k.environment = :environment
                   AND k.partition_key IS NOT NULL
-                  AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                   'cancellation_requested', 'dead_lettered')
-                  AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+                  AND (k.status = 'queued' OR k.status = 'scheduled'
+                       OR k.status = 'retrying' OR k.status = 'released'
+                       OR k.status = 'running' OR k.status = 'cancellation_requested'
+                       OR k.status = 'dead_lettered')
+                  AND (k.status = 'queued' OR k.status = 'scheduled'
+                       OR k.status = 'retrying' OR k.status = 'released')
                   AND k.run_at <= :now
                   -- ORDERED: the key's head (no unfinished delivery before it).
                   AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
                       SELECT 1 FROM runlane_runs o
                       WHERE o.environment = k.environment AND o.task_id = k.task_id
                         AND o.partition_key = k.partition_key
-                        AND o.status IN ('queued', 'scheduled', 'retrying', 'released',
-                                         'running', 'cancellation_requested', 'dead_lettered')
+                        AND (o.status = 'queued' OR o.status = 'scheduled'
+                             OR o.status = 'retrying' OR o.status = 'released'
+                             OR o.status = 'running' OR o.status = 'cancellation_requested'
+                             OR o.status = 'dead_lettered')
                         AND o.message_sequence < k.message_sequence
                   ))
             ) f
@@ -139,9 +151,11 @@ WHERE environment = :environment AND id IN (
                   SELECT 1 FROM runlane_runs o
                   WHERE o.environment = :environment AND o.task_id = f.task_id
                     AND o.partition_key = f.partition_key
-                    AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                     'cancellation_requested', 'dead_lettered')
-                    AND o.status IN ('running', 'cancellation_requested')
+                    AND (o.status = 'queued' OR o.status = 'scheduled'
+                         OR o.status = 'retrying' OR o.status = 'released'
+                         OR o.status = 'running' OR o.status = 'cancellation_requested'
+                         OR o.status = 'dead_lettered')
+                    AND (o.status = 'running' OR o.status = 'cancellation_requested')
                     AND o.lease_expires_at > :now
               )
         ) e
@@ -151,7 +165,7 @@ WHERE environment = :environment AND id IN (
         FROM runlane_runs
         WHERE environment = :environment
           AND queue IN (SELECT json_extract(value, '$[0]') FROM json_each(:bounded))
-          AND status IN ('running', 'cancellation_requested')
+          AND (status = 'running' OR status = 'cancellation_requested')
           AND lease_expires_at > :now
         GROUP BY queue, part
     ) o ON o.queue = c.queue AND o.part = c.part
@@ -175,15 +189,17 @@ SET status = 'running',
 WHERE environment = :environment AND id IN (
     SELECT k.id FROM runlane_runs k
     WHERE k.environment = :environment AND k.id = :id
-      AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND (k.status = 'queued' OR k.status = 'scheduled' OR k.status = 'retrying'
+           OR k.status = 'released')
       AND k.run_at <= :now
       AND (k.partition_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM runlane_runs o
           WHERE o.environment = k.environment AND o.task_id = k.task_id
             AND o.partition_key = k.partition_key
-            AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                             'cancellation_requested', 'dead_lettered')
-            AND ((o.status IN ('running', 'cancellation_requested')
+            AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+                 OR o.status = 'released' OR o.status = 'running'
+                 OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
+            AND (((o.status = 'running' OR o.status = 'cancellation_requested')
                   AND o.lease_expires_at > :now)
                  OR (k.subscription_mode = 'ordered'
                      AND o.message_sequence < k.message_sequence))
@@ -200,15 +216,16 @@ UPDATE runlane_runs
 SET delivery_requested_at = NULL, reserved_until = NULL
 WHERE environment = :environment AND id = :id
   AND partition_key IS NOT NULL
-  AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying' OR status = 'released')
   AND run_at <= :now
 RETURNING id, EXISTS (
     SELECT 1 FROM runlane_runs o
     WHERE o.environment = runlane_runs.environment AND o.task_id = runlane_runs.task_id
       AND o.partition_key = runlane_runs.partition_key
-      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                       'cancellation_requested', 'dead_lettered')
-      AND ((o.status IN ('running', 'cancellation_requested') AND o.lease_expires_at > :now)
+      AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+           OR o.status = 'released' OR o.status = 'running'
+           OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
+      AND (((o.status = 'running' OR o.status = 'cancellation_requested') AND o.lease_expires_at > :now)
            OR (runlane_runs.subscription_mode = 'ordered'
                AND o.message_sequence < runlane_runs.message_sequence))
 ) AS blocked;
@@ -217,5 +234,5 @@ RETURNING id, EXISTS (
 SELECT count(*) AS n FROM runlane_runs
 WHERE environment = :environment AND queue = :queue
   AND coalesce(concurrency_key, '') = coalesce(:concurrency_key, '')
-  AND status IN ('running', 'cancellation_requested')
+  AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at > :now;

@@ -67,8 +67,8 @@ def _create_plain_runs(
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
     """Runs without keys or lease own nothing and conflict with nothing: write them in
-    bulk, one pair of statements per stretch of runs of the same shape (a bulk
-    trigger is one stretch)."""
+    bulk, one statement per stretch of runs of the same shape (a bulk trigger is one
+    stretch)."""
     outcomes: list[CreateOutcome] = []
     start = 0
     while start < len(runs):
@@ -79,9 +79,8 @@ def _create_plain_runs(
         if first.request_delivery or len(group) < MIN_ARRAY_BATCH:
             outcomes += _create_row_by_row(cur, environment, group, now_us, claimed_until)
         else:
-            run_params, event_params, created = plain_batch(environment, group, now_us)
+            run_params, created = plain_batch(environment, group, now_us)
             cur.execute(QUERIES["insert_plain_runs"], run_params)
-            cur.execute(QUERIES["insert_created_events"], event_params)
             outcomes += [CreateOutcome(run, created=True) for run in created]
         start = stop
     return outcomes
@@ -102,14 +101,13 @@ def _create_row_by_row(
     )
     now = from_micros(now_us)
     created = [run_from_new(environment, new, now) for new in runs]
-    cur.executemany(
-        QUERIES["insert_event"],
-        [
-            event
-            for run, new in zip(created, runs, strict=True)
-            for event in creation_events(environment, run, now_us, new.request_delivery)
-        ],
-    )
+    events = [
+        event
+        for run, new in zip(created, runs, strict=True)
+        for event in creation_events(environment, run, now_us, new.request_delivery)
+    ]
+    if events:
+        cur.executemany(QUERIES["insert_event"], events)
     return [
         CreateOutcome(
             run,
@@ -147,10 +145,9 @@ def create_run(
             )
         return CreateOutcome(owner, created=False)
     run = run_from_row(row)
-    cur.executemany(
-        QUERIES["insert_event"],
-        creation_events(environment, run, now_us, new.request_delivery),
-    )
+    events = creation_events(environment, run, now_us, new.request_delivery)
+    if events:
+        cur.executemany(QUERIES["insert_event"], events)
     outbox = _request_delivery(cur, environment, run, new, now_us, outbox_claimed_until)
     if new.idempotency_key is not None:
         cur.execute(

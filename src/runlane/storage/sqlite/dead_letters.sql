@@ -12,8 +12,9 @@ SELECT r.*,
            SELECT 1 FROM runlane_runs e
            WHERE e.environment = r.environment AND e.task_id = r.task_id
              AND e.partition_key = r.partition_key
-             AND e.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                              'cancellation_requested', 'dead_lettered')
+             AND (e.status = 'queued' OR e.status = 'scheduled' OR e.status = 'retrying'
+                  OR e.status = 'released' OR e.status = 'running'
+                  OR e.status = 'cancellation_requested' OR e.status = 'dead_lettered')
              AND e.message_sequence < r.message_sequence
        )) AS blocks_key
 FROM runlane_runs r
@@ -37,7 +38,9 @@ WHERE environment = :environment AND subscription_mode IS NOT NULL
 GROUP BY task_id, status
 UNION ALL
 SELECT r.task_id, NULL AS status, count(*) AS n
-FROM runlane_runs r
+-- Dead-lettered runs of the subscription only (r.status = 'dead_lettered' also
+-- matches runlane_runs_keyed, which would walk every unfinished keyed run).
+FROM runlane_runs r INDEXED BY runlane_runs_deliveries
 WHERE r.environment = :environment AND r.status = 'dead_lettered'
   AND r.subscription_mode = 'ordered' AND r.partition_key IS NOT NULL
   AND r.task_id IN (SELECT value FROM json_each(:subscriptions))
@@ -45,8 +48,9 @@ WHERE r.environment = :environment AND r.status = 'dead_lettered'
       SELECT 1 FROM runlane_runs e
       WHERE e.environment = r.environment AND e.task_id = r.task_id
         AND e.partition_key = r.partition_key
-        AND e.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                         'cancellation_requested', 'dead_lettered')
+        AND (e.status = 'queued' OR e.status = 'scheduled' OR e.status = 'retrying'
+             OR e.status = 'released' OR e.status = 'running'
+             OR e.status = 'cancellation_requested' OR e.status = 'dead_lettered')
         AND e.message_sequence < r.message_sequence
   )
 GROUP BY r.task_id;
@@ -58,10 +62,11 @@ SELECT r.task_id, r.partition_key, r.id, r.dead_lettered_at,
        (SELECT count(*) FROM runlane_runs w
         WHERE w.environment = r.environment AND w.task_id = r.task_id
           AND w.partition_key = r.partition_key
-          AND w.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                           'cancellation_requested', 'dead_lettered')
+          AND (w.status = 'queued' OR w.status = 'scheduled' OR w.status = 'retrying'
+               OR w.status = 'released' OR w.status = 'running'
+               OR w.status = 'cancellation_requested' OR w.status = 'dead_lettered')
           AND w.message_sequence > r.message_sequence) AS waiting
-FROM runlane_runs r
+FROM runlane_runs r INDEXED BY runlane_runs_deliveries
 WHERE r.environment = :environment AND r.task_id = :subscription
   AND r.status = 'dead_lettered' AND r.subscription_mode = 'ordered'
   AND r.partition_key IS NOT NULL
@@ -70,8 +75,9 @@ WHERE r.environment = :environment AND r.task_id = :subscription
       SELECT 1 FROM runlane_runs e
       WHERE e.environment = r.environment AND e.task_id = r.task_id
         AND e.partition_key = r.partition_key
-        AND e.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                         'cancellation_requested', 'dead_lettered')
+        AND (e.status = 'queued' OR e.status = 'scheduled' OR e.status = 'retrying'
+             OR e.status = 'released' OR e.status = 'running'
+             OR e.status = 'cancellation_requested' OR e.status = 'dead_lettered')
         AND e.message_sequence < r.message_sequence
   )
 ORDER BY r.partition_key

@@ -38,6 +38,7 @@ from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     event_from_row,
+    implied_created_event,
     outbox_from_row,
     run_page,
 )
@@ -263,7 +264,10 @@ class SqliteStorage(SqlStorageBase):
         rows = await self._db.fetch(
             QUERIES["list_run_events"], {"environment": environment, "run_id": run_id}
         )
-        return [event_from_row(row) for row in rows]
+        return [
+            event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
+            for row in rows
+        ]
 
     # -- maintenance ---------------------------------------------------------------
 

@@ -20,7 +20,8 @@ WHERE environment = :environment AND (task_id, key) IN (
     LEFT JOIN runlane_runs r ON r.environment = k.environment AND r.id = k.run_id
     WHERE k.environment = :environment
       AND (r.id IS NULL
-           OR (r.status IN ('succeeded', 'failed', 'cancelled', 'discarded')
+           OR ((r.status = 'succeeded' OR r.status = 'failed' OR r.status = 'cancelled'
+                OR r.status = 'discarded')
                AND (r.status = 'failed' OR k.expires_at IS NULL OR k.expires_at <= :now)))
 );
 

@@ -5,14 +5,14 @@
 UPDATE runlane_runs
 SET lease_expires_at = :lease_expires_at
 WHERE environment = :environment AND id = :id AND lease_token = :lease_token
-  AND status IN ('running', 'cancellation_requested')
+  AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at > :now
 RETURNING status;
 
 -- name: list_expired_leases
 SELECT * FROM runlane_runs
 WHERE environment = :environment
-  AND status IN ('running', 'cancellation_requested')
+  AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at <= :now
 ORDER BY lease_expires_at
 LIMIT :limit;

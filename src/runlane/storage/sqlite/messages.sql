@@ -73,21 +73,22 @@ WHERE runlane_deduplication_keys.expires_at <= :now;
 SELECT NOT EXISTS (
     SELECT 1 FROM runlane_runs
     WHERE environment = :environment AND task_id = :task_id AND partition_key = :partition_key
-      AND status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                     'cancellation_requested', 'dead_lettered')
+      AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+           OR status = 'released' OR status = 'running' OR status = 'cancellation_requested'
+           OR status = 'dead_lettered')
       AND message_sequence < :sequence
       AND (:ordered
-           OR (status IN ('running', 'cancellation_requested') AND lease_expires_at > :now))
+           OR ((status = 'running' OR status = 'cancellation_requested') AND lease_expires_at > :now))
 ) AS free;
 
 -- name: insert_delivery
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
-    run_at, created_at, updated_at, event_sequence, source, trace_carrier,
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
     delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
 ) VALUES (
     :environment, :id, :task_id, :queue, 'queued', :payload, 0, 0,
-    :now, :now, :now, :event_sequence, :source, :trace_carrier,
+    :now, :now, :now, :now, :event_sequence, :source, :trace_carrier,
     :delivery_requested_at, :partition_key, 0, :subscription_mode, :message_sequence
 )
 ON CONFLICT DO NOTHING;

@@ -26,7 +26,8 @@ SELECT id, queue, concurrency_key FROM (
         WHERE environment = :environment
           AND queue IN (SELECT value FROM json_each(:queues))
           AND delivery_requested_at IS NULL
-          AND status IN ('queued', 'scheduled', 'retrying', 'released')
+          AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+               OR status = 'released')
           AND run_at <= :now
           AND partition_key IS NULL
         ORDER BY run_at, id
@@ -41,9 +42,11 @@ SELECT id, queue, concurrency_key FROM (
         FROM runlane_runs k INDEXED BY runlane_runs_keyed
         WHERE k.environment = :environment
           AND k.partition_key IS NOT NULL
-          AND k.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                           'cancellation_requested', 'dead_lettered')
-          AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
+          AND (k.status = 'queued' OR k.status = 'scheduled' OR k.status = 'retrying'
+               OR k.status = 'released' OR k.status = 'running'
+               OR k.status = 'cancellation_requested' OR k.status = 'dead_lettered')
+          AND (k.status = 'queued' OR k.status = 'scheduled' OR k.status = 'retrying'
+               OR k.status = 'released')
           AND k.queue IN (SELECT value FROM json_each(:queues))
           AND k.delivery_requested_at IS NULL
           AND k.run_at <= :now
@@ -52,8 +55,9 @@ SELECT id, queue, concurrency_key FROM (
               SELECT 1 FROM runlane_runs o
               WHERE o.environment = k.environment AND o.task_id = k.task_id
                 AND o.partition_key = k.partition_key
-                AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                 'cancellation_requested', 'dead_lettered')
+                AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+                     OR o.status = 'released' OR o.status = 'running'
+                     OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
                 AND o.message_sequence < k.message_sequence
           ))
     ) f
@@ -63,11 +67,13 @@ SELECT id, queue, concurrency_key FROM (
           SELECT 1 FROM runlane_runs o
           WHERE o.environment = :environment AND o.task_id = f.task_id
             AND o.partition_key = f.partition_key
-            AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                             'cancellation_requested', 'dead_lettered')
-            AND ((o.status IN ('running', 'cancellation_requested')
+            AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+                 OR o.status = 'released' OR o.status = 'running'
+                 OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
+            AND (((o.status = 'running' OR o.status = 'cancellation_requested')
                   AND o.lease_expires_at > :now)
-                 OR (o.status IN ('queued', 'scheduled', 'retrying', 'released')
+                 OR ((o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
+                      OR o.status = 'released')
                      AND o.delivery_requested_at IS NOT NULL))
       )
 )
@@ -78,8 +84,9 @@ LIMIT :limit;
 SELECT queue, coalesce(concurrency_key, '') AS part, count(*) AS n FROM runlane_runs
 WHERE environment = :environment
   AND queue IN (SELECT value FROM json_each(:queues))
-  AND ((status IN ('running', 'cancellation_requested') AND lease_expires_at > :now)
-       OR (status IN ('queued', 'scheduled', 'retrying', 'released') AND reserved_until > :now))
+  AND (((status = 'running' OR status = 'cancellation_requested') AND lease_expires_at > :now)
+       OR ((status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+            OR status = 'released') AND reserved_until > :now))
 GROUP BY queue, part;
 
 -- name: expire_dispatch_reservations
@@ -87,7 +94,7 @@ UPDATE runlane_runs
 SET reserved_until = NULL, delivery_requested_at = NULL
 WHERE environment = :environment
   AND reserved_until IS NOT NULL AND reserved_until <= :now
-  AND status IN ('queued', 'scheduled', 'retrying', 'released');
+  AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying' OR status = 'released');
 
 -- name: claim_outbox
 UPDATE runlane_outbox
@@ -95,7 +102,7 @@ SET status = 'claimed', claimed_until = :claimed_until
 WHERE environment = :environment AND id IN (
     SELECT id FROM runlane_outbox
     WHERE environment = :environment
-      AND ((status IN ('pending', 'failed') AND available_at <= :now)
+      AND (((status = 'pending' OR status = 'failed') AND available_at <= :now)
            OR (status = 'claimed' AND claimed_until <= :now))
     ORDER BY available_at, id
     LIMIT :limit
@@ -120,5 +127,6 @@ SELECT status, count(*) AS n FROM runlane_outbox WHERE environment = :environmen
 -- name: outbox_backlog
 -- Delivery requests not yet published (pending, claimed by a publisher, or failed and waiting).
 SELECT queue, count(*) AS n FROM runlane_outbox
-WHERE environment = :environment AND status IN ('pending', 'claimed', 'failed')
+WHERE environment = :environment AND (status = 'pending' OR status = 'claimed'
+                                      OR status = 'failed')
 GROUP BY queue;

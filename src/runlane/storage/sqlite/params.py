@@ -63,16 +63,15 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
 
 def plain_batch(
     environment: str, runs: Sequence[NewRun], now_us: int
-) -> tuple[dict[str, Any], dict[str, Any], list[Run]]:
-    """Parameters of ``insert_plain_runs`` and ``insert_created_events`` for ``runs``
-    (plain, queued or scheduled, of one shape: see :func:`same_shape`), and the runs
-    as storage then holds them. Everything shared is encoded once for the batch."""
+) -> tuple[dict[str, Any], list[Run]]:
+    """Parameters of ``insert_plain_runs`` for ``runs`` (plain, queued or scheduled, of
+    one shape: see :func:`same_shape`), and the runs as storage then holds them.
+    Everything shared is encoded once for the batch."""
     first = runs[0]
     run_at_us = to_micros(first.run_at)
-    rows = dumps([[new.id, new.payload_json] for new in runs])
     run_params = {
         "environment": environment,
-        "rows": rows,
+        "rows": dumps([[new.id, new.payload_json] for new in runs]),
         "task_id": first.task_id,
         "queue": first.queue,
         "status": first.status.value,
@@ -83,14 +82,7 @@ def plain_batch(
         "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
-    created = [_run(environment, new, run_at, now) for new in runs]
-    event_params = {
-        "environment": environment,
-        "rows": rows,
-        "now": now_us,
-        "data": dumps(_created_data(created[0])),
-    }
-    return run_params, event_params, created
+    return run_params, [_run(environment, new, run_at, now) for new in runs]
 
 
 def insert_params(
@@ -156,31 +148,14 @@ def event_row(
 def creation_events(
     environment: str, run: Run, now_us: int, delivery_requested: bool
 ) -> list[dict[str, Any]]:
-    """A new run's events: created, then delivery requested and started where they apply."""
-    events = [
-        event_row(
-            environment,
-            run.id,
-            1,
-            RunEventType.CREATED,
-            now_us,
-            _created_data(run),
-        )
-    ]
+    """A new run's stored events: delivery requested and started where they apply
+    (``run.created`` is implied by the row's ``first_run_at``)."""
+    events = []
     if delivery_requested:
         events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
     if run.status is RunStatus.RUNNING:
         events.append(started_event(environment, run, now_us))
     return events
-
-
-def _created_data(run: Run) -> dict[str, Any]:
-    return {
-        "task_id": run.task_id,
-        "queue": run.queue,
-        "run_at": run.run_at.isoformat(),
-        "source": run.source.to_json(),
-    }
 
 
 def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from runlane.storage.sql.batches import check_distinct_delivery_ids, taken_run_i
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
 from runlane.storage.sql.messages import (
     check_reuse,
-    created_event_data,
     deduplication_params,
     delivery_run,
     is_plain_message,
@@ -33,9 +32,9 @@ from runlane.storage.sql.messages import (
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
-from runlane.storage.sqlite.params import delivery_event, event_row
+from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
-from runlane.types.runs import Run, RunEventType
+from runlane.types.runs import Run
 
 _SAVEPOINT = "runlane_publish"
 
@@ -134,11 +133,6 @@ def _publish_plain(
             )  # fmt: skip
             run = planned.run
             rows.append(planned.params)
-            events.append(
-                event_row(
-                    environment, run.id, 1, RunEventType.CREATED, now_us, created_event_data(run)
-                )
-            )
             if planned.requested:
                 events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
                 requested_runs.append(run)
@@ -252,9 +246,6 @@ def _create_deliveries(
         run = planned.run
         if cur.execute(QUERIES["insert_delivery"], planned.params).rowcount != 1:
             raise taken_run_id(run.id)
-        events.append(
-            event_row(environment, run.id, 1, RunEventType.CREATED, now_us, created_event_data(run))
-        )
         if requested:
             events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
             outbox.append(
@@ -263,7 +254,8 @@ def _create_deliveries(
                 )
             )
         runs.append(run)
-    cur.executemany(QUERIES["insert_event"], events)
+    if events:
+        cur.executemany(QUERIES["insert_event"], events)
     return runs, tuple(outbox)
 
 

@@ -4,12 +4,12 @@
 -- name: insert_run
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
-    run_at, created_at, updated_at, event_sequence, source, idempotency_key,
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
     singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
     delivery_requested_at
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
-    :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
+    :run_at, :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
     :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at,
     :delivery_requested_at
 )
@@ -19,12 +19,12 @@ RETURNING *;
 -- name: insert_plain_run
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
-    run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
-    delivery_requested_at
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+    trace_carrier, delivery_requested_at
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
-    :run_at, :now, :now, :event_sequence, :source, :concurrency_key, :trace_carrier,
-    :delivery_requested_at
+    :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
+    :trace_carrier, :delivery_requested_at
 );
 
 -- name: insert_plain_runs
@@ -33,19 +33,12 @@ INSERT INTO runlane_runs (
 -- so SQLite walks the batch in C instead of binding every column of every row.
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
-    run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
-    delivery_requested_at
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+    trace_carrier, delivery_requested_at
 )
 SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
-       json_extract(row.value, '$[1]'), 0, 0, :run_at, :now, :now, 1, :source,
+       json_extract(row.value, '$[1]'), 0, 0, :run_at, :run_at, :now, :now, 1, :source,
        :concurrency_key, :trace_carrier, NULL
-FROM json_each(:rows) AS row;
-
--- name: insert_created_events
--- The run.created event of each run of insert_plain_runs (same :rows), whose data
--- is the same for the whole batch.
-INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
-SELECT :environment, json_extract(row.value, '$[0]'), 1, 'run.created', :now, :data
 FROM json_each(:rows) AS row;
 
 -- name: insert_event
@@ -58,7 +51,8 @@ SELECT * FROM runlane_runs WHERE environment = :environment AND id = :id;
 -- name: get_active_singleton_owner
 SELECT * FROM runlane_runs
 WHERE environment = :environment AND task_id = :task_id AND singleton_key = :singleton_key
-  AND status IN ('queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested');
+  AND (status = 'queued' OR status = 'scheduled' OR status = 'running'
+       OR status = 'retrying' OR status = 'released' OR status = 'cancellation_requested');
 
 -- name: list_runs
 -- One page, newest first; an empty filter list filters nothing. A missing cursor
@@ -74,7 +68,14 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: list_run_events
-SELECT * FROM runlane_run_events
+-- Stored events, and the run.created event a row created since migration 009 implies.
+SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
+       NULL AS data, task_id, queue, first_run_at, source
+FROM runlane_runs
+WHERE environment = :environment AND id = :run_id AND first_run_at IS NOT NULL
+UNION ALL
+SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL
+FROM runlane_run_events
 WHERE environment = :environment AND run_id = :run_id
 ORDER BY sequence;
 
@@ -82,20 +83,23 @@ ORDER BY sequence;
 -- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
 SELECT queue, concurrency_key, status, count(*) AS count,
        sum(CASE
-               WHEN status IN ('running', 'cancellation_requested') AND lease_expires_at > :now
+               WHEN (status = 'running' OR status = 'cancellation_requested') AND lease_expires_at > :now
                    THEN 1
-               WHEN status IN ('queued', 'scheduled', 'retrying', 'released')
+               WHEN (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+                     OR status = 'released')
                     AND reserved_until > :now
                    THEN 1
                ELSE 0
            END) AS occupying,
        sum(CASE
-               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+               WHEN (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+                     OR status = 'released') AND run_at <= :now
                    THEN 1
                ELSE 0
            END) AS due,
        min(CASE
-               WHEN status IN ('queued', 'scheduled', 'retrying', 'released') AND run_at <= :now
+               WHEN (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+                     OR status = 'released') AND run_at <= :now
                    THEN run_at
            END) AS oldest_due
 FROM runlane_runs
@@ -107,6 +111,7 @@ GROUP BY queue, concurrency_key, status;
 SELECT queue, status, count(*) AS n
 FROM runlane_runs
 WHERE environment = :environment
-  AND status IN ('succeeded', 'failed', 'cancelled', 'discarded')
+  AND (status = 'succeeded' OR status = 'failed' OR status = 'cancelled'
+       OR status = 'discarded')
   AND updated_at >= :since
 GROUP BY queue, status;
