@@ -49,14 +49,16 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
 
 def same_shape(a: NewRun, b: NewRun) -> bool:
     """Whether ``a`` and ``b`` differ at most in id and payload (keys aside)."""
+    # The runs of one call share these very objects: identity answers first, without
+    # the dataclass and datetime comparisons.
     return (
         a.task_id == b.task_id
         and a.queue == b.queue
         and a.status is b.status
-        and a.run_at == b.run_at
-        and a.source == b.source
+        and (a.run_at is b.run_at or a.run_at == b.run_at)
+        and (a.source is b.source or a.source == b.source)
         and a.concurrency_key == b.concurrency_key
-        and a.trace_carrier == b.trace_carrier
+        and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
         and a.request_delivery == b.request_delivery
     )
 
