@@ -24,6 +24,15 @@ def _applied(path: Path) -> list[int]:
         return [row[0] for row in conn.execute("SELECT version FROM runlane_migrations")]
 
 
+def _runtime(path: Path) -> Runlane:
+    return Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True)],
+        tasks=[noop],
+        environment="upgrade",
+    )
+
+
 def _migrate_up_to(path: Path, version: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bring a new file to schema ``version`` only, as an older release left it."""
     with monkeypatch.context() as patch:
@@ -48,12 +57,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
             '\'{"type": "trigger"}\')'
         )
     assert _applied(path) == [1, 2, 3, 4, 5, 6]
-    rl = Runlane(
-        lane=sqlite_lane(path),
-        queues=[queue("main", default=True)],
-        tasks=[noop],
-        environment="upgrade",
-    )
+    rl = _runtime(path)
     async with rl:
         old = await rl.runs.get("old-run")
         assert (old.partition_key, old.replays, old.mode, old.message_sequence) == (
@@ -111,12 +115,7 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
             )
         before = _index_sizes(conn)
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
-    rl = Runlane(
-        lane=sqlite_lane(path),
-        queues=[queue("main", default=True)],
-        tasks=[noop],
-        environment="upgrade",
-    )
+    rl = _runtime(path)
     async with rl:
         assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         with sqlite3.connect(path) as conn:
@@ -148,12 +147,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
             "INSERT INTO runlane_run_events VALUES ('upgrade', 'old-run', 1, 'run.created', 1, ?)",
             (json.dumps(created),),
         )
-    rl = Runlane(
-        lane=sqlite_lane(path),
-        queues=[queue("main", default=True)],
-        tasks=[noop],
-        environment="upgrade",
-    )
+    rl = _runtime(path)
     async with rl:
         assert _applied(path)[-1] == 9
         (event,) = await rl.runs.events("old-run")
