@@ -156,3 +156,29 @@ async def _open_spare(spare: SpareConnection) -> psycopg.AsyncConnection[Any]:
             return conn
         await asyncio.sleep(0.01)
     raise AssertionError("the spare connection never opened")
+
+
+async def test_a_connection_that_fails_its_setup_is_closed_not_kept(postgres_dsn: str) -> None:
+    # Its setup (SET jit = off) fails inside an aborted transaction: the connection is
+    # open but unusable, and must be closed rather than left to the garbage collector.
+    opened: list[psycopg.AsyncConnection[Any]] = []
+
+    async def aborted() -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(postgres_dsn)
+        opened.append(conn)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await conn.execute("SELECT 1 / 0")
+        return conn
+
+    spare = SpareConnection(aborted, retry_after=60)
+    try:
+        assert spare.take() is None  # starts the opening
+        for _ in range(500):
+            if opened and opened[0].closed:
+                break
+            await asyncio.sleep(0.01)
+        assert len(opened) == 1 and opened[0].closed
+        assert spare.take() is None  # nothing kept, and no new attempt before retry_after
+        assert len(opened) == 1
+    finally:
+        await spare.close()

@@ -181,6 +181,7 @@ class SpareConnection:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _open(self) -> None:
+        conn: Connection | None = None
         try:
             conn = await self._connect()
             await configure_pooled(conn)
@@ -188,6 +189,8 @@ class SpareConnection:
             # The pool serves meanwhile (and reports what is wrong). Not at every call:
             # a server at its connection limit would see an attempt per statement.
             self._next_opening = time.monotonic() + self._retry_after
+            if conn is not None:
+                await conn.close()  # opened but not set up: never kept, so never leaked
             return
         finally:
             self._opening = None

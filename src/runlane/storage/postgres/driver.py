@@ -275,8 +275,7 @@ class PostgresStorage(SqlStorageBase):
         for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
             try:
                 own = spare.take() if spare is not None and attempt == 1 else None
-                if own is not None:
-                    assert spare is not None
+                if spare is not None and own is not None:
                     try:
                         return await op(own)
                     finally:
