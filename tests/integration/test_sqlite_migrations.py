@@ -82,16 +82,15 @@ def _index_sizes(conn: sqlite3.Connection) -> dict[str, int]:
     """Entries per partial index, counted through the index itself (integrity_check
     would report an index that disagrees with its table)."""
     sizes = {}
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"):
-        table = conn.execute(
-            "SELECT tbl_name FROM sqlite_master WHERE name = ?", (name,)
+    indexes = conn.execute(
+        "SELECT name, tbl_name, replace(sql, char(10), ' ') FROM sqlite_master "
+        "WHERE type = 'index' AND sql LIKE '% WHERE %'"
+    ).fetchall()
+    for name, table, sql in indexes:
+        condition = sql.split(" WHERE ", 1)[1]
+        sizes[name] = conn.execute(
+            f"SELECT count(*) FROM {table} INDEXED BY {name} WHERE {condition}"
         ).fetchone()[0]
-        where = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
-        if where[0] and " WHERE " in where[0].replace("\n", " "):
-            condition = where[0].replace("\n", " ").split(" WHERE ", 1)[1]
-            sizes[name] = conn.execute(
-                f"SELECT count(*) FROM {table} INDEXED BY {name} WHERE {condition}"
-            ).fetchone()[0]
     return sizes
 
 

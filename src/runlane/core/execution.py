@@ -202,7 +202,6 @@ class AttemptRunner:
         """The attempt ``run`` is leased for, as two steps the caller awaits in turn:
         :meth:`OpenAttempt.call` (the handler) and :meth:`OpenAttempt.settle` (the
         outcome written). Options are as for :meth:`execute`."""
-        assert run.lease is not None
         return OpenAttempt(self, run, settings, stop, max_attempt_duration, batcher, project)
 
     async def attempt(

@@ -75,9 +75,8 @@ from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
-    event_from_row,
-    implied_created_event,
     outbox_from_row,
+    run_events_from_rows,
     run_page,
 )
 from runlane.storage.sql.schedules import seen_params
@@ -528,10 +527,7 @@ class PostgresStorage(SqlStorageBase):
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
         rows = await self._fetch("list_run_events", {"environment": environment, "run_id": run_id})
-        return [
-            event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
-            for row in rows
-        ]
+        return run_events_from_rows(rows)
 
     # -- maintenance ---------------------------------------------------------------
 

@@ -243,6 +243,16 @@ def implied_created_event(row: Row) -> RunEvent:
     )
 
 
+def run_events_from_rows(rows: Iterable[Row]) -> list[RunEvent]:
+    """A run's history from ``list_run_events`` rows: stored events, and the
+    ``run.created`` event a row with ``first_run_at`` implies (see
+    :func:`implied_created_event`)."""
+    return [
+        event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
+        for row in rows
+    ]
+
+
 def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
     """``runlane_schedules`` rows by schedule id."""
     return {

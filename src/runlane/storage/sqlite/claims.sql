@@ -225,7 +225,8 @@ RETURNING id, EXISTS (
       AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
            OR o.status = 'released' OR o.status = 'running'
            OR o.status = 'cancellation_requested' OR o.status = 'dead_lettered')
-      AND (((o.status = 'running' OR o.status = 'cancellation_requested') AND o.lease_expires_at > :now)
+      AND (((o.status = 'running' OR o.status = 'cancellation_requested')
+            AND o.lease_expires_at > :now)
            OR (runlane_runs.subscription_mode = 'ordered'
                AND o.message_sequence < runlane_runs.message_sequence))
 ) AS blocked;

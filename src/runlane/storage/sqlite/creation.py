@@ -106,8 +106,7 @@ def _create_row_by_row(
         for run, new in zip(created, runs, strict=True)
         for event in creation_events(environment, run, now_us, new.request_delivery)
     ]
-    if events:
-        cur.executemany(QUERIES["insert_event"], events)
+    cur.executemany(QUERIES["insert_event"], events)
     return [
         CreateOutcome(
             run,
@@ -145,9 +144,9 @@ def create_run(
             )
         return CreateOutcome(owner, created=False)
     run = run_from_row(row)
-    events = creation_events(environment, run, now_us, new.request_delivery)
-    if events:
-        cur.executemany(QUERIES["insert_event"], events)
+    cur.executemany(
+        QUERIES["insert_event"], creation_events(environment, run, now_us, new.request_delivery)
+    )
     outbox = _request_delivery(cur, environment, run, new, now_us, outbox_claimed_until)
     if new.idempotency_key is not None:
         cur.execute(

@@ -37,9 +37,8 @@ from runlane.storage.protocol import (
 from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
-    event_from_row,
-    implied_created_event,
     outbox_from_row,
+    run_events_from_rows,
     run_page,
 )
 from runlane.storage.sqlite import (
@@ -264,10 +263,7 @@ class SqliteStorage(SqlStorageBase):
         rows = await self._db.fetch(
             QUERIES["list_run_events"], {"environment": environment, "run_id": run_id}
         )
-        return [
-            event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
-            for row in rows
-        ]
+        return run_events_from_rows(rows)
 
     # -- maintenance ---------------------------------------------------------------
 

@@ -78,7 +78,8 @@ SELECT NOT EXISTS (
            OR status = 'dead_lettered')
       AND message_sequence < :sequence
       AND (:ordered
-           OR ((status = 'running' OR status = 'cancellation_requested') AND lease_expires_at > :now))
+           OR ((status = 'running' OR status = 'cancellation_requested')
+               AND lease_expires_at > :now))
 ) AS free;
 
 -- name: insert_delivery

@@ -254,8 +254,7 @@ def _create_deliveries(
                 )
             )
         runs.append(run)
-    if events:
-        cur.executemany(QUERIES["insert_event"], events)
+    cur.executemany(QUERIES["insert_event"], events)
     return runs, tuple(outbox)
 
 

@@ -83,7 +83,8 @@ ORDER BY sequence;
 -- "occupying": runs holding capacity now (an unexpired lease or dispatch reservation).
 SELECT queue, concurrency_key, status, count(*) AS count,
        sum(CASE
-               WHEN (status = 'running' OR status = 'cancellation_requested') AND lease_expires_at > :now
+               WHEN (status = 'running' OR status = 'cancellation_requested')
+                    AND lease_expires_at > :now
                    THEN 1
                WHEN (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
                      OR status = 'released')
