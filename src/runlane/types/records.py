@@ -17,8 +17,10 @@ from runlane.types.runs import (
     RunStatus,
     SubscriptionMode,
 )
+from runlane.types.slot_init import slot_init
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event to append; the driver assigns its sequence number."""
@@ -27,6 +29,7 @@ class NewEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class NewRun:
     """A run to create, with the ownership rules it must respect."""
@@ -50,6 +53,7 @@ class NewRun:
     request_delivery: bool = False
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OutboxMessage:
     """A delivery request waiting to be published as one wakeup."""
@@ -73,6 +77,7 @@ class OutboxResult:
     retry_at: datetime | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LeaseRequest:
     """Ask to take a run's lease for ``worker_id`` until ``expires_at``."""
@@ -81,6 +86,7 @@ class LeaseRequest:
     expires_at: datetime
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CreateOutcome:
     """The run a create call produced, or the existing owner it returned instead."""
@@ -91,6 +97,7 @@ class CreateOutcome:
     outbox: tuple[OutboxMessage, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RunChanges:
     """The new values a transition writes; the lease is always cleared unless kept."""
@@ -114,6 +121,7 @@ class RunChanges:
     reset_failures: bool = False
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Transition:
     """A compare-and-set write of one run.

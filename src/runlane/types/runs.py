@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from runlane.types.slot_init import slot_init
+
 JsonValue = Any
 """A JSON-serialisable value (dict, list, str, int, float, bool or None)."""
 
@@ -167,6 +169,7 @@ class RunFailure:
         )
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """Who holds a run and until when; ``token`` fences writes from lost owners."""
@@ -176,6 +179,7 @@ class Lease:
     expires_at: datetime
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Run:
     """The materialised state of one run, as storage holds it."""

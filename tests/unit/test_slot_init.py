@@ -1,0 +1,135 @@
+"""slot_init: the cheaper __init__ of frozen records behaves as the one dataclasses made."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import pickle
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runlane.types.records import (
+    CreateOutcome,
+    LeaseRequest,
+    NewEvent,
+    NewRun,
+    RunChanges,
+    Transition,
+)
+from runlane.types.runs import Lease, Run, RunEventType, RunSource, RunStatus
+from runlane.types.slot_init import slot_init
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """A frozen record as dataclasses makes it."""
+
+    a: int
+    b: str = "b"
+    c: list[int] = field(default_factory=list)
+    d: dict[str, Any] | None = None
+
+
+@slot_init
+@dataclass(frozen=True, slots=True)
+class Fast:
+    """Plain's twin, with the cheaper __init__."""
+
+    a: int
+    b: str = "b"
+    c: list[int] = field(default_factory=list)
+    d: dict[str, Any] | None = None
+
+
+def test_same_values_defaults_and_factories_as_the_dataclass_init() -> None:
+    for args, kwargs in [((1,), {}), ((1, "x"), {"d": {"k": 1}}), ((), {"a": 2, "c": [3]})]:
+        made, reference = Fast(*args, **kwargs), Plain(*args, **kwargs)
+        assert dataclasses.astuple(made) == dataclasses.astuple(reference)
+    # Each instance gets its own default from the factory, as with dataclasses.
+    assert Fast(1).c is not Fast(1).c
+
+
+def test_same_signature_errors_as_the_dataclass_init() -> None:
+    assert list(inspect.signature(Fast).parameters) == list(inspect.signature(Plain).parameters)
+    for args, kwargs in [((), {}), ((1,), {"a": 2}), ((1,), {"e": 1}), ((1, "b", [], None, 5), {})]:
+        with pytest.raises(TypeError) as reference:
+            Plain(*args, **kwargs)
+        with pytest.raises(TypeError) as made:
+            Fast(*args, **kwargs)
+        assert str(made.value).split("() ")[-1] == str(reference.value).split("() ")[-1]
+
+
+def test_records_stay_frozen_equal_hashable_copyable_and_picklable() -> None:
+    run = Run(
+        id="r1",
+        environment="default",
+        task_id="t",
+        queue="q",
+        status=RunStatus.RUNNING,
+        payload={"n": 1},
+        attempt=1,
+        failure_count=0,
+        run_at=NOW,
+        created_at=NOW,
+        updated_at=NOW,
+        event_sequence=2,
+        source=RunSource(),
+        lease=Lease("w", "token", NOW),
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.status = RunStatus.SUCCEEDED  # type: ignore[misc]
+    assert run == dataclasses.replace(run)
+    assert hash(run.lease) == hash(Lease("w", "token", NOW))
+    assert copy.deepcopy(run) == run
+    assert pickle.loads(pickle.dumps(run)) == run
+    assert dataclasses.replace(run, attempt=2).attempt == 2
+    assert run.replays == 0 and run.result is None  # defaults
+
+
+@pytest.mark.parametrize(
+    "cls", [Run, Lease, NewRun, NewEvent, CreateOutcome, RunChanges, Transition, LeaseRequest]
+)
+def test_hot_records_use_it(cls: type) -> None:
+    assert cls.__init__.__code__.co_filename == "<string>"
+    assert cls.__init__.__qualname__ == f"{cls.__qualname__}.__init__"
+
+
+def test_new_event_factory_default() -> None:
+    assert NewEvent(RunEventType.SUCCEEDED).data == {}
+    assert NewEvent(RunEventType.SUCCEEDED).data is not NewEvent(RunEventType.SUCCEEDED).data
+
+
+def test_refuses_what_it_would_not_mirror() -> None:
+    @dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclass(frozen=True, slots=True)
+    class PostInit:
+        a: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    @dataclass(frozen=True, slots=True)
+    class Hidden:
+        a: int
+        b: int = field(default=0, init=False)
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class KeywordOnly:
+        a: int
+
+    @dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    for cls in (Mutable, PostInit, Hidden, KeywordOnly, NoSlots):
+        with pytest.raises(TypeError):
+            slot_init(cls)
