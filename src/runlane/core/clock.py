@@ -9,6 +9,9 @@ from runlane.core.durations import parse_duration
 from runlane.core.errors import configuration_error
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Built once: every stored time passes through to_micros (a timedelta with keywords
+#: costs more to build than the conversion itself).
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class Clock(Protocol):
@@ -56,12 +59,12 @@ def to_micros(moment: datetime) -> int:
     """Aware datetime → integer microseconds since the Unix epoch (storage format)."""
     if moment.tzinfo is None:
         raise ValueError(f"naive datetime {moment!r}: runlane needs timezone-aware datetimes")
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 def from_micros(value: int) -> datetime:
     """Integer microseconds since the Unix epoch → aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=value)
+    return _EPOCH + timedelta(0, 0, value)  # (days, seconds, microseconds): no keywords
 
 
 def aware_utc(moment: object, *, name: str) -> datetime:

@@ -39,6 +39,7 @@ from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
 from runlane.types.records import CreateOutcome, NewRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
+from runlane.types.slot_init import slot_init
 
 #: The most runs one group-committed write carries.
 MAX_GROUP_SIZE = 1000
@@ -49,6 +50,7 @@ TRIGGER_CONCURRENCY = 2
 _TRIGGERED = RunSource(RunSourceType.TRIGGER)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Validated payloads as parallel lists: value for the handler, JSON value, JSON text.
@@ -65,6 +67,7 @@ class Prepared:
         return len(self.texts)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TriggerPlan:
     """The payload-independent part of the runs one call creates, already validated."""

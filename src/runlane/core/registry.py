@@ -76,7 +76,11 @@ class Registry:
                 f"(registered: {sorted(self.queues)}).",
                 meta={"queue": name},
             )
-        if isinstance(definition, QueueDef) and definition != registered:
+        if (
+            isinstance(definition, QueueDef)
+            and definition is not registered
+            and definition != registered
+        ):
             raise RunlaneError(
                 ErrorCode.QUEUE_POLICY_DRIFT,
                 f"{purpose}: queue {name!r} has a different policy than the registered one "

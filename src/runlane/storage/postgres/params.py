@@ -16,11 +16,13 @@ from runlane.core.ids import new_token
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.runs import Lease, Run, RunStatus
+from runlane.types.slot_init import slot_init
 
 #: The NOTIFY channel; its payload is the environment that got due work.
 WORK_CHANNEL = "runlane_work"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CreationBatch:
     """Runs to create in one call, as the column arrays ``insert_runs`` takes."""
@@ -154,7 +156,9 @@ def creation_batch(
     granted = (
         Lease(lease.worker_id, new_token(), _utc(lease.expires_at)) if lease is not None else None
     )
-    sources: dict[Any, str] = {}
+    # Runs of one call share their source and carrier objects: each is encoded once,
+    # found by identity (hashing a dataclass costs more than the lookup is worth).
+    sources: dict[int, str] = {}
     times: dict[datetime, int] = {}
     carriers: dict[int, str | None] = {}
     first_sequence = 1 + int(granted is not None)
@@ -168,9 +172,9 @@ def creation_batch(
     sequences, source_texts, idempotency_keys, singleton_keys = [], [], [], []
     concurrency_keys, trace_carriers, deliveries = [], [], []
     for new in runs:
-        source = sources.get(new.source)
+        source = sources.get(id(new.source))
         if source is None:
-            source = sources[new.source] = dumps(new.source.to_json())
+            source = sources[id(new.source)] = dumps(new.source.to_json())
         run_at = times.get(new.run_at)
         if run_at is None:
             run_at = times[new.run_at] = to_micros(new.run_at)
@@ -178,7 +182,6 @@ def creation_batch(
         if carrier is None:
             carrier_text = None
         else:
-            # Runs of one call share their carrier object: encode it once.
             carrier_text = carriers.get(id(carrier))
             if carrier_text is None:
                 carrier_text = carriers[id(carrier)] = dumps(carrier)
