@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -72,9 +73,15 @@ def test_mypy_accepts_a_schema_or_a_mapping_and_rejects_other_payloads_and_unkno
     snippet = tmp_path / "producer.py"
     snippet.write_text(SNIPPET)
 
-    out, err, _ = api.run(
-        [str(snippet), "--strict", "--show-error-codes", "--cache-dir", str(tmp_path / "cache")]
-    )
+    # mypy raises the interpreter's recursion limit for itself and leaves it raised;
+    # tests run after this one rely on the default (a too-deep payload must fail to decode).
+    limit = sys.getrecursionlimit()
+    try:
+        out, err, _ = api.run(
+            [str(snippet), "--strict", "--show-error-codes", "--cache-dir", str(tmp_path / "cache")]
+        )
+    finally:
+        sys.setrecursionlimit(limit)
 
     reported = re.findall(r"producer\.py:(\d+): (error|note): (.*)", out)
     errors = {int(line): text for line, kind, text in reported if kind == "error"}

@@ -17,7 +17,7 @@ from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import split_by_capacity
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.params import started_event
-from runlane.storage.sqlite.queries import QUERIES
+from runlane.storage.sqlite.queries import NUMBERED, QUERIES
 from runlane.types.runs import Run
 
 
@@ -111,6 +111,7 @@ def _insert_started_events(
     cur: sqlite3.Cursor, environment: str, runs: list[Run], now_us: int
 ) -> None:
     if runs:
+        insert = NUMBERED["insert_event"]
         cur.executemany(
-            QUERIES["insert_event"], [started_event(environment, run, now_us) for run in runs]
+            insert.sql, [insert.values(started_event(environment, run, now_us)) for run in runs]
         )

@@ -9,22 +9,24 @@ from typing import Any
 from runlane.storage.protocol import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sqlite.params import event_row
-from runlane.storage.sqlite.queries import QUERIES
+from runlane.storage.sqlite.queries import NUMBERED
 
 
 def apply_transitions(
     cur: sqlite3.Cursor, environment: str, transitions: Sequence[Transition], now_us: int
 ) -> list[bool]:
     """Compare-and-set each transition; the events of the applied ones go in one batch."""
-    query = QUERIES["apply_transition"]
+    settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
+    query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
     for transition in transitions:
-        ok = cur.execute(query, transition_params(environment, transition, now_us)).rowcount == 1
+        params = values(transition_params(environment, transition, now_us))
+        ok = cur.execute(query, params).rowcount == 1
         applied.append(ok)
         if ok:
             events += transition_events(environment, transition, now_us)
-    cur.executemany(QUERIES["insert_event"], events)
+    cur.executemany(insert.sql, map(insert.values, events))
     return applied
 
 
