@@ -80,25 +80,32 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _shaped_encoder() -> Callable[[Any], str]:
-    """An encoder for values :func:`json_shape_problem` accepted: the C encoder built
-    once, without the cycle check (the shape check's depth cap already refuses a
-    cycle), instead of ``JSONEncoder.encode``, which builds one per call. Same text;
-    the plain encoder where the C one is missing."""
+def compact_encoder(*, allow_nan: bool) -> Callable[[Any], str]:
+    """Compact JSON text (``","`` and ``":"`` separators, UTF-8 kept) for values known
+    to be JSON-shaped: the C encoder built once, without the cycle check, instead of
+    ``JSONEncoder.encode``, which builds one per call. Same text; the plain encoder
+    where the C one is missing.
+
+    Callers pass only values that cannot hold a cycle: payloads that
+    :func:`json_shape_problem` accepted (its depth cap refuses a cycle), results
+    already encoded once with the check, and records the runtime builds itself.
+    """
     make_encoder = getattr(json.encoder, "c_make_encoder", None)
     if make_encoder is None:
-        return _dumps
+        return json.JSONEncoder(
+            separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+        ).encode
     encode = make_encoder(
-        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False
+        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, allow_nan
     )
 
-    def encode_shaped(value: Any) -> str:
+    def encode_compact(value: Any) -> str:
         return "".join(encode(value, 0))
 
-    return encode_shaped
+    return encode_compact
 
 
-_encode_shaped = _shaped_encoder()
+_encode_shaped = compact_encoder(allow_nan=False)
 
 
 def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[Any, Any, str]:

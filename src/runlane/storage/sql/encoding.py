@@ -10,13 +10,14 @@ from datetime import datetime
 from typing import Any, cast
 
 from runlane.core.clock import to_micros
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload
+from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload, compact_encoder
 
 #: Sequence number of the ``run.delivery_requested`` event of a run created with one.
 DELIVERY_REQUEST_SEQUENCE = 2
 
-#: One encoder for every call (``json.dumps`` with options builds one per call).
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: One encoder for every call (``json.dumps`` with options builds one per call). What
+#: drivers encode is JSON-shaped already (see :func:`compact_encoder`).
+_ENCODE = compact_encoder(allow_nan=True)
 
 #: The standard decoder's scanner: ``json.loads`` of a string is this scan from
 #: position 0 to the end, after a Python layer (type checks, a decoder method, two
