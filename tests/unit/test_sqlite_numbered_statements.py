@@ -1,0 +1,64 @@
+"""Numbered statements: the hot SQLite statements bound by position do what the named
+text says."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from runlane.storage.sqlite.queries import NUMBERED, QUERIES, Numbered
+
+
+def test_names_become_numbers_in_first_use_order_and_repeats_share_one() -> None:
+    numbered = Numbered("UPDATE t SET a = :a, b = :b WHERE (:b IS NULL OR c = :c) AND a = :a")
+    assert numbered.sql == "UPDATE t SET a = ?1, b = ?2 WHERE (?2 IS NULL OR c = ?3) AND a = ?1"
+    assert numbered.names == ("a", "b", "c")
+    assert numbered.values({"c": 3, "a": 1, "b": 2, "unused": 0}) == (1, 2, 3)
+    assert Numbered("SELECT :only").values({"only": 7}) == (7,)
+
+
+def test_quoted_text_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Numbered("SELECT ':not_a_parameter', :a")
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERED))
+def test_the_hot_statements_keep_every_parameter(name: str) -> None:
+    numbered = NUMBERED[name]
+    named = QUERIES[name]
+    assert set(numbered.names) == {part.split()[0].strip("(),;") for part in named.split(":")[1:]}
+    assert ":" not in numbered.sql
+
+
+def test_numbered_and_named_forms_change_the_same_rows() -> None:
+    # The settle's compare-and-set on a bare copy of the columns it reads and writes.
+    columns = (
+        "environment, id, status, run_at, result, failure, cancel_reason, failure_count, "
+        "replays, dead_letter_reason, dead_lettered_at, event_sequence, updated_at, "
+        "delivery_requested_at, lease_owner, lease_token, lease_expires_at"
+    )
+    params = {
+        "environment": "e", "id": "r", "status": "succeeded", "run_at": None,
+        "result": "1", "failure": None, "cancel_reason": None, "reset_failures": 0,
+        "add_failure": 0, "replays": None, "dead_letter_reason": None,
+        "dead_lettered_at": None, "event_count": 1, "now": 5, "keep_lease": 0,
+        "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
+    }  # fmt: skip
+    rows = []
+    for form in ("named", "numbered"):
+        conn = sqlite3.connect(":memory:")
+        conn.execute(f"CREATE TABLE runlane_runs ({columns})")
+        conn.execute(
+            "INSERT INTO runlane_runs VALUES ('e', 'r', 'running', 1, NULL, NULL, NULL, 0, 0,"
+            " NULL, NULL, 2, 1, NULL, 'w', 't', 9)"
+        )
+        if form == "named":
+            changed = conn.execute(QUERIES["apply_transition"], params).rowcount
+        else:
+            settle = NUMBERED["apply_transition"]
+            changed = conn.execute(settle.sql, settle.values(params)).rowcount
+        rows.append((changed, conn.execute("SELECT * FROM runlane_runs").fetchall()))
+        conn.close()
+    assert rows[0] == rows[1]
+    assert rows[0][0] == 1 and rows[0][1][0][2] == "succeeded"
