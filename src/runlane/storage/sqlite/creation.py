@@ -29,7 +29,7 @@ from runlane.storage.sqlite.params import (
     run_from_new,
     same_shape,
 )
-from runlane.storage.sqlite.queries import QUERIES
+from runlane.storage.sqlite.queries import NUMBERED, QUERIES
 from runlane.types.runs import Run
 
 #: Stretches of at least this many same-shaped runs go in as one JSON array; fewer
@@ -95,9 +95,10 @@ def _create_row_by_row(
 ) -> list[CreateOutcome]:
     """Plain runs one statement execution each (with outbox rows for those asking for a
     delivery): cheaper than the JSON array for a few runs, such as one lone trigger."""
+    insert = NUMBERED["insert_plain_run"]
     cur.executemany(
-        QUERIES["insert_plain_run"],
-        [insert_params(environment, new, now_us, None, None) for new in runs],
+        insert.sql,
+        [insert.values(insert_params(environment, new, now_us, None, None)) for new in runs],
     )
     now = from_micros(now_us)
     created = [run_from_new(environment, new, now) for new in runs]

@@ -22,7 +22,8 @@ class Numbered:
     ``sqlite3`` binds a named parameter by building a string from the statement's
     parameter name and looking it up in the mapping: a few hundred instructions per
     parameter and row. The statements bound for every run (a settle's compare-and-set,
-    an event's insert) bind tuples instead; the ``.sql`` files keep the names.
+    an event's insert, a lone trigger's insert) bind tuples instead; the ``.sql``
+    files keep the names.
     """
 
     __slots__ = ("names", "sql", "values")
@@ -48,4 +49,7 @@ class Numbered:
 
 
 #: The statements bound once per run on the hot paths, numbered (see :class:`Numbered`).
-NUMBERED = {name: Numbered(QUERIES[name]) for name in ("apply_transition", "insert_event")}
+NUMBERED = {
+    name: Numbered(QUERIES[name])
+    for name in ("apply_transition", "insert_event", "insert_plain_run")
+}

@@ -1,0 +1,164 @@
+"""Instructions per run, counted by callgrind: the steady measure of the runtime's own cost.
+
+Wall-clock figures on a shared 2-core machine swing by a third between spells;
+instruction counts do not. This runs each workload under ``valgrind --tool=callgrind
+--instr-atstart=no`` in a child process and counts only the timed part (the
+drain, or the trigger calls), so two trees can be compared exactly::
+
+    .venv/bin/python bench/bench_instructions.py                      # SQLite drain
+    .venv/bin/python bench/bench_instructions.py --postgres           # + PG workloads
+    .venv/bin/python bench/bench_instructions.py --src /other/tree/src --postgres
+
+``--src`` puts another checkout's ``src`` first on the child's path (the tree
+before a change, say). ``--postgres`` also counts, on a throwaway server (or
+``RUNLANE_BENCH_DATABASE_URL``), the client side of a PostgreSQL drain (one worker,
+100 slots), of ``trigger_many`` and of lone triggers: the server's work is in
+another process and is not counted. Needs ``valgrind`` on the PATH.
+
+Workloads (run count each): ``sqlite-drain`` 2,000 prefilled runs, one DRAIN
+worker with 10 slots (the peers harness's setting); ``pg-drain`` 3,000 runs, 100
+slots; ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-single`` 2,000 ``trigger``
+calls in a loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+WORKLOADS = {"sqlite-drain": 2_000, "pg-drain": 3_000, "pg-bulk": 5_000, "pg-single": 2_000}
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+# -- the child: one workload, instrumented around its timed part -----------------------
+
+
+def _callgrind(state: str) -> None:
+    command = ["callgrind_control", "-i", state, str(os.getpid())]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _child(workload: str, runs: int, target: str) -> None:
+    from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, sqlite_lane, task
+
+    main = queue("main", default=True)
+
+    @task("bench.noop", queue=main)
+    async def noop(payload: Any, ctx: Context) -> None:
+        """Does nothing: the count is the runtime's."""
+
+    lane = sqlite_lane(target) if workload.startswith("sqlite") else postgres_lane(target)
+    rl = Runlane(lane=lane, queues=[main], tasks=[noop])
+    await rl.migrate()
+    payloads = [{"n": n} for n in range(runs)]
+    async with rl:
+        await rl.runs.list(limit=1)  # connections open before counting
+        if workload.endswith("drain"):
+            await rl.trigger_many(noop, payloads)
+            slots = 10 if workload == "sqlite-drain" else 100
+            worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
+            _callgrind("on")
+            await worker.run()
+            _callgrind("off")
+            if worker.executed != runs:
+                raise SystemExit(f"executed {worker.executed} of {runs} runs")
+        elif workload == "pg-bulk":
+            _callgrind("on")
+            await rl.trigger_many(noop, payloads)
+            _callgrind("off")
+        else:
+            _callgrind("on")
+            for payload in payloads:
+                await rl.trigger(noop, payload)
+            _callgrind("off")
+
+
+# -- the parent: one child per workload ------------------------------------------------
+
+
+def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={folder / (workload + '.out')}",
+        sys.executable,
+        __file__,
+        "--child",
+        workload,
+        "--target",
+        target,
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{workload} failed:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+@contextlib.contextmanager
+def _postgres_target() -> Iterator[str]:
+    given = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
+    if given:
+        yield given
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
+    from tests.support.postgres_server import PostgresServer
+
+    with PostgresServer() as server:
+        yield server.create_database("runlane_bench")
+
+
+def _reset_postgres(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS runlane CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", action="store_true", help="count the PG workloads too")
+    parser.add_argument("--src", help="a checkout's src folder to import runlane from")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(_child(args.child, WORKLOADS[args.child], args.target))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not on the PATH")
+    counts: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        total = _count("sqlite-drain", str(folder / "drain.sqlite"), args.src, folder)
+        counts["sqlite-drain"] = total / WORKLOADS["sqlite-drain"]
+        if args.postgres:
+            with _postgres_target() as dsn:
+                for workload in ("pg-drain", "pg-bulk", "pg-single"):
+                    _reset_postgres(dsn)
+                    counts[workload] = _count(workload, dsn, args.src, folder) / WORKLOADS[workload]
+    if args.json:
+        print(json.dumps({"instructions_per_run": counts}, indent=2))
+        return
+    for workload, per_run in counts.items():
+        print(f"{workload:13} {per_run:>10,.0f} instructions per run")
+
+
+if __name__ == "__main__":
+    main()
