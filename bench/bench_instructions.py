@@ -5,7 +5,7 @@ instruction counts do not. This runs each workload under ``valgrind --tool=callg
 --instr-atstart=no`` in a child process and counts only the timed part (the
 drain, or the trigger calls), so two trees can be compared exactly::
 
-    .venv/bin/python bench/bench_instructions.py                      # SQLite drain
+    .venv/bin/python bench/bench_instructions.py                      # SQLite only
     .venv/bin/python bench/bench_instructions.py --postgres           # + PG workloads
     .venv/bin/python bench/bench_instructions.py --src /other/tree/src --postgres
 
@@ -16,9 +16,9 @@ before a change, say). ``--postgres`` also counts, on a throwaway server (or
 another process and is not counted. Needs ``valgrind`` on the PATH.
 
 Workloads (run count each): ``sqlite-drain`` 2,000 prefilled runs, one DRAIN
-worker with 10 slots (the peers harness's setting); ``pg-drain`` 3,000 runs, 100
-slots; ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-single`` 2,000 ``trigger``
-calls in a loop.
+worker with 10 slots (the peers harness's setting); ``sqlite-single`` and
+``pg-single`` 2,000 ``trigger`` calls in a loop; ``pg-drain`` 3,000 runs, 100
+slots; ``pg-bulk`` one ``trigger_many`` of 5,000.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = {"sqlite-drain": 2_000, "pg-drain": 3_000, "pg-bulk": 5_000, "pg-single": 2_000}
+WORKLOADS = {
+    "sqlite-drain": 2_000,
+    "sqlite-single": 2_000,
+    "pg-drain": 3_000,
+    "pg-bulk": 5_000,
+    "pg-single": 2_000,
+}
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
@@ -73,7 +79,7 @@ async def _child(workload: str, runs: int, target: str) -> None:
             _callgrind("off")
             if worker.executed != runs:
                 raise SystemExit(f"executed {worker.executed} of {runs} runs")
-        elif workload == "pg-bulk":
+        elif workload.endswith("bulk"):
             _callgrind("on")
             await rl.trigger_many(noop, payloads)
             _callgrind("off")
@@ -146,8 +152,9 @@ def main() -> None:
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        total = _count("sqlite-drain", str(folder / "drain.sqlite"), args.src, folder)
-        counts["sqlite-drain"] = total / WORKLOADS["sqlite-drain"]
+        for workload in ("sqlite-drain", "sqlite-single"):
+            total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
+            counts[workload] = total / WORKLOADS[workload]
         if args.postgres:
             with _postgres_target() as dsn:
                 for workload in ("pg-drain", "pg-bulk", "pg-single"):
