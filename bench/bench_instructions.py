@@ -118,15 +118,11 @@ def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
 
 @contextlib.contextmanager
 def _postgres_target() -> Iterator[str]:
-    given = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
-    if given:
-        yield given
-        return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
-    from tests.support.postgres_server import PostgresServer
+    from tests.support.postgres_server import bench_database
 
-    with PostgresServer() as server:
-        yield server.create_database("runlane_bench")
+    with bench_database("runlane_bench") as dsn:
+        yield dsn
 
 
 def _reset_postgres(dsn: str) -> None:

@@ -324,15 +324,11 @@ def _store(args: argparse.Namespace, workdir: Path) -> Iterator[str]:
     if args.driver == "sqlite":
         yield str(workdir / "chaos.db")
         return
-    dsn = args.dsn or os.environ.get("RUNLANE_BENCH_DATABASE_URL")
-    if dsn:
-        yield dsn
-        return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
-    from tests.support.postgres_server import PostgresServer
+    from tests.support.postgres_server import bench_database
 
-    with PostgresServer() as server:
-        yield server.create_database("runlane_chaos")
+    with bench_database("runlane_chaos", args.dsn) as dsn:
+        yield dsn
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -21,6 +21,7 @@ raised so callers can skip; any other start failure raises
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pwd
 import re
@@ -29,7 +30,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -381,3 +382,16 @@ def postgres_missing(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (CI=true: a skip would hide the missing service)")
     pytest.skip(message)
+
+
+@contextlib.contextmanager
+def bench_database(name: str, dsn: str | None = None) -> Iterator[str]:
+    """The PostgreSQL a benchmark uses: ``dsn`` if given, else
+    ``RUNLANE_BENCH_DATABASE_URL``, else database ``name`` on a throwaway server
+    that stops when the block ends."""
+    given = dsn or os.environ.get("RUNLANE_BENCH_DATABASE_URL")
+    if given:
+        yield given
+        return
+    with PostgresServer() as server:
+        yield server.create_database(name)
