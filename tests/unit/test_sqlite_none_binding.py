@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import textwrap
 
-from runlane.storage.sqlite.connections import bind_none_directly
-
 
 def test_none_still_binds_null() -> None:
-    bind_none_directly()
-    assert (type(None), sqlite3.PrepareProtocol) in sqlite3.adapters
-    conn = sqlite3.connect(":memory:")
-    try:
+    # In a fresh interpreter: in this one a lane opened by another test may have
+    # registered the adapter already.
+    script = textwrap.dedent(
+        """
+        import sqlite3
+        from runlane.storage.sqlite.connections import bind_none_directly
+
+        key = (type(None), sqlite3.PrepareProtocol)
+        assert key not in sqlite3.adapters
+        bind_none_directly()
+        assert sqlite3.adapters[key](None) is None
+        conn = sqlite3.connect(":memory:")
         row = conn.execute("SELECT :v IS NULL, typeof(:v)", {"v": None}).fetchone()
-    finally:
-        conn.close()
-    assert row == (1, "null")
+        assert row == (1, "null"), row
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
 
 
 def test_an_adapter_the_application_registered_is_kept() -> None:
