@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
-from tests.support.postgres_server import PostgresServer
+from tests.support.postgres_server import bench_database
 
 from runlane import RunStatus, postgres_lane, sqlite_lane
 from runlane.storage.protocol import (
@@ -151,10 +150,7 @@ def main() -> None:
                 folder = stack.enter_context(tempfile.TemporaryDirectory())
                 store = sqlite_lane(Path(folder) / "bench.db").storage
             elif lane == "postgres":
-                dsn = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
-                if not dsn:
-                    server = stack.enter_context(PostgresServer())
-                    dsn = server.create_database("runlane_bench")
+                dsn = stack.enter_context(bench_database("runlane_bench"))
                 store = postgres_lane(dsn).storage
             else:
                 parser.error(f"unknown lane {lane!r} (sqlite, postgres)")

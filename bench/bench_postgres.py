@@ -37,7 +37,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
-from tests.support.postgres_server import PostgresServer
+from tests.support.postgres_server import bench_database
 
 from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
 from runlane.storage.protocol import LeaseRequest
@@ -491,11 +491,7 @@ def main() -> None:
     only = frozenset(name.strip() for name in args.only.split(",") if name.strip())
     if not only or not only <= set(GROUPS):
         parser.error(f"--only takes a comma-separated subset of {', '.join(GROUPS)}")
-    dsn = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
-    with contextlib.ExitStack() as stack:
-        if not dsn:
-            server = stack.enter_context(PostgresServer())
-            dsn = server.create_database("runlane_bench")
+    with bench_database("runlane_bench") as dsn:
         result = asyncio.run(
             measure(dsn, args.concurrency, args.claim_scaling, only, max(1, args.repeat))
         )

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -236,12 +235,9 @@ def main() -> None:
             # One file per measurement: each lane built gets a new one.
             lanes["sqlite"] = lambda: sqlite_lane(folder / f"{uuid.uuid4().hex}.db")
         if "postgres" in chosen:
-            dsn = os.environ.get("RUNLANE_BENCH_DATABASE_URL")
-            if not dsn:
-                from tests.support.postgres_server import PostgresServer
+            from tests.support.postgres_server import bench_database
 
-                server = stack.enter_context(PostgresServer())
-                dsn = server.create_database("runlane_bench")
+            dsn = stack.enter_context(bench_database("runlane_bench"))
             lanes["postgres"] = lambda: postgres_lane(dsn)
         result = asyncio.run(
             measure(lanes, max(1, args.messages), max(1, args.concurrency), max(1, args.rounds))

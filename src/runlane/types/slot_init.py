@@ -38,10 +38,8 @@ def slot_init(cls: type[T]) -> type[T]:
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has __post_init__, which slot_init does not call")
     original = cls.__init__
-    expected = [
-        (f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-    ]
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    expected = [(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for f in fields]
     parameters = list(inspect.signature(original).parameters.values())[1:]
     if [(p.name, p.kind) for p in parameters] != expected:
         # InitVar, init=False or keyword-only fields: the stores would not mirror them.
@@ -49,7 +47,7 @@ def slot_init(cls: type[T]) -> type[T]:
     namespace: dict[str, Any] = {"_NOT_GIVEN": _NOT_GIVEN}
     signature: list[str] = []
     body: list[str] = []
-    for index, f in enumerate(dataclasses.fields(cls)):  # type: ignore[arg-type]
+    for index, f in enumerate(fields):
         setter = f"_set_{index}"
         namespace[setter] = cls.__dict__[f.name].__set__
         if f.default is not dataclasses.MISSING:
