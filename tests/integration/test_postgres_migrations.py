@@ -29,6 +29,7 @@ ALL_MIGRATIONS = [
     "006_payload_as_written",
     "007_schedule_first_seen",
     "008_topics",
+    "009_claim_functions",
 ]
 
 
@@ -68,7 +69,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -86,7 +87,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -116,7 +117,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -260,8 +261,8 @@ async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
     with pytest.raises(RunlaneError) as refused:
         await rl.open()
     assert refused.value.code is ErrorCode.CONFIGURATION_INVALID
-    assert refused.value.meta["found"] == 7 and refused.value.meta["required"] == 8
-    assert await rl.migrate() == ["008_topics"]
+    assert refused.value.meta["found"] == 7 and refused.value.meta["required"] == SCHEMA_VERSION
+    assert await rl.migrate() == ["008_topics", "009_claim_functions"]
     async with rl:
         old = await rl.runs.get("old-run")
         assert (old.partition_key, old.replays, old.mode, old.message_sequence) == (
@@ -286,3 +287,37 @@ async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
         ).fetchone() or ("",)
     assert {"runlane_messages", "runlane_deduplication_keys"} <= tables
     assert "'discarded'" in finished
+
+
+async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_before(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = older._migrations[:8]
+    await older.migrate()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
+                "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+                "('migrations', 'queued-at-8', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+                '\'{{"type": "trigger"}}\')'
+            ).format(sql.Identifier(schema))
+        )
+    rl = _runtime(postgres_dsn, schema)
+    with pytest.raises(RunlaneError) as refused:
+        await rl.open()
+    assert refused.value.meta["found"] == 8 and refused.value.meta["required"] == SCHEMA_VERSION
+    assert await rl.migrate() == ["009_claim_functions"]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        functions = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s ORDER BY p.proname",
+            (schema,),
+        ).fetchall()
+    assert functions == [("runlane_claim_due_runs",), ("runlane_lock_claimable_keys",)]
+    async with rl:
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-8" and done.status.value == "succeeded"
+        events = [event.type.value for event in await rl.runs.events("queued-at-8")]
+        assert events == ["run.created", "run.started", "run.succeeded"]

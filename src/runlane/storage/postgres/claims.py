@@ -1,8 +1,9 @@
 """Claiming runs under a lease, within durable queue capacity.
 
 An unbounded queue's claim is one statement: lock the oldest due runs nobody
-else holds (``FOR UPDATE SKIP LOCKED``), lease them, append ``run.started``
-(sent in one pipelined transaction after the key locks' statement, below).
+else holds (``FOR UPDATE SKIP LOCKED``), lease them, append ``run.started``. It
+calls a PL/pgSQL function (migration 009) that takes the key locks (below) and then
+claims in a fresh snapshot, so an idle worker's claim goes out alone, in autocommit.
 
 A bounded queue's capacity is a count over other workers' leases, which a
 statement's snapshot cannot see change; so deciding on it takes a transaction-
@@ -16,13 +17,12 @@ claimed the same way for the same reason: a key's rules read other workers'
 leases, so every claim first takes the advisory locks of the keys it may claim
 (``lock_claimable_keys`` tries, never waits; ``claim_run`` waits for its one key,
 holding nothing else), then claims in a later statement of the same transaction.
-Publishes take the same locks. Task runs have no key: for them the extra
+Publishes take the same locks. Task runs have no key: for them the key locks'
 statement finds nothing and the claim skips its keyed part.
 
 A busy worker settles finished attempts and claims again in one transaction
 (:func:`apply_and_claim`); on unbounded queues all of it goes in one pipelined
-round trip with one commit, and so does a plain claim (with no round of
-transitions).
+round trip with one commit.
 """
 
 from __future__ import annotations
@@ -61,8 +61,11 @@ async def claim_due_runs(
     session = AsyncSession(conn)
     limits, unbounded = split_by_capacity(queues)
     if not limits:
-        _, claimed = await apply_and_claim(conn, q, lock_prefix, (), queues, limit, params)
-        return claimed
+        # One statement in autocommit (the function takes the key locks, then claims
+        # in a fresh snapshot): nothing else travels with an idle worker's claim.
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
+            return _runs(await cur.fetchall(), cur.description)
     async with conn.transaction():
         locked = await session.fetch(
             q["lock_capacity"],
@@ -147,11 +150,10 @@ async def apply_and_claim(
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {**params, "queues": unbounded}
     statements = [(q["apply_transitions"], round_params) for round_params in rounds]
-    statements.append((q["lock_claimable_keys"], claim_params))
     results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
-    # Each round returns the ids it applied (the key locks' statement returns nothing
-    # of use), the claim whole runs.
-    applied = [{row[0] for row in rows} for rows in results.before[: len(rounds)]]
+    # Each round returns the ids it applied, the claim (which takes the key locks
+    # itself, then claims in a fresh snapshot that sees the rounds) whole runs.
+    applied = [{row[0] for row in rows} for rows in results.before]
     return applied, _runs(results.rows, results.description)
 
 

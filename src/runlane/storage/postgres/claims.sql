@@ -14,65 +14,19 @@
 -- earlier statement of the same transaction: the claim's snapshot then sees every
 -- decision on the key committed before. lock_claimable_keys records the keys it
 -- took in the transaction-local setting runlane.claim_keys, which the claims read.
+-- The unbounded queues' claim and the key locks are PL/pgSQL functions (migration
+-- 009), whose statements each take a fresh snapshot: the claim calls the locks first.
 
 -- name: lock_claimable_keys
 -- Polling claims: try to take the key locks of up to limit keys that have a due
--- delivery in the queues which looked claimable a moment ago (this snapshot), the
--- keys with the oldest such deliveries first. Keys another transaction is deciding
--- on are skipped, never waited for (5.7.3), so no claim deadlocks on a key. The lock
--- ids taken are kept in runlane.claim_keys until the transaction ends; with no
--- keyed delivery due (task runs only) the scan finds nothing in runlane_runs_keyed.
-SELECT set_config(
-    'runlane.claim_keys', coalesce(string_agg(taken.lock_id::text, ',' ORDER BY taken.lock_id), ''),
-    true
-) AS claim_keys
-FROM (
-    SELECT chosen.lock_id
-    FROM (
-        SELECT firsts.lock_id
-        FROM (
-            -- Each key's first claimable delivery, in claim order.
-            SELECT DISTINCT ON (k.task_id, k.partition_key)
-                   hashtextextended(
-                       %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
-                       || ':' || k.partition_key, 0
-                   ) AS lock_id,
-                   k.run_at, k.id, k.task_id, k.partition_key
-            FROM (
-                -- Every unfinished delivery of every key, with the sequence of its
-                -- key's head: one ordered pass over runlane_runs_keyed.
-                SELECT u.id, u.task_id, u.partition_key, u.queue, u.status, u.run_at,
-                       u.subscription_mode, u.message_sequence,
-                       min(u.message_sequence) OVER (
-                           PARTITION BY u.task_id, u.partition_key
-                       ) AS head_sequence
-                FROM {schema}.runlane_runs u
-                WHERE u.environment = %(environment)s
-                  AND u.partition_key IS NOT NULL
-                  AND u.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                   'cancellation_requested', 'dead_lettered')
-            ) AS k
-            WHERE k.status IN ('queued', 'scheduled', 'retrying', 'released')
-              AND k.run_at <= %(now)s
-              AND k.queue = ANY(%(queues)b::text[])
-              -- ORDERED: the key's head (no unfinished delivery before it).
-              AND (k.subscription_mode <> 'ordered' OR k.message_sequence = k.head_sequence)
-            ORDER BY k.task_id, k.partition_key, k.run_at, k.id
-        ) AS firsts
-        -- No delivery of the key holds an unexpired lease.
-        WHERE NOT EXISTS (
-            SELECT 1 FROM {schema}.runlane_runs o
-            WHERE o.environment = %(environment)s AND o.task_id = firsts.task_id
-              AND o.partition_key = firsts.partition_key
-              AND o.status IN ('running', 'cancellation_requested')
-              AND o.lease_expires_at > %(now)s
-        )
-        ORDER BY firsts.run_at, firsts.id
-        LIMIT %(limit)s
-    ) AS chosen
-    ORDER BY chosen.lock_id
-) AS taken
-WHERE pg_try_advisory_xact_lock(taken.lock_id);
+-- delivery in the queues, oldest first, skipping keys another transaction is
+-- deciding on (5.7.3); the lock ids taken go to runlane.claim_keys until the
+-- transaction ends. The statement is a function since migration 009 (its text is
+-- there), so that runlane_claim_due_runs takes the same locks.
+SELECT {schema}.runlane_lock_claimable_keys(
+    %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
+    %(key_lock_prefix)s
+) AS claim_keys;
 
 -- name: lock_run_key
 -- claim_run: wait for the key lock of the run's (subscription, key), if it has a key;
@@ -87,114 +41,15 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 
 -- name: claim_due_runs
 -- Per queue, lock the oldest due runs without a key no other claimer holds (SKIP
--- LOCKED), and the first claimable delivery of each key whose lock this transaction
--- holds; then take them in turns across queues, so a worker on many queues serves
--- them all. Without key locks held (task runs only) the keyed part is not run.
-WITH held AS (
-    SELECT string_to_array(
-        nullif(current_setting('runlane.claim_keys', true), ''), ','
-    )::bigint[] AS lock_ids
-),
-keyed AS (
-    SELECT r.id, r.run_at, r.queue
-    FROM {schema}.runlane_runs r
-    WHERE r.environment = %(environment)s
-      AND r.id = ANY(ARRAY(
-          SELECT ranked.id
-          FROM (
-              SELECT k.id, k.run_at, k.task_id, k.partition_key,
-                     row_number() OVER (
-                         PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
-                     ) AS rank_in_key
-              FROM {schema}.runlane_runs k
-              WHERE cardinality((SELECT lock_ids FROM held)) > 0
-                AND k.environment = %(environment)s
-                AND k.partition_key IS NOT NULL
-                AND k.status IN ('queued', 'scheduled', 'retrying', 'released')
-                AND k.run_at <= %(now)s
-                AND k.queue = ANY(%(queues)b::text[])
-                AND hashtextextended(
-                        %(key_lock_prefix)s || length(k.task_id) || ':' || k.task_id
-                        || ':' || k.partition_key, 0
-                    ) = ANY((SELECT lock_ids FROM held)::bigint[])
-                -- ORDERED: the key's head (no unfinished delivery before it).
-                AND (k.subscription_mode <> 'ordered' OR NOT EXISTS (
-                    SELECT 1 FROM {schema}.runlane_runs o
-                    WHERE o.environment = k.environment AND o.task_id = k.task_id
-                      AND o.partition_key = k.partition_key
-                      AND o.status IN ('queued', 'scheduled', 'retrying', 'released', 'running',
-                                       'cancellation_requested', 'dead_lettered')
-                      AND o.message_sequence < k.message_sequence
-                ))
-          ) AS ranked
-          WHERE ranked.rank_in_key = 1
-            -- No delivery of the key holds an unexpired lease.
-            AND NOT EXISTS (
-                SELECT 1 FROM {schema}.runlane_runs o
-                WHERE o.environment = %(environment)s AND o.task_id = ranked.task_id
-                  AND o.partition_key = ranked.partition_key
-                  AND o.status IN ('running', 'cancellation_requested')
-                  AND o.lease_expires_at > %(now)s
-            )
-          ORDER BY ranked.run_at, ranked.id
-          LIMIT %(limit)s
-      ))
-      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-      AND r.run_at <= %(now)s
-    FOR UPDATE OF r SKIP LOCKED
-),
-candidates AS (
-    SELECT due.id
-    FROM (
-        SELECT c.id, c.run_at,
-               row_number() OVER (PARTITION BY c.queue ORDER BY c.run_at, c.id) AS turn
-        FROM (
-            SELECT picked.id, picked.run_at, q.name AS queue
-            FROM unnest(%(queues)b::text[]) AS q(name)
-            CROSS JOIN LATERAL (
-                SELECT r.id, r.run_at
-                FROM {schema}.runlane_runs r
-                WHERE r.environment = %(environment)s
-                  AND r.queue = q.name
-                  AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-                  AND r.run_at <= %(now)s
-                  AND r.partition_key IS NULL
-                ORDER BY r.run_at, r.id
-                LIMIT %(limit)s
-                FOR UPDATE SKIP LOCKED
-            ) AS picked
-            UNION ALL
-            SELECT keyed.id, keyed.run_at, keyed.queue FROM keyed
-        ) AS c
-    ) AS due
-    ORDER BY due.turn, due.run_at, due.id
-    LIMIT %(limit)s
-),
-claimed AS (
-    UPDATE {schema}.runlane_runs r
-    SET status = 'running',
-        attempt = r.attempt + 1,
-        event_sequence = r.event_sequence + 1,
-        lease_owner = %(worker_id)s,
-        lease_token = %(lease_token)s,
-        lease_expires_at = %(lease_expires_at)s,
-        reserved_until = NULL,
-        updated_at = %(now)s
-    WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM candidates))
-    RETURNING r.*
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', attempt, 'worker_id', lease_owner,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM claimed
-)
-SELECT * FROM claimed;
+-- LOCKED), and the first claimable delivery of each key whose lock it takes first
+-- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
+-- so a worker on many queues serves them all. A function since migration 009 (its
+-- text is there): one statement, which an idle worker sends alone in autocommit.
+SELECT * FROM {schema}.runlane_claim_due_runs(
+    %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
+    %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
+    %(lease_expires_iso)s
+);
 
 -- name: claim_bounded_runs
 -- Bounded queues, whose capacity locks the caller holds: per (queue, concurrency
