@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import ClaimRequest, TransitionBatcher
 from runlane.core.context import Signal, SignalReason
@@ -517,9 +517,13 @@ class Worker:
                 waiters.discard(notified)
                 notified = None
         finally:
+            # Cancelled, not awaited: the claim that follows a wakeup need not wait the
+            # two loop iterations their ending takes (they hold nothing to clean up).
             for future in waiters:
-                future.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+                if future.done():
+                    _retrieve(future)
+                else:
+                    future.cancel()
             event.clear()
 
     async def _finish_in_flight(self) -> None:
@@ -536,6 +540,13 @@ class Worker:
                 loop.add_signal_handler(sig, self._stop.set, SignalReason.SHUTDOWN)
                 installed.append(sig)
         return installed
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a finished waiter's outcome seen, so a failed one is not reported as an
+    exception nobody retrieved (what it raised is the notifier's to log)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _announced(notified: asyncio.Future[bool] | None) -> bool:

@@ -16,9 +16,11 @@ async def wait_for_announcement(
         event.clear()
         return True
     started = generation()
-    loop = asyncio.get_running_loop()
     try:
-        await asyncio.wait_for(event.wait(), max(deadline - loop.time(), 0.0))
+        # A deadline on the caller's own task: no task wraps the wait (as wait_for's
+        # does), so a notification reaches the caller one loop iteration sooner.
+        async with asyncio.timeout_at(deadline):
+            await event.wait()
     except TimeoutError:
         return False
     if started != generation():
