@@ -18,7 +18,8 @@ another process and is not counted. Needs ``valgrind`` on the PATH.
 Workloads (run count each): ``sqlite-drain`` 2,000 prefilled runs, one DRAIN
 worker with 10 slots (the peers harness's setting); ``sqlite-single`` and
 ``pg-single`` 2,000 ``trigger`` calls in a loop; ``pg-drain`` 3,000 runs, 100
-slots; ``pg-bulk`` one ``trigger_many`` of 5,000.
+slots; ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-claim`` 1,000 claims of one
+run each (an idle worker's claim, nothing settled with it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ WORKLOADS = {
     "pg-drain": 3_000,
     "pg-bulk": 5_000,
     "pg-single": 2_000,
+    "pg-claim": 1_000,
 }
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -57,6 +60,7 @@ def _callgrind(state: str) -> None:
 
 async def _child(workload: str, runs: int, target: str) -> None:
     from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, sqlite_lane, task
+    from runlane.storage.protocol import LeaseRequest
 
     main = queue("main", default=True)
 
@@ -79,6 +83,18 @@ async def _child(workload: str, runs: int, target: str) -> None:
             _callgrind("off")
             if worker.executed != runs:
                 raise SystemExit(f"executed {worker.executed} of {runs} runs")
+        elif workload == "pg-claim":
+            # An idle worker's claim: one run each time, nothing to settle with it.
+            await rl.trigger_many(noop, payloads)
+            policies = [rl.registry.queue_policies[0]]
+            _callgrind("on")
+            for _ in payloads:
+                now = rl.clock.now()
+                lease = LeaseRequest("bench", now + timedelta(seconds=30))
+                claimed = await rl.storage.claim_due_runs(rl.environment, policies, 1, lease, now)
+                if len(claimed) != 1:
+                    raise SystemExit(f"claimed {len(claimed)} runs, not 1")
+            _callgrind("off")
         elif workload.endswith("bulk"):
             _callgrind("on")
             await rl.trigger_many(noop, payloads)
@@ -153,7 +169,7 @@ def main() -> None:
             counts[workload] = total / WORKLOADS[workload]
         if args.postgres:
             with _postgres_target() as dsn:
-                for workload in ("pg-drain", "pg-bulk", "pg-single"):
+                for workload in ("pg-drain", "pg-bulk", "pg-single", "pg-claim"):
                     _reset_postgres(dsn)
                     counts[workload] = _count(workload, dsn, args.src, folder) / WORKLOADS[workload]
     if args.json:
