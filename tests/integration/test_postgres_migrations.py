@@ -242,26 +242,35 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_refused() -> None:
         assert caught.value.code is ErrorCode.CONFIGURATION_INVALID
 
 
-async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
-    postgres_dsn: str, schema: str
-) -> None:
-    older = PostgresStorage(postgres_dsn, schema=schema)
-    older._migrations = older._migrations[:7]
+async def _queued_run_at_version(dsn: str, schema: str, version: int, run_id: str) -> Runlane:
+    """A schema migrated up to ``version`` holding one queued run ``run_id``, and a
+    runtime of this code on it that has checked it refuses to open there."""
+    older = PostgresStorage(dsn, schema=schema)
+    older._migrations = older._migrations[:version]
     await older.migrate()
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
                 "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
-                "('migrations', 'old-run', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+                "('migrations', %s, 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
                 '\'{{"type": "trigger"}}\')'
-            ).format(sql.Identifier(schema))
+            ).format(sql.Identifier(schema)),
+            (run_id,),
         )
-    rl = _runtime(postgres_dsn, schema)
+    rl = _runtime(dsn, schema)
     with pytest.raises(RunlaneError) as refused:
         await rl.open()
     assert refused.value.code is ErrorCode.CONFIGURATION_INVALID
-    assert refused.value.meta["found"] == 7 and refused.value.meta["required"] == SCHEMA_VERSION
+    meta = refused.value.meta
+    assert (meta["found"], meta["required"]) == (version, SCHEMA_VERSION)
+    return rl
+
+
+async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 7, "old-run")
     assert await rl.migrate() == ["008_topics", "009_claim_functions"]
     async with rl:
         old = await rl.runs.get("old-run")
@@ -292,22 +301,7 @@ async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
 async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_before(
     postgres_dsn: str, schema: str
 ) -> None:
-    older = PostgresStorage(postgres_dsn, schema=schema)
-    older._migrations = older._migrations[:8]
-    await older.migrate()
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
-                "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
-                "('migrations', 'queued-at-8', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
-                '\'{{"type": "trigger"}}\')'
-            ).format(sql.Identifier(schema))
-        )
-    rl = _runtime(postgres_dsn, schema)
-    with pytest.raises(RunlaneError) as refused:
-        await rl.open()
-    assert refused.value.meta["found"] == 8 and refused.value.meta["required"] == SCHEMA_VERSION
+    rl = await _queued_run_at_version(postgres_dsn, schema, 8, "queued-at-8")
     assert await rl.migrate() == ["009_claim_functions"]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         functions = conn.execute(
