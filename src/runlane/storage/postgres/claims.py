@@ -72,11 +72,10 @@ async def claim_due_runs(
             {**params, "queues": sorted(limits), "wait": False, "lock_prefix": lock_prefix},
         )
         names = [row["name"] for row in locked]
-        if not names and not unbounded:
-            return []
-        await session.fetch(q["lock_claimable_keys"], {**params, "queues": names + unbounded})
         rows = []
         if names:
+            # The bounded queues' keys only: the unbounded claim below takes its own.
+            await session.fetch(q["lock_claimable_keys"], {**params, "queues": names})
             rows = await session.fetch(
                 q["claim_bounded_runs"],
                 {**params, "queues": names, "limits": [limits[n] for n in names]},
