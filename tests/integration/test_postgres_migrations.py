@@ -30,6 +30,7 @@ ALL_MIGRATIONS = [
     "007_schedule_first_seen",
     "008_topics",
     "009_claim_functions",
+    "010_claim_without_keys",
 ]
 
 
@@ -69,7 +70,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -271,7 +272,7 @@ async def test_version_8_adds_topics_and_keeps_task_runs_as_they_were(
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 7, "old-run")
-    assert await rl.migrate() == ["008_topics", "009_claim_functions"]
+    assert await rl.migrate() == ALL_MIGRATIONS[7:]
     async with rl:
         old = await rl.runs.get("old-run")
         assert (old.partition_key, old.replays, old.mode, old.message_sequence) == (
@@ -302,7 +303,7 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 8, "queued-at-8")
-    assert await rl.migrate() == ["009_claim_functions"]
+    assert await rl.migrate() == ALL_MIGRATIONS[8:]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         functions = conn.execute(
             "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -314,4 +315,23 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-8" and done.status.value == "succeeded"
         events = [event.type.value for event in await rl.runs.events("queued-at-8")]
+        assert events == ["run.created", "run.started", "run.succeeded"]
+
+
+async def test_version_10_claims_without_the_keyed_part_and_claims_runs_queued_before(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 9, "queued-at-9")
+    assert await rl.migrate() == ["010_claim_without_keys"]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        (body,) = conn.execute(
+            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = 'runlane_claim_due_runs'",
+            (schema,),
+        ).fetchone() or ("",)
+    assert "keys_held = ''" in body
+    async with rl:
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-9" and done.status.value == "succeeded"
+        events = [event.type.value for event in await rl.runs.events("queued-at-9")]
         assert events == ["run.created", "run.started", "run.succeeded"]

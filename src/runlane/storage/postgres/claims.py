@@ -2,7 +2,7 @@
 
 An unbounded queue's claim is one statement: lock the oldest due runs nobody
 else holds (``FOR UPDATE SKIP LOCKED``), lease them, append ``run.started``. It
-calls a PL/pgSQL function (migration 009) that takes the key locks (below) and then
+calls a PL/pgSQL function (migrations 009, 010) that takes the key locks (below) and then
 claims in a fresh snapshot, so an idle worker's claim goes out alone, in autocommit.
 
 A bounded queue's capacity is a count over other workers' leases, which a

@@ -15,7 +15,8 @@
 -- decision on the key committed before. lock_claimable_keys records the keys it
 -- took in the transaction-local setting runlane.claim_keys, which the claims read.
 -- The unbounded queues' claim and the key locks are PL/pgSQL functions (migration
--- 009), whose statements each take a fresh snapshot: the claim calls the locks first.
+-- 009, the claim replaced by 010), whose statements each take a fresh snapshot: the
+-- claim calls the locks first, and runs its keyed part only when it took some.
 
 -- name: lock_claimable_keys
 -- Polling claims: try to take the key locks of up to limit keys that have a due
@@ -44,7 +45,8 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- LOCKED), and the first claimable delivery of each key whose lock it takes first
 -- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
 -- so a worker on many queues serves them all. A function since migration 009 (its
--- text is there): one statement, which an idle worker sends alone in autocommit.
+-- text is in 010, which replaced it): one statement, which an idle worker sends alone
+-- in autocommit.
 SELECT * FROM {schema}.runlane_claim_due_runs(
     %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
     %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
