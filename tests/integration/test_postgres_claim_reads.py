@@ -76,6 +76,10 @@ def _keyed_message(n: int) -> NewMessage:
 def _rows_fetched_by_a_claim(dsn: str, store: PostgresStorage, environment: str) -> int:
     """Claim CLAIMED runs (rolled back); the runlane_runs rows its scans fetched."""
     schema = store.schema
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Statistics as a busy database has them (autovacuum analyses the table): a
+        # generic plan's choices follow them.
+        conn.execute(f"ANALYZE {schema}.runlane_runs")
     with psycopg.connect(dsn) as conn:
         claimed = conn.execute(
             f"SELECT id FROM {schema}.runlane_claim_due_runs("
