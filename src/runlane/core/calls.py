@@ -96,7 +96,12 @@ class ProducingCalls:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
         :data:`TRIGGER_CONCURRENCY` at a time (one after another inside the caller's
-        ``connection``). If a batch fails, others may have been written."""
+        ``connection``). If a batch fails, others may have been written.
+
+        On a storage that streams runs (PostgreSQL), a call of more than one batch
+        without keys, delivery requests or ``connection`` is one transaction instead:
+        each batch is validated while the one before is stored, and a bad payload or a
+        failure anywhere writes nothing."""
         return await self._producer.trigger_many(
             task,
             payloads,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from runlane.core.carriers import validate_trace_carrier
@@ -37,6 +38,7 @@ from runlane.core.payloads import prepare_payload
 from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
+from runlane.storage.protocol import StreamsRuns
 from runlane.types.records import CreateOutcome, NewRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
@@ -85,6 +87,24 @@ class TriggerPlan:
     idempotency_expires_at: datetime | None
     concurrency_key: str | None
     trace_carrier: dict[str, str] | None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the runs are bare rows: no idempotency or singleton key, no delivery
+        request (what :class:`~runlane.storage.protocol.StreamsRuns` takes)."""
+        return (
+            self.idempotency_key is None
+            and self.singleton_key is None
+            and not self.request_delivery
+        )
+
+    def batches(self, payloads: Sequence[Any]) -> Iterator[list[NewRun]]:
+        """The runs of ``payloads`` in batches of :data:`TRIGGER_BATCH_SIZE`, each
+        validated and built only when asked for (raises on the first bad payload)."""
+        pending = iter(payloads)
+        while chunk := list(islice(pending, TRIGGER_BATCH_SIZE)):
+            prepared = self.prepare(chunk)
+            yield self.build(prepared, 0, len(prepared))
 
     def new_runs(self, payloads: Sequence[Any]) -> list[NewRun]:
         """One validated :class:`NewRun` per payload, in order; nothing is written."""
@@ -297,6 +317,32 @@ class RunWriter:
         (outcome,) = await self.create([new], connection=connection)
         return outcome
 
+    def streams(self, plan: TriggerPlan, count: int, connection: Any) -> bool:
+        """Whether a bulk call of ``count`` payloads goes to :meth:`create_stream`: more
+        than one batch of plain runs, outside a caller's transaction, on a storage
+        that streams them."""
+        return (
+            count > TRIGGER_BATCH_SIZE
+            and connection is None
+            and plan.plain
+            and isinstance(self._store.storage, StreamsRuns)
+        )
+
+    async def create_stream(self, plan: TriggerPlan, payloads: Sequence[Any]) -> list[Run]:
+        """Validate and write the runs of one bulk call batch by batch in one storage
+        transaction, so storage writes a batch while the next is validated: all or
+        none (a bad payload anywhere writes nothing)."""
+        await self._opened()
+        store = self._store
+        storage = store.storage
+        assert isinstance(storage, StreamsRuns)  # checked by streams()
+        runs = await storage.create_run_stream(
+            store.environment, plan.batches(payloads), store.now()
+        )
+        if runs:
+            self._on_created()
+        return runs
+
     async def create_planned(
         self, plan: TriggerPlan, prepared: Prepared, connection: Any
     ) -> list[Run]:
@@ -443,15 +489,26 @@ class Producer:
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
         )
-        prepared = plan.prepare(payloads)
+        writer = self._writer
+        # A streamed call validates each batch as storage asks for it; otherwise every
+        # payload is validated before anything is written.
+        streamed = writer.streams(plan, len(payloads), connection)
+        prepared = None if streamed else plan.prepare(payloads)
         observers = self._observers
         if observers:
-            with observers.producing(plan.task.id, plan.queue.name, len(prepared)) as carrier:
+            with observers.producing(plan.task.id, plan.queue.name, len(payloads)) as carrier:
                 if carrier is not None and plan.trace_carrier is None:
                     plan = dataclasses.replace(plan, trace_carrier=carrier)
-                runs = await self._writer.create_planned(plan, prepared, connection)
+                runs = await self._write_many(plan, payloads, prepared, connection)
                 observers.call("triggered", runs)
                 return runs
+        return await self._write_many(plan, payloads, prepared, connection)
+
+    async def _write_many(
+        self, plan: TriggerPlan, payloads: Sequence[Any], prepared: Prepared | None, connection: Any
+    ) -> list[Run]:
+        if prepared is None:
+            return await self._writer.create_stream(plan, payloads)
         return await self._writer.create_planned(plan, prepared, connection)
 
     def plan_trigger(

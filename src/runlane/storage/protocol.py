@@ -11,7 +11,7 @@ storage format.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -329,6 +329,28 @@ class SettlesAndClaims(Protocol):
 
         The claim sees the transitions applied: capacity they free is claimable, and
         a run they make due again may be claimed. Returns what each call returns.
+        """
+
+
+@runtime_checkable
+class StreamsRuns(Protocol):
+    """Optional: create the runs of one long bulk call as a stream, in one transaction.
+
+    Core hands the batches over lazily, each validated as the driver asks for it, so
+    a driver whose database works beside the process (a server) stores one batch
+    while the next is validated and built. A driver whose writes run in the calling
+    process gains nothing from it and leaves it out: core then validates every
+    payload first and writes batch by batch.
+    """
+
+    async def create_run_stream(
+        self, environment: str, batches: Iterable[Sequence[NewRun]], now: datetime
+    ) -> list[Run]:
+        """Create every run of ``batches``, in order, with its ``run.created`` event,
+        and announce the due ones, all or none: if anything fails, an error the
+        iterator raises included (it propagates unchanged), nothing is written.
+
+        The runs have no idempotency key, singleton key or delivery request.
         """
 
 

@@ -14,14 +14,14 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
 
 from runlane.core.capacity import owner_holds
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.postgres.params import CreationBatch
+from runlane.storage.postgres.params import CreationBatch, copy_text, plain_batch, plain_runs
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.sql.encoding import micros_or_none
@@ -55,6 +55,36 @@ async def copy_runs(
             # The server is still storing the rows sent: build the outcomes meanwhile.
             created = outcomes()
         if announce is not None:
+            await cur.execute(q["announce_work"], announce)
+    return created
+
+
+async def copy_run_stream(
+    conn: psycopg.AsyncConnection[Any],
+    q: Queries,
+    environment: str,
+    batches: Iterable[Sequence[NewRun]],
+    now_us: int,
+    announce: dict[str, Any],
+) -> list[Run]:
+    """Write every batch into one ``copy_runs`` stream: the server stores a batch
+    while the next is built (and validated: ``batches`` is lazy). The caller holds
+    the transaction; the wakeup (``announce``) goes out if a run is due."""
+    created: list[Run] = []
+    due = False
+    async with conn.cursor() as cur:
+        async with cur.copy(q["copy_runs"]) as copy:
+            for runs in batches:
+                if not plain_batch(runs):
+                    raise RunlaneError(
+                        ErrorCode.INTERNAL_ERROR,
+                        "a run stream takes runs without keys or delivery requests only.",
+                    )
+                data, batch_due = copy_text(environment, runs, now_us)
+                await copy.write(data)
+                created += plain_runs(environment, runs, now_us)
+                due = due or batch_due
+        if due:
             await cur.execute(q["announce_work"], announce)
     return created
 

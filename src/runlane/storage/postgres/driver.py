@@ -13,7 +13,7 @@ missing or older schema and asks for ``runlane migrate``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -50,6 +50,7 @@ from runlane.storage.postgres.params import (
     copy_text,
     creation_batch,
     lease_params,
+    plain_batch,
     plain_outcomes,
 )
 from runlane.storage.postgres.pruning import prune_params
@@ -255,12 +256,13 @@ class PostgresStorage(SqlStorageBase):
     def _error(self, error: BaseException) -> RunlaneError:
         return self._target.error(error, schema=self.schema)
 
-    async def _run(self, op: Callable[[Connection], Awaitable[T]]) -> T:
+    async def _run(self, op: Callable[[Connection], Awaitable[T]], *, retry: bool = True) -> T:
         """Run ``op`` on the spare connection when it is free, else on a pooled one (both
-        autocommit), retrying aborted conflicts.
+        autocommit), retrying aborted conflicts unless ``retry`` is false.
 
         ``op`` is one statement or one transaction, so a deadlock or serialization
-        failure rolled all of it back and it is safe to run again.
+        failure rolled all of it back and it is safe to run again (when what it sends
+        can be sent again: a consumed iterator cannot).
         """
         pool = self._pool
         if pool is None:
@@ -282,7 +284,7 @@ class PostgresStorage(SqlStorageBase):
                 async with pool.connection() as conn:
                     return await op(conn)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
-                if attempt == MAX_CONFLICT_ATTEMPTS:
+                if attempt == MAX_CONFLICT_ATTEMPTS or not retry:
                     raise self._error(error) from None
             except PoolTimeout as error:
                 raise await self._diagnose(error) from None
@@ -344,7 +346,8 @@ class PostgresStorage(SqlStorageBase):
             return []
         check_distinct_ids(runs)
         now_us = to_micros(now)
-        if connection is None and lease is None and len(runs) >= COPY_THRESHOLD and _plain(runs):
+        bare = connection is None and lease is None
+        if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             data, due = copy_text(environment, runs, now_us)
             announce = {"channel": WORK_CHANNEL, "environment": environment} if due else None
 
@@ -382,6 +385,23 @@ class PostgresStorage(SqlStorageBase):
                 return await creation.create_runs(AsyncSession(conn), self._q, batch)
 
         return await self._run(op)
+
+    async def create_run_stream(
+        self, environment: str, batches: Iterable[Sequence[NewRun]], now: datetime
+    ) -> list[Run]:
+        """Create the plain runs of ``batches`` through one COPY in one transaction: the
+        server stores each batch while the next is built; all or none."""
+        now_us = to_micros(now)
+        announce = {"channel": WORK_CHANNEL, "environment": environment}
+
+        async def stream(conn: Connection) -> list[Run]:
+            async with conn.transaction():
+                return await creation.copy_run_stream(
+                    conn, self._q, environment, batches, now_us, announce
+                )
+
+        # Not retried: the batches are consumed as they are written.
+        return await self._run(stream, retry=False)
 
     async def claim_due_runs(
         self,
@@ -727,11 +747,3 @@ class PostgresStorage(SqlStorageBase):
                 )
 
         return await self._run(op)
-
-
-def _plain(runs: Sequence[NewRun]) -> bool:
-    """Whether every run is a bare row (no keys or delivery request): the COPY path."""
-    return not any(
-        r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
-        for r in runs
-    )

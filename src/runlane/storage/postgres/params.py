@@ -87,37 +87,48 @@ class CreationBatch:
             "trace_carrier": c["trace_carriers"][0],
         }
 
-    def outcomes(self) -> list[CreateOutcome]:
-        """Every run of the batch as created: as stored, with its delivery request."""
+    def created_runs(self) -> list[Run]:
+        """Every run of the batch as created: as stored."""
         now = from_micros(self.now_us)
         leased = self.lease is not None
         times: dict[datetime, datetime] = {}
-        outcomes = []
+        runs = []
         sequences = self.columns["event_sequences"]
         for index, new in enumerate(self.runs):
             run_at = times.get(new.run_at)
             if run_at is None:
                 run_at = times[new.run_at] = _utc(new.run_at)
-            run = Run(
-                id=new.id,
-                environment=self.environment,
-                task_id=new.task_id,
-                queue=new.queue,
-                status=RunStatus.RUNNING if leased else new.status,
-                payload=new.payload,
-                attempt=int(leased),
-                failure_count=0,
-                run_at=run_at,
-                created_at=now,
-                updated_at=now,
-                event_sequence=sequences[index],
-                source=new.source,
-                idempotency_key=new.idempotency_key,
-                singleton_key=new.singleton_key,
-                concurrency_key=new.concurrency_key,
-                trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
-                lease=self.lease,
+            runs.append(
+                Run(
+                    id=new.id,
+                    environment=self.environment,
+                    task_id=new.task_id,
+                    queue=new.queue,
+                    status=RunStatus.RUNNING if leased else new.status,
+                    payload=new.payload,
+                    attempt=int(leased),
+                    failure_count=0,
+                    run_at=run_at,
+                    created_at=now,
+                    updated_at=now,
+                    event_sequence=sequences[index],
+                    source=new.source,
+                    idempotency_key=new.idempotency_key,
+                    singleton_key=new.singleton_key,
+                    concurrency_key=new.concurrency_key,
+                    trace_carrier=(
+                        dict(new.trace_carrier) if new.trace_carrier is not None else None
+                    ),
+                    lease=self.lease,
+                )
             )
+        return runs
+
+    def outcomes(self) -> list[CreateOutcome]:
+        """Every run of the batch as created, with its delivery request."""
+        now = from_micros(self.now_us)
+        outcomes = []
+        for new, run in zip(self.runs, self.created_runs(), strict=True):
             if not new.request_delivery:
                 outcomes.append(CreateOutcome(run, created=True))
                 continue
@@ -301,10 +312,23 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
     return "".join(lines).encode(), due
 
 
-def plain_outcomes(environment: str, runs: Sequence[NewRun], now_us: int) -> list[CreateOutcome]:
-    """The outcomes of a plain batch written with ``copy_runs``: every run created,
-    at event sequence 1 (its run.created event is implied by its row)."""
+def plain_batch(runs: Sequence[NewRun]) -> bool:
+    """Whether every run is a bare row (no keys or delivery request): the COPY path."""
+    return not any(
+        r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
+        for r in runs
+    )
+
+
+def plain_runs(environment: str, runs: Sequence[NewRun], now_us: int) -> list[Run]:
+    """The runs of a plain batch written with ``copy_runs``, as stored: at event
+    sequence 1 (their run.created event is implied by their rows)."""
     batch = CreationBatch(
         environment, now_us, runs, {"event_sequences": [1] * len(runs)}, {}, lease=None
     )
-    return batch.outcomes()
+    return batch.created_runs()
+
+
+def plain_outcomes(environment: str, runs: Sequence[NewRun], now_us: int) -> list[CreateOutcome]:
+    """The outcomes of a plain batch written with ``copy_runs``: every run created."""
+    return [CreateOutcome(run, created=True) for run in plain_runs(environment, runs, now_us)]

@@ -21,9 +21,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runlane import Context, ErrorCode, Runlane, RunlaneError, RunStatus, TaskDef, task
+from runlane import (
+    Context,
+    ErrorCode,
+    RunEventType,
+    Runlane,
+    RunlaneError,
+    RunStatus,
+    TaskDef,
+    task,
+)
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH
+from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from runlane.core.producing import TRIGGER_BATCH_SIZE
 from runlane.testing import drain
 from runlane.testing.conformance.storage.support import MAIN, OTHER, make_runtime
 from runlane.transport.protocol import DeliveryMessage
@@ -120,6 +130,42 @@ async def test_payloads_read_back_as_written_on_every_path(make_runtime: Factory
     assert len(seen) == len(runs) + 1
     assert all(_same(payload, AS_WRITTEN) for payload in seen)
     assert _same(inline.result, AS_WRITTEN)
+
+
+# -- a bulk call of many batches -------------------------------------------------------
+
+#: More payloads than one storage batch holds, and a few more.
+LONG_CALL = TRIGGER_BATCH_SIZE * 2 + 10
+
+
+async def test_a_long_bulk_call_returns_its_runs_as_stored_in_order(
+    make_runtime: Factory,
+) -> None:
+    seen, echo, _ = _tasks()
+    rl = await make_runtime([echo])
+    payloads = [{"n": n} for n in range(LONG_CALL)]
+    runs = await rl.trigger_many(echo, payloads)
+    assert [run.payload for run in runs] == payloads
+    assert len({run.id for run in runs}) == LONG_CALL
+    for run in (runs[0], runs[TRIGGER_BATCH_SIZE], runs[-1]):
+        assert await rl.runs.get(run.id) == run
+        assert [e.type for e in await rl.runs.events(run.id)] == [RunEventType.CREATED]
+    done = await drain(rl)
+    assert len(done) == LONG_CALL and {run.status for run in done} == {RunStatus.SUCCEEDED}
+    assert sorted(p["n"] for p in seen) == list(range(LONG_CALL))
+
+
+async def test_a_long_bulk_call_writes_nothing_when_a_late_payload_is_bad(
+    make_runtime: Factory,
+) -> None:
+    seen, echo, _ = _tasks()
+    rl = await make_runtime([echo])
+    good = [{"n": n} for n in range(LONG_CALL)]
+    await _refused(rl.trigger_many(echo, [*good, {"x": math.nan}]), ErrorCode.PAYLOAD_INVALID)
+    oversized = "x" * (DEFAULT_MAX_PAYLOAD_BYTES + 1)
+    await _refused(rl.trigger_many(echo, [*good, oversized]), ErrorCode.PAYLOAD_TOO_LARGE)
+    assert await _count(rl) == 0
+    assert await drain(rl) == [] and seen == []
 
 
 # -- payloads JSON cannot hold faithfully are refused ---------------------------------
