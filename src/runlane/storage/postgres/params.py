@@ -126,9 +126,12 @@ class CreationBatch:
 
     def outcomes(self) -> list[CreateOutcome]:
         """Every run of the batch as created, with its delivery request."""
+        runs = self.created_runs()
+        if not any(self.columns["request_deliveries"]):
+            return [CreateOutcome(run, created=True) for run in runs]
         now = from_micros(self.now_us)
         outcomes = []
-        for new, run in zip(self.runs, self.created_runs(), strict=True):
+        for new, run in zip(self.runs, runs, strict=True):
             if not new.request_delivery:
                 outcomes.append(CreateOutcome(run, created=True))
                 continue
