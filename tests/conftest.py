@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_missing
 
 from runlane import Lane, postgres_lane, sqlite_lane
+from runlane.storage.postgres import PostgresStorage
 
 #: ``pytester`` runs users' test files against the runlane pytest plugin.
 pytest_plugins = ["pytester"]
@@ -43,6 +44,17 @@ def postgres_dsn(postgres_server: PostgresServer | None) -> str:
         return external
     assert postgres_server is not None
     return postgres_server.create_database("runlane_test")
+
+
+@pytest.fixture
+async def postgres_storage(postgres_dsn: str) -> AsyncIterator[PostgresStorage]:
+    """A migrated, open PostgreSQL driver on the session's database."""
+    storage = postgres_lane(postgres_dsn).storage
+    assert isinstance(storage, PostgresStorage)
+    await storage.migrate()
+    await storage.open()
+    yield storage
+    await storage.close()
 
 
 @pytest.fixture

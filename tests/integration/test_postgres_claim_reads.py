@@ -9,14 +9,11 @@ same transaction, then rolled back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import psycopg
-import pytest
 
-from runlane import postgres_lane
 from runlane.core.clock import to_micros
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.protocol import NewDelivery, NewMessage, NewRun, StoresMessages
@@ -30,16 +27,6 @@ CLAIMED = 10
 #: Rows the claim may fetch: what it takes, the keyed rows it weighs, the rows it
 #: updates (each found again by primary key), with room to spare; far below BACKLOG.
 MOST_FETCHED = 200
-
-
-@pytest.fixture
-async def store(postgres_dsn: str) -> AsyncIterator[PostgresStorage]:
-    storage = postgres_lane(postgres_dsn).storage
-    assert isinstance(storage, PostgresStorage)
-    await storage.migrate()
-    await storage.open()
-    yield storage
-    await storage.close()
 
 
 def _runs(count: int) -> list[NewRun]:
@@ -105,16 +92,16 @@ def _rows_fetched_by_a_claim(dsn: str, store: PostgresStorage, environment: str)
 
 
 async def test_a_claim_of_task_runs_does_not_read_the_backlog(
-    store: PostgresStorage, postgres_dsn: str, environment: str
+    postgres_storage: PostgresStorage, postgres_dsn: str, environment: str
 ) -> None:
-    await store.create_runs(environment, _runs(BACKLOG), NOW)
-    assert _rows_fetched_by_a_claim(postgres_dsn, store, environment) < MOST_FETCHED
+    await postgres_storage.create_runs(environment, _runs(BACKLOG), NOW)
+    assert _rows_fetched_by_a_claim(postgres_dsn, postgres_storage, environment) < MOST_FETCHED
 
 
 async def test_a_claim_holding_key_locks_does_not_read_the_backlog(
-    store: PostgresStorage, postgres_dsn: str, environment: str
+    postgres_storage: PostgresStorage, postgres_dsn: str, environment: str
 ) -> None:
-    await store.create_runs(environment, _runs(BACKLOG), NOW)
-    topics = cast(StoresMessages, store)
+    await postgres_storage.create_runs(environment, _runs(BACKLOG), NOW)
+    topics = cast(StoresMessages, postgres_storage)
     await topics.publish_messages(environment, [_keyed_message(n) for n in range(6)], NOW)
-    assert _rows_fetched_by_a_claim(postgres_dsn, store, environment) < MOST_FETCHED
+    assert _rows_fetched_by_a_claim(postgres_dsn, postgres_storage, environment) < MOST_FETCHED

@@ -7,27 +7,17 @@ rolled back and the failure must reach the caller as it was raised.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runlane import ErrorCode, RunlaneError, postgres_lane
+from runlane import ErrorCode, RunlaneError
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.protocol import NewRun, RunFilter, StreamsRuns
 from runlane.types.runs import RunSource, RunStatus
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def store(postgres_dsn: str) -> AsyncIterator[PostgresStorage]:
-    storage = postgres_lane(postgres_dsn).storage
-    assert isinstance(storage, PostgresStorage)
-    await storage.migrate()
-    await storage.open()
-    yield storage
-    await storage.close()
 
 
 def _batch(start: int, count: int, **options: str) -> list[NewRun]:
@@ -53,19 +43,19 @@ async def _stored(store: PostgresStorage, environment: str) -> int:
 
 
 async def test_the_runs_of_every_batch_are_created_in_order_as_returned(
-    store: PostgresStorage, environment: str
+    postgres_storage: PostgresStorage, environment: str
 ) -> None:
-    assert isinstance(store, StreamsRuns)
+    assert isinstance(postgres_storage, StreamsRuns)
     batches = [_batch(0, 300), _batch(300, 1), _batch(301, 250)]
-    runs = await store.create_run_stream(environment, iter(batches), NOW)
+    runs = await postgres_storage.create_run_stream(environment, iter(batches), NOW)
     assert [run.id for run in runs] == [new.id for batch in batches for new in batch]
     for run in (runs[0], runs[300], runs[-1]):
-        assert await store.get_run(environment, run.id) == run
-    assert await _stored(store, environment) == 551
+        assert await postgres_storage.get_run(environment, run.id) == run
+    assert await _stored(postgres_storage, environment) == 551
 
 
 async def test_an_error_from_the_batches_propagates_and_nothing_is_written(
-    store: PostgresStorage, environment: str
+    postgres_storage: PostgresStorage, environment: str
 ) -> None:
     class Refused(Exception):
         pass
@@ -76,17 +66,19 @@ async def test_an_error_from_the_batches_propagates_and_nothing_is_written(
         raise Refused("the third batch holds a bad payload")
 
     with pytest.raises(Refused, match="third batch"):
-        await store.create_run_stream(environment, batches(), NOW)
-    assert await _stored(store, environment) == 0
+        await postgres_storage.create_run_stream(environment, batches(), NOW)
+    assert await _stored(postgres_storage, environment) == 0
     # The connection came back clean: the next write succeeds.
-    assert len(await store.create_run_stream(environment, iter([_batch(0, 2)]), NOW)) == 2
+    assert (
+        len(await postgres_storage.create_run_stream(environment, iter([_batch(0, 2)]), NOW)) == 2
+    )
 
 
 async def test_a_run_with_a_key_is_refused_and_nothing_is_written(
-    store: PostgresStorage, environment: str
+    postgres_storage: PostgresStorage, environment: str
 ) -> None:
     batches = [_batch(0, 100), _batch(100, 1, singleton_key="only")]
     with pytest.raises(RunlaneError) as refused:
-        await store.create_run_stream(environment, iter(batches), NOW)
+        await postgres_storage.create_run_stream(environment, iter(batches), NOW)
     assert refused.value.code is ErrorCode.INTERNAL_ERROR
-    assert await _stored(store, environment) == 0
+    assert await _stored(postgres_storage, environment) == 0
