@@ -50,6 +50,7 @@ from runlane.storage.postgres.params import (
     copy_text,
     creation_batch,
     lease_params,
+    lone_params,
     plain_batch,
     plain_outcomes,
 )
@@ -347,6 +348,11 @@ class PostgresStorage(SqlStorageBase):
         check_distinct_ids(runs)
         now_us = to_micros(now)
         bare = connection is None and lease is None
+        if bare and len(runs) == 1 and plain_batch(runs):
+            # A lone trigger: one autocommitted statement, no batch columns to build.
+            params = lone_params(environment, runs[0], now_us)
+            await self._run(partial(_execute, self._q["insert_run"], params))
+            return plain_outcomes(environment, runs, now_us)
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             data, due = copy_text(environment, runs, now_us)
             announce = {"channel": WORK_CHANNEL, "environment": environment} if due else None
@@ -376,9 +382,6 @@ class PostgresStorage(SqlStorageBase):
                 raise self._error(error) from None
 
         async def op(conn: Connection) -> list[CreateOutcome]:
-            if batch.plain and len(runs) == 1:
-                await conn.execute(self._q["insert_run"], batch.single_params())
-                return batch.outcomes()
             if not batch.keyed:
                 return await creation.create_runs(AsyncSession(conn), self._q, batch)
             async with conn.transaction():
@@ -747,3 +750,7 @@ class PostgresStorage(SqlStorageBase):
                 )
 
         return await self._run(op)
+
+
+async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None:
+    await conn.execute(query, params)

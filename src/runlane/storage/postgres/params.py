@@ -41,14 +41,6 @@ class CreationBatch:
         """Whether any run carries an idempotency or singleton key (no bulk fast path)."""
         return any(r.idempotency_key is not None or r.singleton_key is not None for r in self.runs)
 
-    @property
-    def plain(self) -> bool:
-        """Whether every run is a bare row: no keys, delivery request or lease (COPY path)."""
-        return self.lease is None and not any(
-            r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
-            for r in self.runs
-        )
-
     def insert_params(self, indexes: Sequence[int] | None = None) -> dict[str, Any]:
         """Parameters of ``insert_runs`` for the runs at ``indexes`` (default: all): the
         runs as one JSON array of positional fields (:data:`~.shapes.INSERT_RUN`), with
@@ -68,24 +60,6 @@ class CreationBatch:
                 f"{'true' if c['request_deliveries'][i] else 'false'}]"
             )
         return {**self.shared, "runs": f"[{','.join(rows)}]"}
-
-    def single_params(self) -> dict[str, Any]:
-        """Parameters of ``insert_run`` for a plain batch of one run."""
-        c = self.columns
-        return {
-            "environment": self.environment,
-            "now": self.now_us,
-            "channel": WORK_CHANNEL,
-            "id": c["ids"][0],
-            "task_id": c["task_ids"][0],
-            "queue": c["queues"][0],
-            "status": c["statuses"][0],
-            "payload": c["payloads"][0],
-            "run_at": c["run_ats"][0],
-            "source": c["sources"][0],
-            "concurrency_key": c["concurrency_keys"][0],
-            "trace_carrier": c["trace_carriers"][0],
-        }
 
     def created_runs(self) -> list[Run]:
         """Every run of the batch as created: as stored."""
@@ -273,7 +247,7 @@ def copy_field(value: str | None) -> str:
 
 
 def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[bytes, bool]:
-    """A plain batch (see :attr:`CreationBatch.plain`) as ``copy_runs`` data, one text
+    """A plain batch (see :func:`plain_batch`) as ``copy_runs`` data, one text
     line per run with the columns :data:`~.shapes.COPY_RUN` declares; and whether a
     run of it is due now (so listening workers should hear of it).
 
@@ -313,6 +287,26 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
             f"{run_at}\t{run_at}\t{now}\t{now}\t1\t{shared[1]}"
         )
     return "".join(lines).encode(), due
+
+
+def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
+    """Parameters of ``insert_run`` for one plain run (a lone trigger): built straight
+    from the run, without a batch's columns."""
+    carrier = new.trace_carrier
+    return {
+        "environment": environment,
+        "now": now_us,
+        "channel": WORK_CHANNEL,
+        "id": new.id,
+        "task_id": new.task_id,
+        "queue": new.queue,
+        "status": new.status.value,
+        "payload": new.payload_json,
+        "run_at": to_micros(new.run_at),
+        "source": dumps(new.source.to_json()),
+        "concurrency_key": new.concurrency_key,
+        "trace_carrier": None if carrier is None else dumps(carrier),
+    }
 
 
 def plain_batch(runs: Sequence[NewRun]) -> bool:
