@@ -318,18 +318,18 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
         assert events == ["run.created", "run.started", "run.succeeded"]
 
 
-async def test_version_10_claims_without_the_keyed_part_and_claims_runs_queued_before(
+async def test_version_10_replaces_the_claim_and_claims_runs_queued_before(
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 9, "queued-at-9")
     assert await rl.migrate() == ["010_claim_without_keys"]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        (body,) = conn.execute(
-            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        (settings,) = conn.execute(
+            "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
             "WHERE n.nspname = %s AND p.proname = 'runlane_claim_due_runs'",
             (schema,),
-        ).fetchone() or ("",)
-    assert "keys_held = ''" in body
+        ).fetchone() or ([],)
+    assert "enable_bitmapscan=off" in settings
     async with rl:
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-9" and done.status.value == "succeeded"

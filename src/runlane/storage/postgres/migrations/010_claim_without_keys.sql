@@ -1,12 +1,12 @@
--- The unbounded claim skips its keyed part when it holds no key lock. In 009 the
--- keyed part found its runs with `r.id = ANY(ARRAY(...))` beside the claimable
+-- The unbounded claim reads about what it takes, however long the backlog. In 009
+-- the keyed part found its runs with `r.id = ANY(ARRAY(...))` beside the claimable
 -- conditions; a generic plan cannot know that array is empty (it always is when no
 -- keyed delivery is due: task runs only), and it chose to walk the claimable index
 -- over every due run, checking each against the array. A claim of 100 runs with a
--- backlog of 30,000 spent 4.6 of its 6.5 ms there. Now the function asks what the
--- key locks returned: with none held it runs the claim of runs without a key alone;
--- with some, the keyed runs are looked up by primary key. And the function plans
--- without bitmap scans (see below).
+-- backlog of 30,000 spent 4.6 of its 6.5 ms there. Now the keyed runs are looked up
+-- one by one by primary key, the keyed scan names its statuses so that the
+-- claimable index cannot serve it, and the function plans without bitmap scans
+-- (see below).
 
 CREATE OR REPLACE FUNCTION {schema}.runlane_claim_due_runs(
     p_environment TEXT, p_queues TEXT[], p_limit BIGINT, p_now BIGINT, p_key_lock_prefix TEXT,
@@ -26,66 +26,13 @@ BEGIN
     keys_held := {schema}.runlane_lock_claimable_keys(
         p_environment, p_queues, p_limit, p_now, p_key_lock_prefix
     );
-    IF keys_held = '' THEN
-        -- No key lock held: only runs without a key can be claimed. Per queue, lock
-        -- the oldest due ones no other claimer holds, then take them in turns.
-        RETURN QUERY
-        WITH candidates AS (
-            SELECT due.id
-            FROM (
-                SELECT picked.id, picked.run_at,
-                       row_number() OVER (PARTITION BY q.name ORDER BY picked.run_at, picked.id)
-                           AS turn
-                FROM unnest(p_queues::text[]) AS q(name)
-                CROSS JOIN LATERAL (
-                    SELECT r.id, r.run_at
-                    FROM {schema}.runlane_runs r
-                    WHERE r.environment = p_environment
-                      AND r.queue = q.name
-                      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-                      AND r.run_at <= p_now
-                      AND r.partition_key IS NULL
-                    ORDER BY r.run_at, r.id
-                    LIMIT p_limit
-                    FOR UPDATE SKIP LOCKED
-                ) AS picked
-            ) AS due
-            ORDER BY due.turn, due.run_at, due.id
-            LIMIT p_limit
-        ),
-        claimed AS (
-            UPDATE {schema}.runlane_runs r
-            SET status = 'running',
-                attempt = r.attempt + 1,
-                event_sequence = r.event_sequence + 1,
-                lease_owner = p_worker_id,
-                lease_token = p_lease_token,
-                lease_expires_at = p_lease_expires_at,
-                reserved_until = NULL,
-                updated_at = p_now
-            WHERE r.environment = p_environment AND r.id = ANY(ARRAY(SELECT id FROM candidates))
-            RETURNING r.*
-        ),
-        started AS (
-            INSERT INTO {schema}.runlane_run_events (
-                environment, run_id, sequence, type, occurred_at, data
-            )
-            SELECT environment, id, event_sequence, 'run.started', p_now,
-                   jsonb_build_object(
-                       'attempt', attempt, 'worker_id', lease_owner,
-                       'lease_expires_at', p_lease_expires_iso::text
-                   )
-            FROM claimed
-        )
-        SELECT * FROM claimed;
-        RETURN;
-    END IF;
-    -- Key locks held: also the first claimable delivery of each of those keys, found
-    -- in this statement's fresh snapshot, which sees every decision on the key
-    -- committed before its lock.
+    -- Per queue, lock the oldest due runs without a key no other claimer holds, and
+    -- the first claimable delivery of each key whose lock was just taken, found in
+    -- this statement's fresh snapshot, which sees every decision on the key committed
+    -- before its lock; then take them in turns across queues.
     RETURN QUERY
     WITH held AS (
-        SELECT string_to_array(keys_held, ',')::bigint[] AS lock_ids
+        SELECT string_to_array(nullif(keys_held, ''), ',')::bigint[] AS lock_ids
     ),
     keyed AS (
         SELECT locked.id, locked.run_at, locked.queue
@@ -97,7 +44,9 @@ BEGIN
                            PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                        ) AS rank_in_key
                 FROM {schema}.runlane_runs k
-                WHERE k.environment = p_environment
+                -- No key lock held (task runs only): nothing to look at.
+                WHERE cardinality((SELECT lock_ids FROM held)) > 0
+                  AND k.environment = p_environment
                   AND k.partition_key IS NOT NULL
                   -- The claimable ones of runlane_runs_keyed's set, named so that the
                   -- runlane_runs_claimable index (every due run) cannot serve the scan.
