@@ -30,7 +30,7 @@ ALL_MIGRATIONS = [
     "007_schedule_first_seen",
     "008_topics",
     "009_claim_functions",
-    "010_claim_without_keys",
+    "010_claim_reads_what_it_takes",
 ]
 
 
@@ -322,7 +322,7 @@ async def test_version_10_replaces_the_claim_and_claims_runs_queued_before(
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 9, "queued-at-9")
-    assert await rl.migrate() == ["010_claim_without_keys"]
+    assert await rl.migrate() == ["010_claim_reads_what_it_takes"]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         (settings,) = conn.execute(
             "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
