@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 from runlane.core.carriers import validate_trace_carrier
 from runlane.core.clock import Clock, aware_utc
@@ -334,8 +334,7 @@ class RunWriter:
         none (a bad payload anywhere writes nothing)."""
         await self._opened()
         store = self._store
-        storage = store.storage
-        assert isinstance(storage, StreamsRuns)  # checked by streams()
+        storage = cast(StreamsRuns, store.storage)  # checked by streams()
         runs = await storage.create_run_stream(
             store.environment, plan.batches(payloads), store.now()
         )

@@ -14,14 +14,14 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
 
 from runlane.core.capacity import owner_holds
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.postgres.params import CreationBatch, copy_text, plain_batch, plain_runs
+from runlane.storage.postgres.params import CreationBatch, copy_text, plain_runs
 from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.sql.encoding import micros_or_none
@@ -39,26 +39,6 @@ async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> lis
     return batch.outcomes()
 
 
-async def copy_runs(
-    conn: psycopg.AsyncConnection[Any],
-    q: Queries,
-    data: bytes,
-    announce: dict[str, Any] | None,
-    outcomes: Callable[[], list[CreateOutcome]],
-) -> list[CreateOutcome]:
-    """Write a plain batch as ``copy_runs`` text ``data`` (see :func:`.params.copy_text`);
-    the caller holds the transaction, so the outcomes count, and the wakeup (sent with
-    ``announce`` when given) goes out, only if it commits."""
-    async with conn.cursor() as cur:
-        async with cur.copy(q["copy_runs"]) as copy:
-            await copy.write(data)
-            # The server is still storing the rows sent: build the outcomes meanwhile.
-            created = outcomes()
-        if announce is not None:
-            await cur.execute(q["announce_work"], announce)
-    return created
-
-
 async def copy_run_stream(
     conn: psycopg.AsyncConnection[Any],
     q: Queries,
@@ -67,19 +47,16 @@ async def copy_run_stream(
     now_us: int,
     announce: dict[str, Any],
 ) -> list[Run]:
-    """Write every batch into one ``copy_runs`` stream: the server stores a batch
-    while the next is built (and validated: ``batches`` is lazy). The caller holds
-    the transaction; the wakeup (``announce``) goes out if a run is due."""
+    """Write every batch of plain runs (:func:`.params.plain_batch`) into one
+    ``copy_runs`` stream, building the runs as stored while the server stores the
+    rows sent; the next batch is built (and, when ``batches`` is lazy, validated)
+    meanwhile. The caller holds the transaction; the wakeup (``announce``) goes out if
+    a run is due."""
     created: list[Run] = []
     due = False
     async with conn.cursor() as cur:
         async with cur.copy(q["copy_runs"]) as copy:
             for runs in batches:
-                if not plain_batch(runs):
-                    raise RunlaneError(
-                        ErrorCode.INTERNAL_ERROR,
-                        "a run stream takes runs without keys or delivery requests only.",
-                    )
                 data, batch_due = copy_text(environment, runs, now_us)
                 await copy.write(data)
                 created += plain_runs(environment, runs, now_us)

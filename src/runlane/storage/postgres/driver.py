@@ -13,7 +13,7 @@ missing or older schema and asks for ``runlane migrate``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -47,7 +47,6 @@ from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.listing import list_params
 from runlane.storage.postgres.params import (
     WORK_CHANNEL,
-    copy_text,
     creation_batch,
     lease_params,
     lone_params,
@@ -354,20 +353,9 @@ class PostgresStorage(SqlStorageBase):
             await self._run(partial(_execute, self._q["insert_run"], params))
             return plain_outcomes(environment, runs, now_us)
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
-            data, due = copy_text(environment, runs, now_us)
-            announce = {"channel": WORK_CHANNEL, "environment": environment} if due else None
-
-            async def copy(conn: Connection) -> list[CreateOutcome]:
-                async with conn.transaction():
-                    return await creation.copy_runs(
-                        conn,
-                        self._q,
-                        data,
-                        announce,
-                        lambda: plain_outcomes(environment, runs, now_us),
-                    )
-
-            return await self._run(copy)
+            # A one-batch stream; a tuple can be sent again if a conflict aborts it.
+            created = await self._copy_stream(environment, (runs,), now_us, retry=True)
+            return [CreateOutcome(run, created=True) for run in created]
         batch = creation_batch(
             environment, runs, now_us, lease, micros_or_none(outbox_claimed_until)
         )
@@ -394,7 +382,14 @@ class PostgresStorage(SqlStorageBase):
     ) -> list[Run]:
         """Create the plain runs of ``batches`` through one COPY in one transaction: the
         server stores each batch while the next is built; all or none."""
-        now_us = to_micros(now)
+        # Not retried: the batches are consumed as they are written.
+        return await self._copy_stream(
+            environment, _plain_batches(batches), to_micros(now), retry=False
+        )
+
+    async def _copy_stream(
+        self, environment: str, batches: Iterable[Sequence[NewRun]], now_us: int, *, retry: bool
+    ) -> list[Run]:
         announce = {"channel": WORK_CHANNEL, "environment": environment}
 
         async def stream(conn: Connection) -> list[Run]:
@@ -403,8 +398,7 @@ class PostgresStorage(SqlStorageBase):
                     conn, self._q, environment, batches, now_us, announce
                 )
 
-        # Not retried: the batches are consumed as they are written.
-        return await self._run(stream, retry=False)
+        return await self._run(stream, retry=retry)
 
     async def claim_due_runs(
         self,
@@ -754,3 +748,14 @@ class PostgresStorage(SqlStorageBase):
 
 async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None:
     await conn.execute(query, params)
+
+
+def _plain_batches(batches: Iterable[Sequence[NewRun]]) -> Iterator[Sequence[NewRun]]:
+    """``batches``, refusing a run with a key or a delivery request (a stream takes none)."""
+    for runs in batches:
+        if not plain_batch(runs):
+            raise RunlaneError(
+                ErrorCode.INTERNAL_ERROR,
+                "a run stream takes runs without keys or delivery requests only.",
+            )
+        yield runs
