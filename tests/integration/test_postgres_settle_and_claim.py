@@ -46,6 +46,7 @@ async def test_a_failing_claim_rolls_back_the_settles_sent_with_it(rl: Runlane) 
     held = await storage.claim_due_runs(rl.environment, policies, 2, request, now)
     transitions = [settle_attempt(run, Succeeded(None), ping.retry, now) for run in held]
     # The claim statement fails after the settles were sent in the same pipeline.
+    claim_query = storage._q["claim_due_runs"]
     storage._q = {**storage._q, "claim_due_runs": "SELECT 1 / 0 AS id"}
     with pytest.raises(RunlaneError) as caught:
         await storage.apply_transitions_and_claim(
@@ -56,3 +57,11 @@ async def test_a_failing_claim_rolls_back_the_settles_sent_with_it(rl: Runlane) 
         stored = await rl.runs.get(run.id)
         assert stored.status is RunStatus.RUNNING and stored.lease == run.lease
         assert await _event_types(rl, run.id) == ["run.created", "run.started"]
+    # The connection and the cursors it keeps for the pipeline serve the next round.
+    storage._q = {**storage._q, "claim_due_runs": claim_query}
+    applied, claimed = await storage.apply_transitions_and_claim(
+        rl.environment, transitions, now, policies, 5, request
+    )
+    assert applied == [True, True] and len(claimed) == 1
+    for run in held:
+        assert (await rl.runs.get(run.id)).status is RunStatus.SUCCEEDED

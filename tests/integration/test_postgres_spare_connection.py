@@ -9,9 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from runlane import Context, Runlane, postgres_lane, queue, task
+from runlane import Context, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres.connections import SpareConnection
 from runlane.storage.postgres.driver import PostgresStorage
+from runlane.storage.postgres.sessions import DriverConnection
 
 
 @task("noop")
@@ -71,6 +72,37 @@ async def test_a_lone_producer_triggers_on_the_spare_not_the_pool(
         assert len({run.id for run in runs}) == 20
         listed = await rl.runs.list(limit=100)
         assert len(listed.data) == 21
+
+
+async def test_lone_statements_reuse_the_connections_kept_cursor(
+    postgres_dsn: str, environment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        conn = await _until_spare_is_open(rl)
+        assert isinstance(conn, DriverConnection)
+        await rl.trigger(noop, {})  # the kept cursor exists from here on
+        made: list[object] = []
+        make = conn.cursor
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            made.append(args)
+            return make(*args, **kwargs)
+
+        monkeypatch.setattr(conn, "cursor", counting)
+        for i in range(5):
+            await rl.trigger(noop, {"i": i})
+        assert made == []
+        # A statement the server refuses leaves the connection and its cursor usable.
+        storage = rl.storage
+        assert isinstance(storage, PostgresStorage)
+        storage._q = {**storage._q, "divide": "SELECT 1 / 0"}
+        with pytest.raises(RunlaneError):
+            await storage._count("divide", {})
+        await rl.trigger(noop, {"after": True})
+        assert await _until_spare_is_open(rl) is conn
+        assert made == []
+        assert len((await rl.runs.list(limit=100)).data) == 8
 
 
 async def test_concurrent_callers_use_the_pool_beside_the_spare(

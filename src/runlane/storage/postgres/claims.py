@@ -34,10 +34,9 @@ from typing import Any
 
 import psycopg
 from psycopg import Column, pq
-from psycopg.rows import tuple_row
 
 from runlane.core.capacity import has_capacity
-from runlane.storage.postgres.sessions import AsyncSession, Queries
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import claim_order, split_by_capacity
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
@@ -50,7 +49,7 @@ def capacity_lock_prefix(schema: str, environment: str) -> str:
 
 
 async def claim_due_runs(
-    conn: psycopg.AsyncConnection[Any],
+    conn: DriverConnection,
     q: Queries,
     lock_prefix: str,
     queues: Sequence[QueuePolicy],
@@ -63,9 +62,9 @@ async def claim_due_runs(
     if not limits:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
-            return _runs(await cur.fetchall(), cur.description)
+        (cur,) = conn.cursors(1)
+        await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
+        return _runs(await cur.fetchall(), cur.description)
     async with conn.transaction():
         locked = await session.fetch(
             q["lock_capacity"],
@@ -89,7 +88,7 @@ async def claim_due_runs(
 
 
 async def claim_run(
-    conn: psycopg.AsyncConnection[Any],
+    conn: DriverConnection,
     q: Queries,
     lock_prefix: str,
     queue: QueuePolicy | None,
@@ -126,7 +125,7 @@ async def claim_run(
 
 
 async def apply_and_claim(
-    conn: psycopg.AsyncConnection[Any],
+    conn: DriverConnection,
     q: Queries,
     lock_prefix: str,
     rounds: Sequence[dict[str, Any]],
@@ -166,13 +165,14 @@ class _Results:
 
 
 async def _in_one_round_trip(
-    conn: psycopg.AsyncConnection[Any],
+    conn: DriverConnection,
     statements: Sequence[tuple[str, dict[str, Any]]],
     last: str,
     last_params: dict[str, Any],
 ) -> _Results:
     """Run ``statements`` then ``last`` in one transaction and one round trip."""
-    cursors = [conn.cursor(row_factory=tuple_row) for _ in range(len(statements) + 1)]
+    # The connection's kept cursors: BEGIN, the plan mode, each statement, then COMMIT.
+    begin, plan_mode, *cursors, commit = conn.cursors(len(statements) + 4)
     try:
         # BEGIN, the statements and COMMIT go out together, ended by the pipeline's one
         # Sync: a single round trip. (psycopg's transaction() in a pipeline syncs after
@@ -182,14 +182,14 @@ async def _in_one_round_trip(
         # rolls back as a whole; the error surfaces at the Sync, and the block below ends
         # the failed transaction.
         async with conn.pipeline():
-            await conn.execute("BEGIN")
+            await begin.execute("BEGIN")
             # Generic plans from the first execution: the statements are prepared on first
             # use, and planning the claim afresh each time costs more than running it.
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await plan_mode.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             for cur, (query, query_params) in zip(cursors, statements, strict=False):
                 await cur.execute(query, query_params, prepare=True)
             await cursors[-1].execute(last, last_params, prepare=True)
-            await conn.execute("COMMIT")
+            await commit.execute("COMMIT")
         before = [await cur.fetchall() for cur in cursors[:-1]]
         final = cursors[-1]
         return _Results(before, await final.fetchall(), final.description)
@@ -200,9 +200,6 @@ async def _in_one_round_trip(
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
-    finally:
-        for cur in cursors:
-            await cur.close()
 
 
 _IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)

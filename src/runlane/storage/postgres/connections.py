@@ -17,9 +17,9 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.postgres.sessions import load_json_as_text
+from runlane.storage.postgres.sessions import DriverConnection, load_json_as_text
 
-Connection = psycopg.AsyncConnection[Any]
+Connection = DriverConnection
 
 DEFAULT_APPLICATION_NAME = "runlane"
 #: Seconds the spare connection waits after a failed opening before it tries again.

@@ -55,7 +55,7 @@ from runlane.storage.postgres.params import (
 )
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
-from runlane.storage.postgres.sessions import AsyncSession, caller_session
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, caller_session
 from runlane.storage.postgres.transitions import transition_params, transition_rounds
 from runlane.storage.protocol import (
     CreateOutcome,
@@ -85,7 +85,7 @@ from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
 IDLE = TransactionStatus.IDLE
-Connection = psycopg.AsyncConnection[Any]
+Connection = DriverConnection
 
 DEFAULT_SCHEMA = "runlane"
 DEFAULT_MIN_SIZE = 1
@@ -183,6 +183,7 @@ class PostgresStorage(SqlStorageBase):
             pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
                 self._dsn,
                 kwargs=self._pooled_kwargs(),
+                connection_class=DriverConnection,
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self._pool_timeout,
@@ -233,7 +234,7 @@ class PostgresStorage(SqlStorageBase):
             self._listener = WorkListener(self._connect_listener, WORK_CHANNEL)
         return await self._listener.wait(environment, timeout)
 
-    async def _connect(self) -> Connection:
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
             return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)
         except psycopg.Error as error:
@@ -244,9 +245,9 @@ class PostgresStorage(SqlStorageBase):
         return {**self._connect_kwargs, "autocommit": True}
 
     async def _connect_spare(self) -> Connection:
-        return await psycopg.AsyncConnection.connect(self._dsn, **self._pooled_kwargs())
+        return await DriverConnection.connect(self._dsn, **self._pooled_kwargs())
 
-    async def _connect_listener(self) -> Connection:
+    async def _connect_listener(self) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(
             self._dsn, **{**self._connect_kwargs, **LISTENER_OPTIONS}
         )
@@ -310,7 +311,8 @@ class PostgresStorage(SqlStorageBase):
 
     async def _count(self, query: str, params: dict[str, Any]) -> int:
         async def op(conn: Connection) -> int:
-            cur = await conn.execute(self._q[query], params)
+            cur = conn.cursors(1)[0]
+            await cur.execute(self._q[query], params)
             return max(cur.rowcount, 0)
 
         return await self._run(op)
@@ -747,7 +749,7 @@ class PostgresStorage(SqlStorageBase):
 
 
 async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None:
-    await conn.execute(query, params)
+    await conn.cursors(1)[0].execute(query, params)
 
 
 def _plain_batches(batches: Iterable[Sequence[NewRun]]) -> Iterator[Sequence[NewRun]]:
