@@ -33,10 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import Column, pq
+from psycopg import pq
 
 from runlane.core.capacity import has_capacity
-from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
+from runlane.storage.postgres.sessions import (
+    AsyncSession,
+    DriverConnection,
+    Queries,
+    column_names,
+)
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import claim_order, split_by_capacity
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
@@ -64,7 +69,7 @@ async def claim_due_runs(
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
         (cur,) = conn.cursors(1)
         await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
-        return _runs(await cur.fetchall(), cur.description)
+        return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
         locked = await session.fetch(
             q["lock_capacity"],
@@ -101,7 +106,7 @@ async def claim_run(
         results = await _in_one_round_trip(
             conn, [(q["lock_run_key"], params)], q["claim_run"], params
         )
-        runs = _runs(results.rows, results.description)
+        runs = _runs(results.rows, results.columns)
         return runs[0] if runs else None
     async with conn.transaction():
         current = await session.fetch(q["get_run"], params)
@@ -152,7 +157,7 @@ async def apply_and_claim(
     # Each round returns the ids it applied, the claim (which takes the key locks
     # itself, then claims in a fresh snapshot that sees the rounds) whole runs.
     applied = [{row[0] for row in rows} for rows in results.before]
-    return applied, _runs(results.rows, results.description)
+    return applied, _runs(results.rows, results.columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +166,7 @@ class _Results:
     before: list[list[Any]]
     #: The last statement's rows, as tuples, and their columns.
     rows: list[Any]
-    description: Sequence[Column] | None
+    columns: list[str] | None
 
 
 async def _in_one_round_trip(
@@ -192,7 +197,7 @@ async def _in_one_round_trip(
             await commit.execute("COMMIT")
         before = [await cur.fetchall() for cur in cursors[:-1]]
         final = cursors[-1]
-        return _Results(before, await final.fetchall(), final.description)
+        return _Results(before, await final.fetchall(), column_names(final))
     except BaseException:
         # Failed on the server (or interrupted before COMMIT went out): roll back, so
         # nothing of it lands and the connection goes back to the pool idle.
@@ -205,7 +210,6 @@ async def _in_one_round_trip(
 _IN_TRANSACTION = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 
 
-def _runs(rows: Sequence[Any], description: Sequence[Column] | None = None) -> list[Run]:
-    """Runs from dict rows, or from tuple rows with their cursor's ``description``."""
-    columns = None if description is None else [column.name for column in description]
+def _runs(rows: Sequence[Any], columns: Sequence[str] | None = None) -> list[Run]:
+    """Runs from dict rows, or from tuple rows with their result's ``columns``."""
     return sorted(runs_from_rows(rows, columns), key=claim_order)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -93,12 +94,7 @@ class RunDecoder:
         self._times: dict[int, datetime] = {}
         self._sources: dict[str, RunSource] = {}
         self._leases: dict[tuple[str, str, int], Lease] = {}
-        if columns is None:
-            self._fields = _BY_NAME
-        else:
-            index = {name: i for i, name in enumerate(columns)}
-            positions = [index[name] for name in RUN_COLUMNS]
-            self._fields = itemgetter(*positions)
+        self._fields = _BY_NAME if columns is None else _by_position(tuple(columns))
 
     def time(self, micros: int) -> datetime:
         """``from_micros(micros)``, once per distinct value."""
@@ -192,6 +188,14 @@ def run_page(rows: Sequence[Row], limit: int) -> Page[Run]:
     runs = runs_from_rows(rows[:limit])
     next_cursor = runs[-1].id if len(rows) > limit and runs else None
     return Page(runs, next_cursor)
+
+
+@lru_cache(maxsize=32)
+def _by_position(columns: tuple[str, ...]) -> Callable[[Row], tuple[Any, ...]]:
+    """The getter of a tuple row's run fields, once per set of columns (a statement's
+    columns never change, and a claim decodes a few rows at a time)."""
+    index = {name: i for i, name in enumerate(columns)}
+    return itemgetter(*[index[name] for name in RUN_COLUMNS])
 
 
 def runs_from_rows(rows: Iterable[Row], columns: Sequence[str] | None = None) -> list[Run]:
