@@ -69,11 +69,13 @@ class _MonotonicUuid7:
     def many(self, count: int) -> list[str]:
         """``count`` new ids in order (one clock read and one random draw for all)."""
         stamps: list[tuple[int, int]] = []
+        # One draw: a counter seed for a new millisecond, then each id's random tail.
+        drawn = os.urandom(1 + 8 * count)
         with self._lock:
             millis, counter = self._millis, self._counter
             now = time.time_ns() // 1_000_000
             if now > millis:
-                millis, counter = now, int.from_bytes(os.urandom(1), "big") - 1
+                millis, counter = now, drawn[0] - 1
             for _ in range(count):
                 counter += 1
                 if counter > 0xFFF:
@@ -82,7 +84,7 @@ class _MonotonicUuid7:
             self._millis, self._counter = millis, counter
         # Formatted as text slices: an id costs about half what building the 128-bit
         # integer and formatting it did, which shows in bulk triggers.
-        randomness = os.urandom(8 * count).hex()
+        randomness = drawn[1:].hex()
         ids = []
         head_millis, head = -1, ""
         for index, (millis, counter) in enumerate(stamps):

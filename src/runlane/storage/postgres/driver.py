@@ -49,9 +49,9 @@ from runlane.storage.postgres.params import (
     WORK_CHANNEL,
     creation_batch,
     lease_params,
+    lone_outcome,
     lone_params,
     plain_batch,
-    plain_outcomes,
 )
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
@@ -353,7 +353,7 @@ class PostgresStorage(SqlStorageBase):
             # A lone trigger: one autocommitted statement, no batch columns to build.
             params = lone_params(environment, runs[0], now_us)
             await self._run(partial(_execute, self._q["insert_run"], params))
-            return plain_outcomes(environment, runs, now_us)
+            return [lone_outcome(environment, runs[0], now_us)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)

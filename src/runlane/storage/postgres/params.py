@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from runlane.core.clock import from_micros, to_micros
 from runlane.core.ids import new_token
 from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
-from runlane.types.runs import Lease, Run, RunStatus
+from runlane.types.runs import Lease, Run, RunSource, RunStatus
 from runlane.types.slot_init import slot_init
 
 #: The NOTIFY channel; its payload is the environment that got due work.
@@ -64,37 +65,15 @@ class CreationBatch:
     def created_runs(self) -> list[Run]:
         """Every run of the batch as created: as stored."""
         now = from_micros(self.now_us)
-        leased = self.lease is not None
         times: dict[datetime, datetime] = {}
-        runs = []
         sequences = self.columns["event_sequences"]
+        runs = []
         for index, new in enumerate(self.runs):
             run_at = times.get(new.run_at)
             if run_at is None:
                 run_at = times[new.run_at] = _utc(new.run_at)
             runs.append(
-                Run(
-                    id=new.id,
-                    environment=self.environment,
-                    task_id=new.task_id,
-                    queue=new.queue,
-                    status=RunStatus.RUNNING if leased else new.status,
-                    payload=new.payload,
-                    attempt=int(leased),
-                    failure_count=0,
-                    run_at=run_at,
-                    created_at=now,
-                    updated_at=now,
-                    event_sequence=sequences[index],
-                    source=new.source,
-                    idempotency_key=new.idempotency_key,
-                    singleton_key=new.singleton_key,
-                    concurrency_key=new.concurrency_key,
-                    trace_carrier=(
-                        dict(new.trace_carrier) if new.trace_carrier is not None else None
-                    ),
-                    lease=self.lease,
-                )
+                created_run(self.environment, new, now, run_at, sequences[index], self.lease)
             )
         return runs
 
@@ -162,7 +141,7 @@ def creation_batch(
     for new in runs:
         source = sources.get(id(new.source))
         if source is None:
-            source = sources[id(new.source)] = dumps(new.source.to_json())
+            source = sources[id(new.source)] = source_json(new.source)
         run_at = times.get(new.run_at)
         if run_at is None:
             run_at = times[new.run_at] = to_micros(new.run_at)
@@ -276,7 +255,7 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
             shared = shared_fields[key] = (
                 f"{copy_field(new.task_id)}\t{copy_field(new.queue)}\t"
                 f"{copy_field(new.status.value)}\t",
-                f"{copy_field(dumps(new.source.to_json()))}\t"
+                f"{copy_field(source_json(new.source))}\t"
                 f"{copy_field(new.concurrency_key)}\t"
                 f"{copy_field(None if carrier is None else dumps(carrier))}\n",
             )
@@ -287,6 +266,44 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
             f"{run_at}\t{run_at}\t{now}\t{now}\t1\t{shared[1]}"
         )
     return "".join(lines).encode(), due
+
+
+def created_run(
+    environment: str,
+    new: NewRun,
+    now: datetime,
+    run_at: datetime,
+    event_sequence: int,
+    lease: Lease | None = None,
+) -> Run:
+    """``new`` as its row holds it once created at ``now`` (leased when ``lease`` is given)."""
+    leased = lease is not None
+    return Run(
+        id=new.id,
+        environment=environment,
+        task_id=new.task_id,
+        queue=new.queue,
+        status=RunStatus.RUNNING if leased else new.status,
+        payload=new.payload,
+        attempt=int(leased),
+        failure_count=0,
+        run_at=run_at,
+        created_at=now,
+        updated_at=now,
+        event_sequence=event_sequence,
+        source=new.source,
+        idempotency_key=new.idempotency_key,
+        singleton_key=new.singleton_key,
+        concurrency_key=new.concurrency_key,
+        trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
+        lease=lease,
+    )
+
+
+@lru_cache(maxsize=64)
+def source_json(source: RunSource) -> str:
+    """A run source's JSON text: the few sources of triggers and schedules recur."""
+    return dumps(source.to_json())
 
 
 def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
@@ -303,7 +320,7 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "status": new.status.value,
         "payload": new.payload_json,
         "run_at": to_micros(new.run_at),
-        "source": dumps(new.source.to_json()),
+        "source": source_json(new.source),
         "concurrency_key": new.concurrency_key,
         "trace_carrier": None if carrier is None else dumps(carrier),
     }
@@ -326,6 +343,8 @@ def plain_runs(environment: str, runs: Sequence[NewRun], now_us: int) -> list[Ru
     return batch.created_runs()
 
 
-def plain_outcomes(environment: str, runs: Sequence[NewRun], now_us: int) -> list[CreateOutcome]:
-    """The outcomes of a plain batch written with ``copy_runs``: every run created."""
-    return [CreateOutcome(run, created=True) for run in plain_runs(environment, runs, now_us)]
+def lone_outcome(environment: str, new: NewRun, now_us: int) -> CreateOutcome:
+    """The outcome of a lone trigger written with ``insert_run``: created, at event
+    sequence 1."""
+    run = created_run(environment, new, from_micros(now_us), _utc(new.run_at), 1)
+    return CreateOutcome(run, created=True)
