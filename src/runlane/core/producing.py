@@ -6,8 +6,8 @@ validated runs schedules and ``run_now`` create.
 
 A :class:`TriggerPlan` holds everything about the runs of one ``trigger`` or
 ``trigger_many`` call that does not depend on the payload (task, queue, due
-time, keys' rules, trace carrier), validated once; :meth:`TriggerPlan.new_runs`
-then only validates and encodes each payload.
+time, keys' rules, trace carrier), validated once; :meth:`TriggerPlan.prepare`
+and :meth:`TriggerPlan.new_run` then only validate and encode each payload.
 
 :class:`CreationBatcher` gives concurrent ``trigger`` calls one storage write
 (and one commit) between them: the first caller writes at once; callers that
@@ -106,11 +106,6 @@ class TriggerPlan:
             prepared = self.prepare(chunk)
             yield self.build(prepared, 0, len(prepared))
 
-    def new_runs(self, payloads: Sequence[Any]) -> list[NewRun]:
-        """One validated :class:`NewRun` per payload, in order; nothing is written."""
-        prepared = self.prepare(payloads)
-        return self.build(prepared, 0, len(prepared))
-
     def prepare(self, payloads: Sequence[Any]) -> Prepared:
         """Validate and encode every payload (raises on the first bad one)."""
         task, limit = self.task, self.max_payload_bytes
@@ -124,42 +119,46 @@ class TriggerPlan:
 
     def build(self, prepared: Prepared, start: int, stop: int) -> list[NewRun]:
         """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh ids."""
-        task = self.task
         ids = new_run_id.many(stop - start)
-        keyed = self.idempotency_key is not None or self.singleton_key is not None
-        runs = []
-        for run_id, instance, value, encoded in zip(
-            ids,
-            prepared.instances[start:stop],
-            prepared.values[start:stop],
-            prepared.texts[start:stop],
-            strict=True,
-        ):
-            idempotency_key = singleton_key = None
-            if keyed:
-                idempotency_key = _key_from(self.idempotency_key, instance, "idempotency_key")
-                singleton_key = _key_from(self.singleton_key, instance, "singleton_key")
-            runs.append(
-                NewRun(
-                    id=run_id,
-                    task_id=task.id,
-                    queue=self.queue.name,
-                    status=self.status,
-                    payload=value,
-                    payload_json=encoded,
-                    run_at=self.run_at,
-                    source=self.source,
-                    idempotency_key=idempotency_key,
-                    idempotency_expires_at=(
-                        self.idempotency_expires_at if idempotency_key is not None else None
-                    ),
-                    singleton_key=singleton_key,
-                    concurrency_key=self.concurrency_key,
-                    trace_carrier=self.trace_carrier,
-                    request_delivery=self.request_delivery,
-                )
+        return [
+            self._run(run_id, instance, value, encoded)
+            for run_id, instance, value, encoded in zip(
+                ids,
+                prepared.instances[start:stop],
+                prepared.values[start:stop],
+                prepared.texts[start:stop],
+                strict=True,
             )
-        return runs
+        ]
+
+    def new_run(self, payload: Any) -> NewRun:
+        """One validated :class:`NewRun` (a lone trigger's: no batch lists to build)."""
+        instance, value, encoded = prepare_payload(self.task, payload, self.max_payload_bytes)
+        return self._run(new_run_id(), instance, value, encoded)
+
+    def _run(self, run_id: str, instance: Any, value: Any, encoded: str) -> NewRun:
+        idempotency_key = singleton_key = None
+        if self.idempotency_key is not None or self.singleton_key is not None:
+            idempotency_key = _key_from(self.idempotency_key, instance, "idempotency_key")
+            singleton_key = _key_from(self.singleton_key, instance, "singleton_key")
+        return NewRun(
+            id=run_id,
+            task_id=self.task.id,
+            queue=self.queue.name,
+            status=self.status,
+            payload=value,
+            payload_json=encoded,
+            run_at=self.run_at,
+            source=self.source,
+            idempotency_key=idempotency_key,
+            idempotency_expires_at=(
+                self.idempotency_expires_at if idempotency_key is not None else None
+            ),
+            singleton_key=singleton_key,
+            concurrency_key=self.concurrency_key,
+            trace_carrier=self.trace_carrier,
+            request_delivery=self.request_delivery,
+        )
 
 
 def plan_trigger(
@@ -555,7 +554,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
-        (new,) = self.plan_trigger(
+        return self.plan_trigger(
             task,
             source=source,
             queue=queue,
@@ -565,8 +564,7 @@ class Producer:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
-        ).new_runs([payload])
-        return new
+        ).new_run(payload)
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -194,8 +194,9 @@ def creation_batch(
 
 
 def _utc(moment: datetime) -> datetime:
-    """``moment`` as storage returns it: UTC, microsecond precision."""
-    return from_micros(to_micros(moment))
+    """``moment`` as storage returns it: UTC, microsecond precision (as the runtime's
+    own times already are)."""
+    return moment if moment.tzinfo is UTC else from_micros(to_micros(moment))
 
 
 def lease_params(lease: LeaseRequest, now_us: int) -> dict[str, Any]:

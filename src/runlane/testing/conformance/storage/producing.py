@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -37,6 +37,22 @@ async def test_trigger_commits_a_queued_run_with_its_created_event(make_runtime:
     assert stored.attempt == 0 and stored.source.type is RunSourceType.TRIGGER
     assert stored.trace_carrier == {"traceparent": "00-abc-def-01"}
     assert await _event_types(rl, run.id) == ["run.created"]
+
+
+async def test_a_lone_trigger_returns_its_run_as_stored(make_runtime: Factory) -> None:
+    _, record = _recorder()
+    rl = await make_runtime([record])
+    elsewhere = timezone(timedelta(hours=5, minutes=30))
+    due = (datetime.now(UTC) + timedelta(hours=1)).astimezone(elsewhere)
+    runs = [
+        await rl.trigger(record, {"order_id": 1}),
+        await rl.trigger(record, {"order_id": 2}, run_at=due, concurrency_key="tenant-1"),
+    ]
+    for run in runs:
+        assert await rl.runs.get(run.id) == run
+        # Equal instants are not enough: the returned times are UTC, as a read's are.
+        assert run.run_at.utcoffset() == run.created_at.utcoffset() == timedelta(0)
+    assert runs[1].run_at == due and runs[1].status is RunStatus.SCHEDULED
 
 
 async def test_trigger_accepts_a_schema_instance_and_the_handler_gets_one(
