@@ -163,7 +163,8 @@ class SpareConnection:
     def give_back(self, conn: Connection) -> None:
         """End a call that :meth:`take` allowed; keep the connection only if it is idle."""
         self._busy = False
-        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        # libpq's status as it is: conn.info would build an info object and an enum.
+        if conn.closed or conn.broken or conn.pgconn.transaction_status != TransactionStatus.IDLE:
             # Cancelled mid-statement or left in a transaction: never reuse it.
             self._drop()
 
