@@ -51,12 +51,14 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
     psycopg's ``conn.execute`` makes a cursor for every statement, with its own
     adapters and transformer: about a tenth of a lone trigger's client time. The
     driver runs one statement at a time on a connection and reads each result before
-    it sends the next, so kept cursors serve every statement: :meth:`cursors` gives
-    one per statement of a pipeline, :meth:`dict_cursor` one for dict rows.
+    it sends the next, so kept cursors serve its hot statements (a lone trigger, a
+    claim, the statements of a settle-and-claim pipeline); a result stays held until the
+    connection's next statement, at most a claim's runs. :meth:`cursors` gives one per
+    statement of a pipeline. Other reads (listings) take a cursor of their own
+    (:meth:`AsyncSession.fetch`).
     """
 
     _kept: list[psycopg.AsyncCursor[Any]] | None = None
-    _kept_dict: psycopg.AsyncCursor[DictRow] | None = None
 
     def cursors(self, count: int) -> list[psycopg.AsyncCursor[Any]]:
         """``count`` kept cursors (tuple rows), made on first need."""
@@ -66,13 +68,6 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         while len(kept) < count:
             kept.append(self.cursor(row_factory=tuple_row))
         return kept[:count]
-
-    def dict_cursor(self) -> psycopg.AsyncCursor[DictRow]:
-        """The kept cursor for dict rows."""
-        cur = self._kept_dict
-        if cur is None:
-            cur = self._kept_dict = self.cursor(row_factory=dict_row)
-        return cur
 
 
 def column_names(cur: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> list[str] | None:
@@ -98,16 +93,13 @@ class AsyncSession:
 
     async def fetch(self, query: str, params: Params) -> list[DictRow]:
         """Run one statement; its rows."""
-        conn = self.conn
-        if self._own and isinstance(conn, DriverConnection):
-            cur = conn.dict_cursor()
+        # A cursor of its own, closed at once: a listing's rows (payloads and all) are
+        # not kept alive by an idle pooled connection until its next statement.
+        async with self.conn.cursor(row_factory=dict_row) as cur:
+            if not self._own:
+                load_json_as_text(cur.adapters)
             await cur.execute(query, params)
             return await cur.fetchall() if column_names(cur) is not None else []
-        async with conn.cursor(row_factory=dict_row) as new:
-            if not self._own:
-                load_json_as_text(new.adapters)
-            await new.execute(query, params)
-            return await new.fetchall() if column_names(new) is not None else []
 
     def transaction(self) -> Any:
         """``conn.transaction()``."""
