@@ -31,6 +31,7 @@ ALL_MIGRATIONS = [
     "008_topics",
     "009_claim_functions",
     "010_claim_reads_what_it_takes",
+    "011_standby_workers",
 ]
 
 
@@ -70,7 +71,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -322,7 +323,7 @@ async def test_version_10_replaces_the_claim_and_claims_runs_queued_before(
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 9, "queued-at-9")
-    assert await rl.migrate() == ["010_claim_reads_what_it_takes"]
+    assert await rl.migrate() == ALL_MIGRATIONS[9:]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         (settings,) = conn.execute(
             "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -335,3 +336,22 @@ async def test_version_10_replaces_the_claim_and_claims_runs_queued_before(
         assert done is not None and done.id == "queued-at-9" and done.status.value == "succeeded"
         events = [event.type.value for event in await rl.runs.events("queued-at-9")]
         assert events == ["run.created", "run.started", "run.succeeded"]
+
+
+async def test_version_11_adds_the_unlogged_standby_table_and_triggers_still_queue(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 10, "queued-at-10")
+    assert await rl.migrate() == ["011_standby_workers"]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        (persistence,) = conn.execute(
+            "SELECT c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'runlane_standby'",
+            (schema,),
+        ).fetchone() or ("",)
+    assert persistence == "u"  # unlogged: offers are not worth a WAL flush
+    async with rl:
+        run = await rl.trigger(noop, None)  # nobody stands by: queued as before
+        assert run.status.value == "queued"
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-10"

@@ -21,7 +21,7 @@ from runlane.core.execution import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
 from runlane.core.retry import DEFAULT_RETRY_POLICY
 from runlane.core.transitions import Released
-from runlane.storage.protocol import WorkNotifier
+from runlane.storage.protocol import HandsOff, Standby, WorkNotifier
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
@@ -259,7 +259,7 @@ class Worker:
                     if self._active:
                         await self._wait_for(self._slot_freed, None)
                     continue
-                await self._wait_for(work, self.poll_interval, notify=True)
+                await self._idle(work)
         finally:
             self._work.unsubscribe(work)
             if renewing is not None:
@@ -281,6 +281,71 @@ class Worker:
                 self.executed,
                 extra={"event": "worker.stopped", "worker_id": self.worker_id},
             )
+
+    # -- idling: standing by for hand-offs ---------------------------------------------
+
+    async def _idle(self, work: asyncio.Event) -> None:
+        """Wait for work, a notification or the poll interval, standing by meanwhile
+        (when storage hands off) so a lone trigger may hand a due run straight here."""
+        offer = await self._stand_by()
+        try:
+            await self._wait_for(work, self.poll_interval, notify=True, offer=offer)
+        finally:
+            if offer is not None:
+                await self._stand_down(offer)
+
+    async def _stand_by(self) -> Standby | None:
+        storage = self._store.storage
+        if not isinstance(storage, HandsOff) or self._stop.is_set():
+            return None
+        slots = self.concurrency - len(self._holding) - len(self._buffer)
+        # Bounded queues are claimed within their capacity, never handed off.
+        queues = list(dict.fromkeys(q.name for q in self.queues if q.concurrency_limit is None))
+        if slots < 1 or not queues:
+            return None
+        try:
+            return await storage.stand_by(
+                self._store.environment,
+                self.worker_id,
+                queues,
+                slots,
+                self.lease.duration,
+                self._start,
+            )
+        except Exception as error:
+            # Nothing was offered: the worker waits and claims as it would without.
+            logger.warning("worker %s: standing by failed (%s)", self.worker_id, error)
+            return None
+
+    async def _stand_down(self, offer: Standby) -> None:
+        """Withdraw ``offer`` and start the runs handed to it, trying until it is withdrawn
+        (an offer left standing keeps taking runs nobody starts) or the worker stops."""
+        storage = self._store.storage
+        assert isinstance(storage, HandsOff)
+        backoff = ERROR_BACKOFF_INITIAL
+        while True:
+            try:
+                runs = await storage.stand_down(self._store.environment, offer)
+            except Exception as error:
+                if self._stop.is_set():
+                    # Runs handed over are recovered when their leases expire.
+                    logger.warning(
+                        "worker %s: withdrawing its offer failed (%s); stopping anyway",
+                        self.worker_id,
+                        error,
+                    )
+                    return
+                logger.warning(
+                    "worker %s: withdrawing its offer failed (%s); retrying in %.1fs",
+                    self.worker_id,
+                    error,
+                    backoff,
+                )
+                await self._wait_for(asyncio.Event(), backoff)
+                backoff = min(backoff * 2, ERROR_BACKOFF_MAX)
+                continue
+            self._start(runs)
+            return
 
     def _start_maintenance(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
         if self.mode is not WorkerMode.POLL or self.maintenance_interval is None:
@@ -493,10 +558,18 @@ class Worker:
             self._slot_freed.set()
 
     async def _wait_for(
-        self, event: asyncio.Event, limit: float | None, *, notify: bool = False
+        self,
+        event: asyncio.Event,
+        limit: float | None,
+        *,
+        notify: bool = False,
+        offer: Standby | None = None,
     ) -> None:
-        """Wait for ``event``, a stop, ``limit`` seconds, or (idle) a storage notification."""
+        """Wait for ``event``, a stop, ``limit`` seconds, or (idle) a storage notification
+        or a hand-off to ``offer``."""
         waiters = {asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(event.wait())}
+        if offer is not None:
+            waiters.add(asyncio.ensure_future(offer.arrived.wait()))
         storage = self._store.storage
         notified: asyncio.Future[bool] | None = None
         if notify and limit is not None and isinstance(storage, WorkNotifier):

@@ -11,7 +11,7 @@ storage format.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -306,6 +306,46 @@ class WorkNotifier(Protocol):
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Return True when new runnable work was announced, False after ``timeout``."""
+
+
+class Standby(Protocol):
+    """An idle worker's offer of free slots (see :class:`HandsOff`), open until
+    :meth:`HandsOff.stand_down`."""
+
+    @property
+    def arrived(self) -> Any:
+        """An ``asyncio.Event`` set when runs were handed over, or may have been."""
+
+
+@runtime_checkable
+class HandsOff(Protocol):
+    """Optional: idle workers stand by, and a lone trigger of a due run hands it to one.
+
+    The trigger writes the run already leased to the worker (``run.started``
+    included) in its own atomic write and tells the worker: the run then starts
+    after one write instead of two (the trigger's and a claim's). An offer covers
+    only queues without a concurrency limit and runs without keys. Runs handed to a
+    worker that dies before starting them are recovered like any expired lease;
+    a driver hands nothing to a worker it can tell is gone.
+    """
+
+    async def stand_by(
+        self,
+        environment: str,
+        worker_id: str,
+        queues: Sequence[str],
+        slots: int,
+        lease_duration: float,
+        start: Callable[[list[Run]], None],
+    ) -> Standby | None:
+        """Offer ``slots`` slots on ``queues`` (leases of ``lease_duration`` seconds);
+        runs handed over go to ``start`` as soon as they are heard of, from the
+        event loop. None when hand-offs are unavailable right now (the caller just
+        waits)."""
+
+    async def stand_down(self, environment: str, standby: Standby) -> list[Run]:
+        """Withdraw ``standby``; returns the runs handed to it that were not given to
+        its ``start`` (none are handed over afterwards)."""
 
 
 @runtime_checkable

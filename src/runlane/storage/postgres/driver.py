@@ -23,8 +23,9 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from runlane.core.clock import to_micros
+from runlane.core.clock import from_micros, to_micros
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.core.ids import new_token
 from runlane.storage.postgres import (
     claims,
     creation,
@@ -56,6 +57,7 @@ from runlane.storage.postgres.params import (
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, caller_session
+from runlane.storage.postgres.standby import Offer
 from runlane.storage.postgres.transitions import transition_params, transition_rounds
 from runlane.storage.protocol import (
     CreateOutcome,
@@ -68,6 +70,7 @@ from runlane.storage.protocol import (
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
+    Standby,
     StorageCapabilities,
     Transition,
 )
@@ -79,9 +82,10 @@ from runlane.storage.sql.rows import (
     outbox_from_row,
     run_events_from_rows,
     run_page,
+    runs_from_rows,
 )
 from runlane.storage.sql.schedules import seen_params
-from runlane.types.runs import Page, Run, RunEvent, RunStatus
+from runlane.types.runs import Lease, Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")
 IDLE = TransactionStatus.IDLE
@@ -94,6 +98,8 @@ DEFAULT_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT = 5.0
 #: Seconds an operation waits for a pooled connection before STORAGE_UNAVAILABLE.
 DEFAULT_POOL_TIMEOUT = 5.0
+#: Seconds a worker standing by waits for the listening connection to be made.
+STANDBY_CONNECT_WITHIN = 1.0
 #: A transaction aborted by a deadlock or serialization failure is retried this often.
 MAX_CONFLICT_ATTEMPTS = 3
 #: Plain batches at least this large go in with COPY (a transaction of three round
@@ -230,9 +236,68 @@ class PostgresStorage(SqlStorageBase):
         when announcements may have been missed (listening connection lost or just
         made): the caller should then poll.
         """
+        return await self._work_listener().wait(environment, timeout)
+
+    def _work_listener(self) -> WorkListener:
         if self._listener is None:
             self._listener = WorkListener(self._connect_listener, WORK_CHANNEL)
-        return await self._listener.wait(environment, timeout)
+        return self._listener
+
+    # -- hand-offs (standby.py) ------------------------------------------------------
+
+    async def stand_by(
+        self,
+        environment: str,
+        worker_id: str,
+        queues: Sequence[str],
+        slots: int,
+        lease_duration: float,
+        start: Callable[[list[Run]], None],
+    ) -> Standby | None:
+        """Offer ``slots`` free slots on ``queues`` to lone triggers of due runs, which
+        go to ``start``; None while the listening connection (which hears hand-offs)
+        cannot be made."""
+        if not queues or slots < 1:
+            return None
+        listener = self._work_listener()
+        address = await listener.address(STANDBY_CONNECT_WITHIN)
+        if address is None:
+            return None
+        offer = Offer(new_token(), start)
+        # Heard from before the offer is visible: a hand-off may follow at once.
+        listener.receive(offer.token, offer)
+        params = {
+            "environment": environment,
+            "lease_token": offer.token,
+            "worker_id": worker_id,
+            "queues": list(queues),
+            "free": slots,
+            "lease_micros": round(lease_duration * 1_000_000),
+            "channel": address.channel,
+            "lock_key": address.lock_key,
+        }
+        try:
+            await self._run(partial(_execute, self._q["stand_by"], params))
+        except BaseException:
+            listener.forget(offer.token)
+            raise
+        return offer
+
+    async def stand_down(self, environment: str, standby: Standby) -> list[Run]:
+        """Withdraw ``standby``; the runs handed to it that it has not given out yet."""
+        if not isinstance(standby, Offer):
+            raise TypeError("stand_down takes an offer this storage made")
+        params = {"environment": environment, "lease_token": standby.token}
+        try:
+            rows = await self._fetch("stand_down", params)
+        finally:
+            # Heard no more either way: the worker may be gone by the next notification.
+            if self._listener is not None:
+                self._listener.forget(standby.token)
+        missing = [run_id for run_id in rows[0]["handed"] if run_id not in standby.seen]
+        if not missing:
+            return []
+        return runs_from_rows(await self._fetch("handed_runs", {**params, "ids": missing}))
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
@@ -350,10 +415,11 @@ class PostgresStorage(SqlStorageBase):
         now_us = to_micros(now)
         bare = connection is None and lease is None
         if bare and len(runs) == 1 and plain_batch(runs):
-            # A lone trigger: one autocommitted statement, no batch columns to build.
+            # A lone trigger: one autocommitted statement, no batch columns to build. A
+            # due run may be handed to a worker standing by (standby.py).
             params = lone_params(environment, runs[0], now_us)
-            await self._run(partial(_execute, self._q["insert_run"], params))
-            return [lone_outcome(environment, runs[0], now_us)]
+            handed = await self._run(partial(_insert_lone, self._q["insert_run"], params))
+            return [lone_outcome(environment, runs[0], now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)
@@ -750,6 +816,19 @@ class PostgresStorage(SqlStorageBase):
 
 async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None:
     await conn.cursors(1)[0].execute(query, params)
+
+
+async def _insert_lone(query: str, params: dict[str, Any], conn: Connection) -> Lease | None:
+    """Run ``insert_run``; the lease it wrote when it handed the run to a worker."""
+    cur = conn.cursors(1)[0]
+    await cur.execute(query, params)
+    result = cur.pgresult
+    if not params["handoff"] or result is None or not result.ntuples:
+        return None
+    owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))
+    if owner is None or token is None or expires is None:
+        return None  # notified the environment's workers: not handed off
+    return Lease(owner.decode(), token.decode(), from_micros(int(expires)))
 
 
 def _plain_batches(batches: Iterable[Sequence[NewRun]]) -> Iterator[Sequence[NewRun]]:

@@ -4,15 +4,23 @@ Triggers ``pg_notify`` the environment on the work channel when they create a
 due run (in their transaction, so a rolled-back trigger wakes nobody). This is
 only a hint: workers still poll on their interval, which also covers whatever
 was announced while the listening connection was down or not yet made.
+
+The same connection hears hand-offs (see :mod:`runlane.storage.postgres.standby`):
+each time it connects it listens on a channel of its own as well and takes a
+session advisory lock, which it holds for as long as it lives. Workers of this
+process name both in their offers; a trigger hands runs only to offers whose lock
+is held, so a connection that died (and its process) is never handed anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
@@ -22,6 +30,26 @@ from runlane.storage.sql.wakeups import wait_for_announcement
 logger = logging.getLogger("runlane.postgres")
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
+
+
+class HandoffReceiver(Protocol):
+    """An offer hearing its hand-offs."""
+
+    def deliver(self, run_id: str, row_text: str | None) -> None:
+        """Run ``run_id`` was handed over; ``row_text`` is its row, unless too large."""
+
+    def lost(self) -> None:
+        """Hand-offs may have been missed (the connection was lost)."""
+
+
+class HandoffAddress:
+    """Where a connection of a listener hears hand-offs, and the lock it holds."""
+
+    __slots__ = ("channel", "lock_key")
+
+    def __init__(self, channel: str, lock_key: int) -> None:
+        self.channel = channel
+        self.lock_key = lock_key
 
 
 class WorkListener:
@@ -36,6 +64,10 @@ class WorkListener:
         self._pending: dict[str, asyncio.Event] = {}
         #: Bumped whenever the connection is lost, so waiters woken by the loss say "no news".
         self._generation = 0
+        #: The live connection's hand-off channel and lock (None while not listening).
+        self._address: HandoffAddress | None = None
+        #: Offers hearing hand-offs, by lease token.
+        self._receivers: dict[str, HandoffReceiver] = {}
 
     @property
     def listening(self) -> bool:
@@ -53,6 +85,21 @@ class WorkListener:
         event = self._pending.setdefault(environment, asyncio.Event())
         return await wait_for_announcement(event, deadline, lambda: self._generation)
 
+    async def address(self, within: float) -> HandoffAddress | None:
+        """The hand-off channel and lock of the live connection, connecting if needed
+        (at most ``within`` seconds); None when it cannot listen."""
+        if not self.listening and not await self._start(within):
+            return None
+        return self._address
+
+    def receive(self, token: str, receiver: HandoffReceiver) -> None:
+        """Pass hand-offs to the offer ``token`` to ``receiver`` until :meth:`forget`."""
+        self._receivers[token] = receiver
+
+    def forget(self, token: str) -> None:
+        """Stop passing hand-offs to the offer ``token``."""
+        self._receivers.pop(token, None)
+
     async def close(self) -> None:
         """Stop listening."""
         reader, self._reader = self._reader, None
@@ -69,9 +116,16 @@ class WorkListener:
             if self.listening:
                 return True
             await self._disconnect()
+            # A fresh channel and lock per connection: offers naming an older one are
+            # seen as dead by triggers (its lock went with its connection).
+            address = HandoffAddress(
+                f"{self._channel}_{secrets.token_hex(8)}", secrets.randbits(63)
+            )
             try:
                 self._conn = await asyncio.wait_for(self._connect(), max(within, 0.1))
-                await self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                await self._conn.execute("SELECT pg_advisory_lock(%s)", (address.lock_key,))
+                for channel in (self._channel, address.channel):
+                    await self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             except (psycopg.Error, OSError, TimeoutError) as error:
                 logger.warning("work notifications unavailable (%s); polling", type(error).__name__)
                 await self._disconnect()
@@ -82,12 +136,16 @@ class WorkListener:
             conn = self._conn
             for event in self._pending.values():
                 event.clear()
-            self._reader = asyncio.get_running_loop().create_task(self._read(conn))
+            self._address = address
+            self._reader = asyncio.get_running_loop().create_task(self._read(conn, address))
             return True
 
-    async def _read(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _read(self, conn: psycopg.AsyncConnection[Any], address: HandoffAddress) -> None:
         try:
             async for notice in conn.notifies():
+                if notice.channel == address.channel:
+                    self._hand_over(notice.payload)
+                    continue
                 event = self._pending.get(notice.payload)
                 if event is not None:
                     event.set()
@@ -95,8 +153,24 @@ class WorkListener:
             logger.warning("work notification connection lost (%s)", type(error).__name__)
         finally:
             self._generation += 1
+            self._address = None
             for event in self._pending.values():
                 event.set()
+            for receiver in list(self._receivers.values()):
+                receiver.lost()
+
+    def _hand_over(self, payload: str) -> None:
+        """Pass a hand-off (``[token, run id]``, then a line with the run's row unless
+        it was too large) to its offer, if this process still has it."""
+        head, _, row_text = payload.partition("\n")
+        try:
+            token, run_id = json.loads(head)
+        except ValueError:
+            logger.warning("malformed hand-off notification ignored")
+            return
+        receiver = self._receivers.get(token)
+        if receiver is not None:
+            receiver.deliver(run_id, row_text or None)
 
     async def _disconnect(self) -> None:
         conn, self._conn = self._conn, None

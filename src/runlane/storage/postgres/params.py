@@ -309,8 +309,10 @@ def source_json(source: RunSource) -> str:
 
 def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
     """Parameters of ``insert_run`` for one plain run (a lone trigger): built straight
-    from the run, without a batch's columns."""
+    from the run, without a batch's columns. A run due now without a concurrency key
+    may be handed to a worker standing by."""
     carrier = new.trace_carrier
+    run_at = to_micros(new.run_at)
     return {
         "environment": environment,
         "now": now_us,
@@ -320,10 +322,13 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "queue": new.queue,
         "status": new.status.value,
         "payload": new.payload_json,
-        "run_at": to_micros(new.run_at),
+        "run_at": run_at,
         "source": source_json(new.source),
         "concurrency_key": new.concurrency_key,
         "trace_carrier": None if carrier is None else dumps(carrier),
+        "handoff": (
+            new.status is RunStatus.QUEUED and run_at <= now_us and new.concurrency_key is None
+        ),
     }
 
 
@@ -344,8 +349,11 @@ def plain_runs(environment: str, runs: Sequence[NewRun], now_us: int) -> list[Ru
     return batch.created_runs()
 
 
-def lone_outcome(environment: str, new: NewRun, now_us: int) -> CreateOutcome:
+def lone_outcome(
+    environment: str, new: NewRun, now_us: int, lease: Lease | None = None
+) -> CreateOutcome:
     """The outcome of a lone trigger written with ``insert_run``: created, at event
-    sequence 1."""
-    run = created_run(environment, new, from_micros(now_us), _utc(new.run_at), 1)
+    sequence 1, or leased to a worker standing by, at sequence 2 (``run.started``)."""
+    sequence = 1 if lease is None else 2
+    run = created_run(environment, new, from_micros(now_us), _utc(new.run_at), sequence, lease)
     return CreateOutcome(run, created=True)

@@ -75,23 +75,90 @@ SELECT id, (SELECT count(*) FROM wakeup) AS woken FROM inserted;
 
 -- name: insert_run
 -- One run without keys, delivery request or lease (a lone trigger): scalar
--- parameters, no arrays to encode.
-WITH inserted AS (
+-- parameters, no arrays to encode. When %(handoff)s (the run is due now, on a queue
+-- without a concurrency limit) and a live worker stands by on its queue (migration
+-- 011), the run takes one of that worker's slots: it is written already leased to the
+-- worker, with run.started, and the worker hears of it, row and all, on its
+-- listener's channel; otherwise the environment's listeners are woken as before.
+-- The statement returns one row when it notified, with the lease when it handed off.
+WITH slot AS (
+    UPDATE {schema}.runlane_standby s
+    SET free = s.free - 1, handed = array_append(s.handed, %(id)s::text)
+    WHERE s.environment = %(environment)s AND s.lease_token = (
+        SELECT c.lease_token
+        FROM {schema}.runlane_standby c
+        WHERE %(handoff)s AND c.environment = %(environment)s AND c.free > 0
+          AND %(queue)s::text = ANY(c.queues)
+          -- Its listening connection holds the lock (shared would be granted otherwise).
+          AND NOT pg_try_advisory_xact_lock_shared(c.lock_key)
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING s.worker_id, s.lease_token, %(now)s::bigint + s.lease_micros AS lease_expires_at,
+              s.channel
+),
+inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-        trace_carrier
+        trace_carrier, lease_owner, lease_token, lease_expires_at
     )
-    VALUES (
-        %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::json, 0, 0,
-        %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
-        %(trace_carrier)s::jsonb
+    SELECT %(environment)s, %(id)s, %(task_id)s, %(queue)s,
+           CASE WHEN slot.worker_id IS NULL THEN %(status)s ELSE 'running' END,
+           %(payload)s::json, (slot.worker_id IS NOT NULL)::int, 0,
+           %(run_at)s, %(run_at)s, %(now)s, %(now)s,
+           CASE WHEN slot.worker_id IS NULL THEN 1 ELSE 2 END,
+           %(source)s::jsonb, %(concurrency_key)s, %(trace_carrier)s::jsonb,
+           slot.worker_id, slot.lease_token, slot.lease_expires_at
+    FROM (VALUES (1)) AS one (x) LEFT JOIN slot ON true
+    RETURNING *
+),
+started AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
     )
-    RETURNING status, run_at
+    SELECT environment, id, 2, 'run.started', %(now)s,
+           jsonb_build_object(
+               'attempt', 1, 'worker_id', lease_owner,
+               -- As Python's isoformat() writes a UTC time (claims send that text).
+               'lease_expires_at',
+               to_char(to_timestamp(lease_expires_at / 1000000) AT TIME ZONE 'UTC',
+                       'YYYY-MM-DD"T"HH24:MI:SS')
+               || CASE WHEN lease_expires_at %% 1000000 = 0 THEN ''
+                       ELSE '.' || lpad((lease_expires_at %% 1000000)::text, 6, '0') END
+               || '+00:00'
+           )
+    FROM inserted
+    WHERE lease_owner IS NOT NULL
+),
+handed AS (
+    -- The row in rows.RUN_COLUMNS order, JSON columns as their text.
+    SELECT json_build_array(
+               i.id, i.environment, i.task_id, i.queue, i.status, i.payload::text, i.attempt,
+               i.failure_count, i.run_at, i.created_at, i.updated_at, i.event_sequence,
+               i.source::text, i.result::text, i.failure::text, i.idempotency_key,
+               i.singleton_key, i.concurrency_key, i.trace_carrier::text, i.lease_owner,
+               i.lease_token, i.lease_expires_at, i.cancel_reason, i.partition_key, i.replays,
+               i.subscription_mode, i.message_sequence, i.dead_letter_reason,
+               i.dead_lettered_at
+           )::text AS row_text
+    FROM inserted i
+    WHERE i.lease_owner IS NOT NULL
 )
-SELECT pg_notify(%(channel)s, %(environment)s)
+SELECT pg_notify(%(channel)s, %(environment)s), NULL::text, NULL::text, NULL::bigint
 FROM inserted
-WHERE status = 'queued' AND run_at <= %(now)s;
+WHERE lease_owner IS NULL AND status = 'queued' AND run_at <= %(now)s
+UNION ALL
+-- A notification holds at most 8,000 bytes: a larger run goes by its id alone, and
+-- the worker reads it.
+SELECT pg_notify(
+           slot.channel,
+           json_build_array(slot.lease_token, %(id)s::text)::text
+           || CASE WHEN octet_length(handed.row_text) > 7000 THEN ''
+                   ELSE E'\n' || handed.row_text END
+       ),
+       slot.worker_id, slot.lease_token, slot.lease_expires_at
+FROM slot CROSS JOIN handed;
 
 -- name: copy_runs
 -- The bulk path for runs without keys, delivery requests or leases: COPY is the

@@ -1,0 +1,251 @@
+"""Hand-offs: a lone trigger gives a due run, leased, to a worker standing by.
+
+The run then starts after one commit. What must hold: the run's row and history
+are what a claim would have written; runs a claim would treat specially (bounded
+queues, keys, later run times, batches) are never handed off; a run handed over
+whose notification went missing still starts; and an offer whose worker was
+killed is never taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from tests.support import worker_app
+
+from runlane import (
+    Context,
+    Runlane,
+    RunStatus,
+    Worker,
+    WorkerMode,
+    postgres_lane,
+    queue,
+    task,
+)
+from runlane.storage.postgres import PostgresStorage
+from runlane.testing import wait_for_status
+from runlane.types.runs import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+main = queue("main", default=True)
+bounded = queue("bounded", concurrency_limit=2)
+SEEN: list[tuple[str, int]] = []
+
+
+@task("note")
+async def note(payload: Any, ctx: Context) -> None:
+    SEEN.append((ctx.run_id, ctx.attempt))
+
+
+@task("note.bounded", queue=bounded)
+async def note_bounded(payload: Any, ctx: Context) -> None:
+    SEEN.append((ctx.run_id, ctx.attempt))
+
+
+Factory = Callable[[], Runlane]
+
+
+@pytest.fixture
+async def runtime(postgres_dsn: str, environment: str) -> AsyncIterator[Factory]:
+    """Runtimes on the shared database (separate pools, like separate processes)."""
+    opened: list[Runlane] = []
+
+    def build() -> Runlane:
+        rl = Runlane(
+            lane=postgres_lane(postgres_dsn),
+            queues=[main, bounded],
+            tasks=[note, note_bounded],
+            environment=environment,
+            lease_duration="30s",
+        )
+        opened.append(rl)
+        return rl
+
+    await build().migrate()
+    yield build
+    for rl in opened:
+        await rl.close()
+
+
+def _offers(dsn: str, environment: str) -> list[dict[str, Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT worker_id, queues, free, handed, lock_key FROM runlane.runlane_standby "
+            "WHERE environment = %s",
+            (environment,),
+        )
+        names = [column.name for column in cur.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+async def _standing_by(dsn: str, environment: str, within: float = 10.0) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        offers = _offers(dsn, environment)
+        if offers:
+            return offers[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError("no worker stood by")
+
+
+async def _eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        if check():
+            return
+        assert loop.time() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.02)
+
+
+async def _idle_worker(rl: Runlane) -> tuple[Worker, asyncio.Task[None]]:
+    # A long poll interval: a run starts quickly only by a hand-off or a notification.
+    worker = rl.worker(concurrency=4, mode=WorkerMode.POLL, poll_interval="30s")
+    return worker, asyncio.ensure_future(worker.run())
+
+
+async def test_an_idle_worker_is_handed_a_lone_trigger_as_a_claim_would_lease_it(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    consumer, producer = runtime(), runtime()
+    worker, running = await _idle_worker(consumer)
+    try:
+        offer = await _standing_by(postgres_dsn, environment)
+        assert offer["worker_id"] == worker.worker_id
+        assert offer["queues"] == ["main"] and offer["free"] == 4  # the bounded queue: never
+
+        run = await producer.trigger(note, {"n": 1})
+        # Returned as written: leased to the worker, attempt 1, run.started recorded.
+        assert run.status is RunStatus.RUNNING and run.attempt == 1
+        assert run.lease is not None and run.lease.owner == worker.worker_id
+        done = await wait_for_status(producer, run.id, RunStatus.SUCCEEDED)
+        assert done.attempt == 1 and (run.id, 1) in SEEN
+        events = await producer.runs.events(run.id)
+        assert [e.type.value for e in events] == ["run.created", "run.started", "run.succeeded"]
+        started = events[1].data
+        assert started["attempt"] == 1 and started["worker_id"] == worker.worker_id
+        assert datetime.fromisoformat(started["lease_expires_at"]) == run.lease.expires_at
+        assert started["lease_expires_at"] == run.lease.expires_at.isoformat()
+    finally:
+        await worker.stop()
+        await running
+    # A stopped worker withdraws its offer.
+    assert _offers(postgres_dsn, environment) == []
+
+
+async def test_runs_a_claim_would_treat_specially_are_never_handed_off(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    consumer, producer = runtime(), runtime()
+    worker, running = await _idle_worker(consumer)
+    try:
+        await _standing_by(postgres_dsn, environment)
+        later = await producer.trigger(note, None, delay="1h")
+        keyed = await producer.trigger(note, None, concurrency_key="k")
+        idempotent = await producer.trigger(note, None, idempotency_key="once")
+        limited = await producer.trigger(note_bounded, None)
+        batch = await producer.trigger_many(note, [None, None])
+        assert later.status is RunStatus.SCHEDULED
+        for run in (keyed, idempotent, limited, *batch):
+            assert run.status is RunStatus.QUEUED and run.lease is None
+        # They ran after a claim woken by the environment's notification instead.
+        for run in (keyed, idempotent, limited, *batch):
+            done = await wait_for_status(producer, run.id, RunStatus.SUCCEEDED)
+            events = [e.type.value for e in await producer.runs.events(done.id)]
+            assert events == ["run.created", "run.started", "run.succeeded"]
+    finally:
+        await worker.stop()
+        await running
+
+
+async def test_a_run_whose_hand_off_was_not_heard_starts_when_the_offer_is_withdrawn(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    consumer, producer = runtime(), runtime()
+    await consumer.open()
+    storage = consumer.storage
+    assert isinstance(storage, PostgresStorage)
+    started: list[Run] = []
+    offer = await storage.stand_by(environment, "w-1", ["main"], 3, 30.0, started.extend)
+    assert offer is not None
+    # Too large for a notification: the worker hears only the id.
+    large = await producer.trigger(note, {"blob": "x" * 9000})
+    small = await producer.trigger(note, {"n": 2})
+    await _eventually(lambda: bool(started))
+    assert [run.id for run in started] == [small.id]
+    assert started[0] == await producer.runs.get(small.id)  # the row, decoded as a claim would
+    assert large.status is RunStatus.RUNNING and large.lease is not None
+    assert _offers(postgres_dsn, environment)[0]["free"] == 1
+
+    rest = await storage.stand_down(environment, offer)
+    assert [run.id for run in rest] == [large.id]
+    assert rest[0] == await producer.runs.get(large.id)
+    assert rest[0].payload == {"blob": "x" * 9000}
+    assert _offers(postgres_dsn, environment) == []
+    # Withdrawn: the next trigger is queued for claims as usual.
+    after = await producer.trigger(note, None)
+    assert after.status is RunStatus.QUEUED
+
+
+async def test_an_offer_whose_worker_was_killed_is_never_taken(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RUNLANE_APP_DSN": postgres_dsn,
+        "RUNLANE_APP_ENV": environment,
+        "RUNLANE_APP_CONCURRENCY": "2",
+    }
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(worker_app.LOG_TABLE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.worker_app", "worker", cwd=ROOT, env=env
+    )
+    try:
+        dead = await _standing_by(postgres_dsn, environment, within=30)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    # Once the server has seen the connection go, its lock is free.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT pg_try_advisory_lock_shared(%s)", (dead["lock_key"],)
+        ).fetchone()[0]:  # type: ignore[index]
+            assert loop.time() < deadline, "the killed worker's connection lingers"
+            await asyncio.sleep(0.05)
+        conn.execute("SELECT pg_advisory_unlock_shared(%s)", (dead["lock_key"],))
+    assert _offers(postgres_dsn, environment)[0]["lock_key"] == dead["lock_key"]
+
+    app = runtime()
+    run = await app.trigger(note, None)
+    assert run.status is RunStatus.QUEUED  # not handed to the dead worker
+    # A live worker clears the dead offer when it stands by, and runs the run once.
+    worker, running = await _idle_worker(app)
+    try:
+        await wait_for_status(app, run.id, RunStatus.SUCCEEDED)
+        # Once it stands by, only its own offer is left.
+        await _eventually(
+            lambda: (
+                [o["lock_key"] == dead["lock_key"] for o in _offers(postgres_dsn, environment)]
+                == [False]
+            )
+        )
+    finally:
+        await worker.stop()
+        await running
+    assert SEEN.count((run.id, 1)) == 1
