@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tests.support import worker_app
 
 from runlane import (
     Context,
+    RetryPolicy,
     Runlane,
     RunStatus,
     Worker,
@@ -34,7 +35,7 @@ from runlane import (
 )
 from runlane.storage.postgres import PostgresStorage
 from runlane.testing import wait_for_status
-from runlane.types.runs import Run
+from runlane.types.runs import Run, RunEventType
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,7 @@ bounded = queue("bounded", concurrency_limit=2)
 SEEN: list[tuple[str, int]] = []
 
 
-@task("note")
+@task("note", retry=RetryPolicy(max_attempts=3, initial_delay="100ms", jitter=False))
 async def note(payload: Any, ctx: Context) -> None:
     SEEN.append((ctx.run_id, ctx.attempt))
 
@@ -81,7 +82,8 @@ async def runtime(postgres_dsn: str, environment: str) -> AsyncIterator[Factory]
 def _offers(dsn: str, environment: str) -> list[dict[str, Any]]:
     with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(
-            "SELECT worker_id, queues, free, handed, lock_key FROM runlane.runlane_standby "
+            "SELECT worker_id, queues, free, handed, lock_key, lease_token "
+            "FROM runlane.runlane_standby "
             "WHERE environment = %s",
             (environment,),
         )
@@ -199,36 +201,71 @@ async def test_a_run_whose_hand_off_was_not_heard_starts_when_the_offer_is_withd
     assert after.status is RunStatus.QUEUED
 
 
-async def test_an_offer_whose_worker_was_killed_is_never_taken(
+async def test_a_stopping_worker_still_runs_a_run_handed_to_it_unheard(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
-    env = {
+    consumer, producer = runtime(), runtime()
+    worker, running = await _idle_worker(consumer)
+    offer = await _standing_by(postgres_dsn, environment)
+    storage = consumer.storage
+    assert isinstance(storage, PostgresStorage) and storage._listener is not None
+    # As if the notification were lost: the run is handed over, the worker hears nothing.
+    storage._listener.forget(offer["lease_token"])
+    run = await producer.trigger(note, None)
+    assert run.status is RunStatus.RUNNING
+    await worker.stop()
+    await running
+    # Withdrawing its offer found the run; with a slot free it ran it (as it runs a run
+    # claimed by a settle in flight when it stopped) before it returned.
+    back = await producer.runs.get(run.id)
+    assert back.status is RunStatus.SUCCEEDED and back.attempt == 1
+    assert SEEN.count((run.id, 1)) == 1
+    events = [e.type for e in await producer.runs.events(run.id)]
+    assert events == [RunEventType.CREATED, RunEventType.STARTED, RunEventType.SUCCEEDED]
+    assert _offers(postgres_dsn, environment) == []
+
+
+def _app_env(postgres_dsn: str, environment: str) -> dict[str, str]:
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(worker_app.LOG_TABLE)
+    return {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "RUNLANE_APP_DSN": postgres_dsn,
         "RUNLANE_APP_ENV": environment,
         "RUNLANE_APP_CONCURRENCY": "2",
     }
+
+
+async def _free_lock(postgres_dsn: str, lock_key: int) -> None:
+    """Wait until the server has seen a killed worker's connection go (its lock is free)."""
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(worker_app.LOG_TABLE)
+
+        def free() -> bool:
+            row = conn.execute("SELECT pg_try_advisory_lock_shared(%s)", (lock_key,)).fetchone()
+            return bool(row and row[0])
+
+        await _eventually(free)
+        conn.execute("SELECT pg_advisory_unlock_shared(%s)", (lock_key,))
+
+
+async def test_an_offer_whose_worker_was_killed_is_never_taken(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.worker_app", "worker", cwd=ROOT, env=env
+        sys.executable,
+        "-m",
+        "tests.support.worker_app",
+        "worker",
+        cwd=ROOT,
+        env=_app_env(postgres_dsn, environment),
     )
     try:
         dead = await _standing_by(postgres_dsn, environment, within=30)
     finally:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
-    # Once the server has seen the connection go, its lock is free.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        while not conn.execute(
-            "SELECT pg_try_advisory_lock_shared(%s)", (dead["lock_key"],)
-        ).fetchone()[0]:  # type: ignore[index]
-            assert loop.time() < deadline, "the killed worker's connection lingers"
-            await asyncio.sleep(0.05)
-        conn.execute("SELECT pg_advisory_unlock_shared(%s)", (dead["lock_key"],))
+    await _free_lock(postgres_dsn, dead["lock_key"])
     assert _offers(postgres_dsn, environment)[0]["lock_key"] == dead["lock_key"]
 
     app = runtime()
@@ -249,3 +286,47 @@ async def test_an_offer_whose_worker_was_killed_is_never_taken(
         await worker.stop()
         await running
     assert SEEN.count((run.id, 1)) == 1
+
+
+async def test_a_run_handed_to_a_worker_killed_before_starting_it_is_recovered_by_tick(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.worker_app",
+        "worker",
+        cwd=ROOT,
+        env=_app_env(postgres_dsn, environment),
+    )
+    try:
+        offer = await _standing_by(postgres_dsn, environment, within=30)
+        # Frozen: its connection (and lock) live on, but it hears nothing.
+        proc.send_signal(signal.SIGSTOP)
+        app = runtime()
+        run = await app.trigger(note, None)
+        assert run.status is RunStatus.RUNNING and run.lease is not None
+        assert run.lease.owner == offer["worker_id"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    await _free_lock(postgres_dsn, offer["lock_key"])
+    orphaned = await app.runs.get(run.id)
+    assert orphaned.status is RunStatus.RUNNING and orphaned.attempt == 1
+    # The app's lease is 5 s: past it, tick recovers the run like any expired lease.
+    assert run.lease.expires_at - run.created_at == timedelta(seconds=5)
+    await asyncio.sleep(max(0.0, (run.lease.expires_at - datetime.now(UTC)).total_seconds()) + 0.1)
+    report = await app.tick()
+    assert report.leases_recovered == 1
+    assert (await app.runs.get(run.id)).status is RunStatus.RETRYING
+    done = None
+    for _ in range(100):
+        done = await app.execute_next()
+        if done is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert done is not None and done.id == run.id
+    assert done.status is RunStatus.SUCCEEDED and done.attempt == 2
+    events = [e.type for e in await app.runs.events(run.id)]
+    assert events.count(RunEventType.LEASE_EXPIRED) == 1
+    assert SEEN.count((run.id, 2)) == 1 and (run.id, 1) not in SEEN
