@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -112,18 +113,24 @@ async def _eventually(check: Callable[[], bool], within: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _idle_worker(rl: Runlane) -> tuple[Worker, asyncio.Task[None]]:
+@asynccontextmanager
+async def _idle_worker(rl: Runlane) -> AsyncIterator[Worker]:
+    """A running worker, stopped on the way out."""
     # A long poll interval: a run starts quickly only by a hand-off or a notification.
     worker = rl.worker(concurrency=4, mode=WorkerMode.POLL, poll_interval="30s")
-    return worker, asyncio.ensure_future(worker.run())
+    running = asyncio.ensure_future(worker.run())
+    try:
+        yield worker
+    finally:
+        await worker.stop()
+        await running
 
 
 async def test_an_idle_worker_is_handed_a_lone_trigger_as_a_claim_would_lease_it(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
     consumer, producer = runtime(), runtime()
-    worker, running = await _idle_worker(consumer)
-    try:
+    async with _idle_worker(consumer) as worker:
         offer = await _standing_by(postgres_dsn, environment)
         assert offer["worker_id"] == worker.worker_id
         assert offer["queues"] == ["main"] and offer["free"] == 4  # the bounded queue: never
@@ -140,9 +147,6 @@ async def test_an_idle_worker_is_handed_a_lone_trigger_as_a_claim_would_lease_it
         assert started["attempt"] == 1 and started["worker_id"] == worker.worker_id
         assert datetime.fromisoformat(started["lease_expires_at"]) == run.lease.expires_at
         assert started["lease_expires_at"] == run.lease.expires_at.isoformat()
-    finally:
-        await worker.stop()
-        await running
     # A stopped worker withdraws its offer.
     assert _offers(postgres_dsn, environment) == []
 
@@ -151,8 +155,7 @@ async def test_runs_a_claim_would_treat_specially_are_never_handed_off(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
     consumer, producer = runtime(), runtime()
-    worker, running = await _idle_worker(consumer)
-    try:
+    async with _idle_worker(consumer):
         await _standing_by(postgres_dsn, environment)
         later = await producer.trigger(note, None, delay="1h")
         keyed = await producer.trigger(note, None, concurrency_key="k")
@@ -167,9 +170,6 @@ async def test_runs_a_claim_would_treat_specially_are_never_handed_off(
             done = await wait_for_status(producer, run.id, RunStatus.SUCCEEDED)
             events = [e.type.value for e in await producer.runs.events(done.id)]
             assert events == ["run.created", "run.started", "run.succeeded"]
-    finally:
-        await worker.stop()
-        await running
 
 
 async def test_a_run_whose_hand_off_was_not_heard_starts_when_the_offer_is_withdrawn(
@@ -205,7 +205,8 @@ async def test_a_stopping_worker_still_runs_a_run_handed_to_it_unheard(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
     consumer, producer = runtime(), runtime()
-    worker, running = await _idle_worker(consumer)
+    worker = consumer.worker(concurrency=4, mode=WorkerMode.POLL, poll_interval="30s")
+    running = asyncio.ensure_future(worker.run())
     offer = await _standing_by(postgres_dsn, environment)
     storage = consumer.storage
     assert isinstance(storage, PostgresStorage) and storage._listener is not None
@@ -225,16 +226,20 @@ async def test_a_stopping_worker_still_runs_a_run_handed_to_it_unheard(
     assert _offers(postgres_dsn, environment) == []
 
 
-def _app_env(postgres_dsn: str, environment: str) -> dict[str, str]:
+async def _app_worker(postgres_dsn: str, environment: str) -> asyncio.subprocess.Process:
+    """A worker process of the multi-process tests' app (2 slots, 5 s leases)."""
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(worker_app.LOG_TABLE)
-    return {
+    env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "RUNLANE_APP_DSN": postgres_dsn,
         "RUNLANE_APP_ENV": environment,
         "RUNLANE_APP_CONCURRENCY": "2",
     }
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.worker_app", "worker", cwd=ROOT, env=env
+    )
 
 
 async def _free_lock(postgres_dsn: str, lock_key: int) -> None:
@@ -252,14 +257,7 @@ async def _free_lock(postgres_dsn: str, lock_key: int) -> None:
 async def test_an_offer_whose_worker_was_killed_is_never_taken(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.support.worker_app",
-        "worker",
-        cwd=ROOT,
-        env=_app_env(postgres_dsn, environment),
-    )
+    proc = await _app_worker(postgres_dsn, environment)
     try:
         dead = await _standing_by(postgres_dsn, environment, within=30)
     finally:
@@ -272,8 +270,7 @@ async def test_an_offer_whose_worker_was_killed_is_never_taken(
     run = await app.trigger(note, None)
     assert run.status is RunStatus.QUEUED  # not handed to the dead worker
     # A live worker clears the dead offer when it stands by, and runs the run once.
-    worker, running = await _idle_worker(app)
-    try:
+    async with _idle_worker(app):
         await wait_for_status(app, run.id, RunStatus.SUCCEEDED)
         # Once it stands by, only its own offer is left.
         await _eventually(
@@ -282,23 +279,13 @@ async def test_an_offer_whose_worker_was_killed_is_never_taken(
                 == [False]
             )
         )
-    finally:
-        await worker.stop()
-        await running
     assert SEEN.count((run.id, 1)) == 1
 
 
 async def test_a_run_handed_to_a_worker_killed_before_starting_it_is_recovered_by_tick(
     runtime: Factory, postgres_dsn: str, environment: str
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.support.worker_app",
-        "worker",
-        cwd=ROOT,
-        env=_app_env(postgres_dsn, environment),
-    )
+    proc = await _app_worker(postgres_dsn, environment)
     try:
         offer = await _standing_by(postgres_dsn, environment, within=30)
         # Frozen: its connection (and lock) live on, but it hears nothing.
