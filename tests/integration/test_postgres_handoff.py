@@ -317,3 +317,28 @@ async def test_a_run_handed_to_a_worker_killed_before_starting_it_is_recovered_b
     events = [e.type for e in await app.runs.events(run.id)]
     assert events.count(RunEventType.LEASE_EXPIRED) == 1
     assert SEEN.count((run.id, 2)) == 1 and (run.id, 1) not in SEEN
+
+
+async def test_a_producer_that_found_no_offer_skips_looking_for_a_moment(
+    runtime: Factory, postgres_dsn: str, environment: str
+) -> None:
+    consumer, producer = runtime(), runtime()
+    first = await producer.trigger(note, None)  # nobody stands by yet
+    assert first.status is RunStatus.QUEUED
+    storage = producer.storage
+    assert isinstance(storage, PostgresStorage)
+    assert (environment, "main") in storage._no_offer_until
+    async with _idle_worker(consumer):
+        await wait_for_status(producer, first.id, RunStatus.SUCCEEDED)
+        await _standing_by(postgres_dsn, environment)
+        # Inside the window the cheaper statement goes out: queued, as without offers.
+        storage._no_offer_until[environment, "main"] = float("inf")
+        skipped = await producer.trigger(note, None)
+        assert skipped.status is RunStatus.QUEUED
+        # Past it, the trigger looks again and hands the run over.
+        await wait_for_status(producer, skipped.id, RunStatus.SUCCEEDED)
+        await _standing_by(postgres_dsn, environment)
+        storage._no_offer_until.clear()
+        handed = await producer.trigger(note, None)
+        assert handed.status is RunStatus.RUNNING
+        await wait_for_status(producer, handed.id, RunStatus.SUCCEEDED)

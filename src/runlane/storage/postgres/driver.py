@@ -13,6 +13,7 @@ missing or older schema and asks for ``runlane migrate``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import partial
@@ -52,6 +53,7 @@ from runlane.storage.postgres.params import (
     lease_params,
     lone_outcome,
     lone_params,
+    may_hand_off,
     plain_batch,
 )
 from runlane.storage.postgres.pruning import prune_params
@@ -100,6 +102,9 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_POOL_TIMEOUT = 5.0
 #: Seconds a worker standing by waits for the listening connection to be made.
 STANDBY_CONNECT_WITHIN = 1.0
+#: Once a lone trigger found no worker standing by on its queue, the next ones skip
+#: looking (the statement that looks costs more) for this many seconds.
+HANDOFF_RECHECK = 0.02
 #: A transaction aborted by a deadlock or serialization failure is retried this often.
 MAX_CONFLICT_ATTEMPTS = 3
 #: Plain batches at least this large go in with COPY (a transaction of three round
@@ -157,6 +162,8 @@ class PostgresStorage(SqlStorageBase):
         self._spare: SpareConnection | None = None
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
+        #: Per (environment, queue): until when lone triggers skip looking for an offer.
+        self._no_offer_until: dict[tuple[str, str], float] = {}
         self._leadership = MaintenanceLeadership(self._connect_listener, schema)
 
     def __repr__(self) -> str:
@@ -417,9 +424,20 @@ class PostgresStorage(SqlStorageBase):
         if bare and len(runs) == 1 and plain_batch(runs):
             # A lone trigger: one autocommitted statement, no batch columns to build. A
             # due run may be handed to a worker standing by (standby.py).
-            params = lone_params(environment, runs[0], now_us)
-            handed = await self._run(partial(_insert_lone, self._q["insert_run"], params))
-            return [lone_outcome(environment, runs[0], now_us, handed)]
+            new = runs[0]
+            params = lone_params(environment, new, now_us)
+            handed = None
+            if may_hand_off(new, now_us) and self._may_find_offer(environment, new.queue):
+                handed = await self._run(
+                    partial(_insert_handoff, self._q["insert_run_handoff"], params)
+                )
+                if handed is None:
+                    self._no_offer_until[environment, new.queue] = (
+                        time.monotonic() + HANDOFF_RECHECK
+                    )
+            else:
+                await self._run(partial(_execute, self._q["insert_run"], params))
+            return [lone_outcome(environment, new, now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)
@@ -444,6 +462,10 @@ class PostgresStorage(SqlStorageBase):
                 return await creation.create_runs(AsyncSession(conn), self._q, batch)
 
         return await self._run(op)
+
+    def _may_find_offer(self, environment: str, queue: str) -> bool:
+        until = self._no_offer_until.get((environment, queue))
+        return until is None or time.monotonic() >= until
 
     async def create_run_stream(
         self, environment: str, batches: Iterable[Sequence[NewRun]], now: datetime
@@ -818,12 +840,12 @@ async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None
     await conn.cursors(1)[0].execute(query, params)
 
 
-async def _insert_lone(query: str, params: dict[str, Any], conn: Connection) -> Lease | None:
-    """Run ``insert_run``; the lease it wrote when it handed the run to a worker."""
+async def _insert_handoff(query: str, params: dict[str, Any], conn: Connection) -> Lease | None:
+    """Run ``insert_run_handoff``; the lease it wrote when it handed the run to a worker."""
     cur = conn.cursors(1)[0]
     await cur.execute(query, params)
     result = cur.pgresult
-    if not params["handoff"] or result is None or not result.ntuples:
+    if result is None or not result.ntuples:
         return None
     owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))
     if owner is None or token is None or expires is None:

@@ -308,11 +308,9 @@ def source_json(source: RunSource) -> str:
 
 
 def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
-    """Parameters of ``insert_run`` for one plain run (a lone trigger): built straight
-    from the run, without a batch's columns. A run due now without a concurrency key
-    may be handed to a worker standing by."""
+    """Parameters of ``insert_run`` (and ``insert_run_handoff``) for one plain run (a
+    lone trigger): built straight from the run, without a batch's columns."""
     carrier = new.trace_carrier
-    run_at = to_micros(new.run_at)
     return {
         "environment": environment,
         "now": now_us,
@@ -322,14 +320,21 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "queue": new.queue,
         "status": new.status.value,
         "payload": new.payload_json,
-        "run_at": run_at,
+        "run_at": to_micros(new.run_at),
         "source": source_json(new.source),
         "concurrency_key": new.concurrency_key,
         "trace_carrier": None if carrier is None else dumps(carrier),
-        "handoff": (
-            new.status is RunStatus.QUEUED and run_at <= now_us and new.concurrency_key is None
-        ),
     }
+
+
+def may_hand_off(new: NewRun, now_us: int) -> bool:
+    """Whether a lone trigger's run may be handed to a worker standing by: due now and
+    without a concurrency key (a claim would treat neither specially)."""
+    return (
+        new.status is RunStatus.QUEUED
+        and new.concurrency_key is None
+        and to_micros(new.run_at) <= now_us
+    )
 
 
 def plain_batch(runs: Sequence[NewRun]) -> bool:
