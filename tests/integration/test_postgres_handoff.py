@@ -4,7 +4,7 @@ The run then starts after one commit. What must hold: the run's row and history
 are what a claim would have written; runs a claim would treat specially (bounded
 queues, keys, later run times, batches) are never handed off; a run handed over
 whose notification went missing still starts; and an offer whose worker was
-killed is never taken.
+killed is never taken, and tick removes it.
 """
 
 from __future__ import annotations
@@ -269,16 +269,14 @@ async def test_an_offer_whose_worker_was_killed_is_never_taken(
     app = runtime()
     run = await app.trigger(note, None)
     assert run.status is RunStatus.QUEUED  # not handed to the dead worker
-    # A live worker clears the dead offer when it stands by, and runs the run once.
+    # tick removes the dead offer (a live one stays); a live worker runs the run once.
+    assert (await app.tick()).offers_removed == 1
+    assert _offers(postgres_dsn, environment) == []
     async with _idle_worker(app):
         await wait_for_status(app, run.id, RunStatus.SUCCEEDED)
-        # Once it stands by, only its own offer is left.
-        await _eventually(
-            lambda: (
-                [o["lock_key"] == dead["lock_key"] for o in _offers(postgres_dsn, environment)]
-                == [False]
-            )
-        )
+        await _standing_by(postgres_dsn, environment)
+        assert (await app.tick()).offers_removed == 0
+        assert len(_offers(postgres_dsn, environment)) == 1
     assert SEEN.count((run.id, 1)) == 1
 
 
@@ -304,7 +302,7 @@ async def test_a_run_handed_to_a_worker_killed_before_starting_it_is_recovered_b
     assert run.lease.expires_at - run.created_at == timedelta(seconds=5)
     await asyncio.sleep(max(0.0, (run.lease.expires_at - datetime.now(UTC)).total_seconds()) + 0.1)
     report = await app.tick()
-    assert report.leases_recovered == 1
+    assert report.leases_recovered == 1 and report.offers_removed == 1
     assert (await app.runs.get(run.id)).status is RunStatus.RETRYING
     done = None
     for _ in range(100):

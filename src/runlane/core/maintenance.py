@@ -27,6 +27,7 @@ from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.schedule_service import ScheduleMaterializer
 from runlane.core.store import StoreScope
 from runlane.core.transitions import LeaseExpired, settle_attempt
+from runlane.storage.protocol import HandsOff
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
 from runlane.types.runs import TERMINAL_STATUSES, RunStatus, TickReport
 
@@ -193,6 +194,22 @@ class IdempotencyKeyRelease:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadOffers:
+    """Removes the hand-off offers of workers that are gone (killed, or their listening
+    connection lost): no trigger takes them, but each would still look at them."""
+
+    name: ClassVar[str] = "standby_offers"
+    store: StoreScope
+
+    async def run(self, report: TickReport) -> None:
+        """Remove the offers whose worker is gone."""
+        store = self.store
+        storage = store.storage
+        assert isinstance(storage, HandsOff)
+        report.offers_removed += await storage.remove_dead_offers(store.environment)
+
+
+@dataclass(frozen=True, slots=True)
 class DeduplicationKeyRelease:
     """Releases topics' deduplication keys whose window has ended (contract 5.4.3)."""
 
@@ -255,8 +272,9 @@ def standard_duties(
     subscription_retries: Mapping[str, RetryPolicy] | None = None,
 ) -> tuple[Duty, ...]:
     """Every duty a runtime runs, in the order one pass runs them: the transport
-    duties only on a lane with a transport, the deduplication keys only on a storage
-    that stores messages, pruning only with a retention."""
+    duties only on a lane with a transport, dead hand-off offers only on a storage
+    that hands off, the deduplication keys only on a storage that stores messages,
+    pruning only with a retention."""
     duties: list[Duty] = [ScheduleDuty(schedules)]
     if dispatcher is not None:
         duties.append(ReservationExpiry(store))
@@ -266,6 +284,8 @@ def standard_duties(
     if dispatcher is not None:
         duties += [DeliveryRequests(dispatcher), OutboxPublish(dispatcher)]
     duties.append(IdempotencyKeyRelease(store))
+    if isinstance(store.storage, HandsOff):
+        duties.append(DeadOffers(store))
     if store.storage.capabilities.stores_messages:
         duties.append(DeduplicationKeyRelease(store))
     if retention is not None:

@@ -347,6 +347,9 @@ class HandsOff(Protocol):
         """Withdraw ``standby``; returns the runs handed to it that were not given to
         its ``start`` (none are handed over afterwards)."""
 
+    async def remove_dead_offers(self, environment: str) -> int:
+        """Remove the offers of workers that are gone (``tick``); returns how many."""
+
 
 @runtime_checkable
 class SettlesAndClaims(Protocol):

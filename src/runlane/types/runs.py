@@ -307,6 +307,8 @@ class TickReport:
     outbox_published: int = 0
     outbox_failed: int = 0
     deduplication_keys_released: int = 0
+    #: Hand-off offers of workers that are gone, removed (PostgreSQL).
+    offers_removed: int = 0
     failures: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> int:
@@ -321,4 +323,5 @@ class TickReport:
             + self.deliveries_requested
             + self.outbox_published
             + self.deduplication_keys_released
+            + self.offers_removed
         )

@@ -306,6 +306,10 @@ class PostgresStorage(SqlStorageBase):
             return []
         return runs_from_rows(await self._fetch("handed_runs", {**params, "ids": missing}))
 
+    async def remove_dead_offers(self, environment: str) -> int:
+        """Remove the offers of workers whose listening connection is gone."""
+        return await self._count("remove_dead_offers", {"environment": environment})
+
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
             return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)

@@ -2,13 +2,7 @@
 -- trigger's side is insert_run in runs.sql).
 
 -- name: stand_by
--- Offer a worker's free slots on its unbounded queues. Offers of listeners that are
--- gone (their lock is free, so a shared lock is granted) go first: no trigger takes
--- them, and they would only be scanned.
-WITH gone AS (
-    DELETE FROM {schema}.runlane_standby
-    WHERE environment = %(environment)s AND pg_try_advisory_xact_lock_shared(lock_key)
-)
+-- Offer a worker's free slots on its unbounded queues.
 INSERT INTO {schema}.runlane_standby (
     environment, lease_token, worker_id, queues, free, lease_micros, channel, lock_key
 )
@@ -44,3 +38,9 @@ SELECT * FROM {schema}.runlane_runs
 WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[])
   AND lease_token = %(lease_token)s
   AND status IN ('running', 'cancellation_requested');
+
+-- name: remove_dead_offers
+-- tick: offers of listeners that are gone (their lock is free, so a shared lock is
+-- granted). No trigger takes them, but each trigger looking for an offer scans them.
+DELETE FROM {schema}.runlane_standby
+WHERE environment = %(environment)s AND pg_try_advisory_xact_lock_shared(lock_key);
