@@ -396,7 +396,8 @@ class RunWriter:
             connection=connection,
             outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
         )
-        if any(o.created for o in outcomes):
+        # Runs created leased (handed to a worker standing by, or run_now's) wake nobody.
+        if any(o.created and o.run.lease is None for o in outcomes):
             self._on_created()
         if publish_now and self._dispatcher is not None:
             await self._dispatcher.publish([m for o in outcomes for m in o.outbox])

@@ -41,7 +41,10 @@ class Offer:
         self._start = start
 
     def deliver(self, run_id: str, row_text: str | None) -> None:
-        """A hand-off notification: start the run when its row came with it."""
+        """A hand-off notification: start the run when its row came with it. Either way
+        the worker wakes to withdraw the offer and stand by afresh: an offer left up
+        until its slots ran out would leave the triggers after it none to find (tried:
+        one in six triggers at 100/s then found none, against none of them here)."""
         if row_text is not None and run_id not in self.seen:
             try:
                 run = RunDecoder(RUN_COLUMNS).run(json.loads(row_text))
