@@ -227,7 +227,8 @@ async def test_a_stopping_worker_still_runs_a_run_handed_to_it_unheard(
 
 
 async def _app_worker(postgres_dsn: str, environment: str) -> asyncio.subprocess.Process:
-    """A worker process of the multi-process tests' app (2 slots, 5 s leases)."""
+    """A worker process of the multi-process tests' app (2 slots, 5 s leases, a 30 s
+    poll)."""
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(worker_app.LOG_TABLE)
     env = {
@@ -236,6 +237,8 @@ async def _app_worker(postgres_dsn: str, environment: str) -> asyncio.subprocess
         "RUNLANE_APP_DSN": postgres_dsn,
         "RUNLANE_APP_ENV": environment,
         "RUNLANE_APP_CONCURRENCY": "2",
+        # Idle, it stands by and keeps its offer: nothing wakes it to withdraw it.
+        "RUNLANE_APP_POLL_INTERVAL": "30s",
     }
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.support.worker_app", "worker", cwd=ROOT, env=env

@@ -103,7 +103,7 @@ async def _main(role: str) -> None:
             await rl.worker(
                 concurrency=concurrency,
                 mode=WorkerMode.POLL,
-                poll_interval="50ms",
+                poll_interval=os.environ.get("RUNLANE_APP_POLL_INTERVAL", "50ms"),
                 maintenance_interval=os.environ.get("RUNLANE_APP_MAINTENANCE_INTERVAL", "5s"),
             ).run()
     elif role == "ticker":
