@@ -34,8 +34,10 @@ from runlane import (
     queue,
     task,
 )
+from runlane.core.lane_spec import Lane
 from runlane.storage.postgres import PostgresStorage
 from runlane.testing import wait_for_status
+from runlane.transport.memory import MemoryTransport
 from runlane.types.runs import Run, RunEventType
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,3 +345,29 @@ async def test_a_producer_that_found_no_offer_skips_looking_for_a_moment(
         handed = await producer.trigger(note, None)
         assert handed.status is RunStatus.RUNNING
         await wait_for_status(producer, handed.id, RunStatus.SUCCEEDED)
+
+
+async def test_a_worker_on_a_lane_with_a_transport_never_stands_by(
+    postgres_dsn: str, environment: str
+) -> None:
+    # Its triggers ask the transport to wake a worker (delivery requests): none hands off.
+    rl = Runlane(
+        lane=Lane(PostgresStorage(postgres_dsn), transport=MemoryTransport([main])),
+        queues=[main],
+        tasks=[note],
+        environment=environment,
+    )
+    await rl.migrate()
+    try:
+        worker = rl.worker(concurrency=2, mode=WorkerMode.POLL, poll_interval="50ms")
+        assert worker.hand_offs is False
+        running = asyncio.ensure_future(worker.run())
+        run = await rl.trigger(note, None)
+        assert run.status is RunStatus.QUEUED
+        await wait_for_status(rl, run.id, RunStatus.SUCCEEDED)
+        await asyncio.sleep(0.3)  # idle for several polls: it never offered its slots
+        assert _offers(postgres_dsn, environment) == []
+        await worker.stop()
+        await running
+    finally:
+        await rl.close()

@@ -300,6 +300,7 @@ class ExecutingCalls:
             if maintenance
             else None,
             claim_ahead=claim_ahead,
+            hand_offs=self._connection.lane.transport is None,
         )
 
 

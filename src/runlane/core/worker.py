@@ -95,7 +95,8 @@ class Worker:
 
     It claims and heartbeats through ``store``, executes through ``attempts``, wakes
     on ``work``, connects with ``connect`` before its first claim and runs ``tick`` as
-    the maintenance pass while it leads maintenance.
+    the maintenance pass while it leads maintenance. With ``hand_offs``, an idle
+    worker stands by so lone triggers may hand it runs (see ``HandsOff``).
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class Worker:
         on_progress: Callable[[Run], None] | None,
         maintenance_interval: float | None = None,
         claim_ahead: int | None = None,
+        hand_offs: bool = True,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise configuration_error("worker concurrency must be a whole number of at least 1.")
@@ -142,6 +144,9 @@ class Worker:
         self._on_progress = on_progress
         #: Seconds between maintenance passes while this worker leads them; None: never.
         self.maintenance_interval = maintenance_interval
+        #: Whether to stand by for hand-offs when idle (storage permitting). A lane with
+        #: a transport wakes workers through it, and its triggers never hand off.
+        self.hand_offs = hand_offs
         self._stop = Signal()
         #: Attempt tasks until their outcome is written, by (run id, attempt).
         self._active: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -296,7 +301,7 @@ class Worker:
 
     async def _stand_by(self) -> Standby | None:
         storage = self._store.storage
-        if not isinstance(storage, HandsOff) or self._stop.is_set():
+        if not self.hand_offs or not isinstance(storage, HandsOff) or self._stop.is_set():
             return None
         slots = self.concurrency - len(self._holding) - len(self._buffer)
         # Bounded queues are claimed within their capacity, never handed off.
