@@ -431,7 +431,9 @@ class PostgresStorage(SqlStorageBase):
             new = runs[0]
             params = lone_params(environment, new, now_us)
             handed = None
-            if may_hand_off(new, now_us) and self._may_find_offer(environment, new.queue):
+            if may_hand_off(new, params["run_at"], now_us) and self._may_find_offer(
+                environment, new.queue
+            ):
                 handed = await self._run(
                     partial(_insert_handoff, self._q["insert_run_handoff"], params)
                 )

@@ -327,14 +327,11 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
     }
 
 
-def may_hand_off(new: NewRun, now_us: int) -> bool:
-    """Whether a lone trigger's run may be handed to a worker standing by: due now and
-    without a concurrency key (a claim would treat neither specially)."""
-    return (
-        new.status is RunStatus.QUEUED
-        and new.concurrency_key is None
-        and to_micros(new.run_at) <= now_us
-    )
+def may_hand_off(new: NewRun, run_at_us: int, now_us: int) -> bool:
+    """Whether a lone trigger's run (due at ``run_at_us``) may be handed to a worker
+    standing by: due now and without a concurrency key (a claim would treat neither
+    specially)."""
+    return new.status is RunStatus.QUEUED and new.concurrency_key is None and run_at_us <= now_us
 
 
 def plain_batch(runs: Sequence[NewRun]) -> bool:
