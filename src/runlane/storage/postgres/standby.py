@@ -2,10 +2,12 @@
 
 A worker with nothing to claim offers its free slots (a row of the UNLOGGED
 ``runlane_standby`` table, migration 011) and waits. A lone trigger of a due run
-on one of its queues takes a slot in its own statement (``insert_run``): the run
-is written leased to the worker, with ``run.started``, and the worker's listening
-connection is told, with the row. So the run starts after one commit, the
-trigger's, where a claim would add a second.
+on one of its queues takes a slot in its own statement (``insert_run_handoff``):
+the run is written leased to the worker, with ``run.started``, and the worker's
+listening connection is told, with the row. So the run starts after one commit,
+the trigger's, where a claim would add a second. (A producer that found no offer
+on a queue sends the plain ``insert_run`` for a short while: see the driver's
+``HANDOFF_RECHECK``.)
 
 Nothing here is trusted for durability: the run and its lease are ordinary rows
 written in the trigger's transaction. An offer records the runs handed to it, so
