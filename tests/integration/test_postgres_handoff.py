@@ -95,14 +95,15 @@ def _offers(dsn: str, environment: str) -> list[dict[str, Any]]:
 
 
 async def _standing_by(dsn: str, environment: str, within: float = 10.0) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        offers = _offers(dsn, environment)
-        if offers:
-            return offers[0]
-        await asyncio.sleep(0.02)
-    raise AssertionError("no worker stood by")
+    """The first offer in ``environment``, once there is one."""
+    offers: list[dict[str, Any]] = []
+
+    def found() -> bool:
+        offers[:] = _offers(dsn, environment)
+        return bool(offers)
+
+    await _eventually(found, within)
+    return offers[0]
 
 
 async def _eventually(check: Callable[[], bool], within: float = 10.0) -> None:

@@ -20,6 +20,7 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
@@ -42,14 +43,12 @@ class HandoffReceiver(Protocol):
         """Hand-offs may have been missed (the connection was lost)."""
 
 
+@dataclass(frozen=True, slots=True)
 class HandoffAddress:
     """Where a connection of a listener hears hand-offs, and the lock it holds."""
 
-    __slots__ = ("channel", "lock_key")
-
-    def __init__(self, channel: str, lock_key: int) -> None:
-        self.channel = channel
-        self.lock_key = lock_key
+    channel: str
+    lock_key: int
 
 
 class WorkListener:

@@ -166,9 +166,11 @@ handed AS (
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL
 )
+-- Not handed off: wake the environment's listeners (the run is due: the driver sends
+-- this statement only for runs due now).
 SELECT pg_notify(%(channel)s, %(environment)s), NULL::text, NULL::text, NULL::bigint
 FROM inserted
-WHERE lease_owner IS NULL AND status = 'queued' AND run_at <= %(now)s
+WHERE lease_owner IS NULL
 UNION ALL
 -- A notification holds at most 8,000 bytes: a larger run goes by its id alone, and
 -- the worker reads it.

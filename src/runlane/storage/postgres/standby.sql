@@ -1,5 +1,5 @@
 -- Idle workers standing by for hand-offs from lone triggers (migration 011; the
--- trigger's side is insert_run in runs.sql).
+-- trigger's side is insert_run_handoff in runs.sql).
 
 -- name: stand_by
 -- Offer a worker's free slots on its unbounded queues.
@@ -14,8 +14,8 @@ VALUES (
 -- name: stand_down
 -- Withdraw an offer and return the runs handed to it. A trigger taking a slot holds
 -- the offer's row until it commits, so the DELETE waits for it and returns every
--- run handed over. An offer already removed (its listener was lost and another
--- worker cleared it) is answered from the runs leased under its token.
+-- run handed over. An offer already removed (its listener was lost and tick removed
+-- it as dead) is answered from the runs leased under its token.
 WITH gone AS (
     DELETE FROM {schema}.runlane_standby
     WHERE environment = %(environment)s AND lease_token = %(lease_token)s
