@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from runlane import Context, Runlane, RunlaneError, postgres_lane, queue, task
+from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.connections import SpareConnection
 from runlane.storage.postgres.driver import PostgresStorage
 from runlane.storage.postgres.sessions import DriverConnection
@@ -74,14 +75,14 @@ async def test_a_lone_producer_triggers_on_the_spare_not_the_pool(
         assert len(listed.data) == 21
 
 
-async def test_lone_statements_reuse_the_connections_kept_cursor(
+async def test_lone_triggers_go_bare_and_a_refused_statement_leaves_the_spare_usable(
     postgres_dsn: str, environment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with await _migrated(postgres_dsn, environment) as rl:
         await rl.trigger(noop, {})
         conn = await _until_spare_is_open(rl)
         assert isinstance(conn, DriverConnection)
-        await rl.trigger(noop, {})  # the kept cursor exists from here on
+        await rl.trigger(noop, {})  # its statement is prepared from here on
         made: list[object] = []
         make = conn.cursor
 
@@ -92,17 +93,63 @@ async def test_lone_statements_reuse_the_connections_kept_cursor(
         monkeypatch.setattr(conn, "cursor", counting)
         for i in range(5):
             await rl.trigger(noop, {"i": i})
-        assert made == []
-        # A statement the server refuses leaves the connection and its cursor usable.
+        assert made == []  # sent through libpq: no cursor
         storage = rl.storage
         assert isinstance(storage, PostgresStorage)
+        # A bare statement the server refuses raises as a cursor's would, typed, and
+        # leaves the connection usable.
+        divide = BareStatement.from_query("divide", "SELECT 1 / %(n)s")
+
+        async def refused(c: DriverConnection) -> object:
+            return await c.execute_bare(divide, {"n": 0})
+
+        with pytest.raises(RunlaneError):
+            await storage._run(refused)
+        # So does one on the kept cursor (a count).
         storage._q = {**storage._q, "divide": "SELECT 1 / 0"}
         with pytest.raises(RunlaneError):
             await storage._count("divide", {})
         await rl.trigger(noop, {"after": True})
         assert await _until_spare_is_open(rl) is conn
-        assert made == []
+        assert len(made) == 1  # the count's kept cursor, made once
         assert len((await rl.runs.list(limit=100)).data) == 8
+
+
+async def test_a_bare_statement_is_prepared_again_when_the_session_lost_it(
+    postgres_dsn: str, environment: str
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        conn = await _until_spare_is_open(rl)
+        await rl.trigger(noop, {})
+        await conn.execute("DEALLOCATE ALL")
+        await rl.trigger(noop, {"after": True})
+        assert await _until_spare_is_open(rl) is conn
+        assert len((await rl.runs.list(limit=100)).data) == 3
+
+
+async def test_a_bare_statement_cancelled_mid_flight_drops_the_spare(
+    postgres_dsn: str, environment: str
+) -> None:
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        conn = await _until_spare_is_open(rl)
+        storage = rl.storage
+        assert isinstance(storage, PostgresStorage)
+        sleep = BareStatement.from_query("sleep", "SELECT pg_sleep(%(seconds)s)")
+
+        async def slow(c: DriverConnection) -> object:
+            return await c.execute_bare(sleep, {"seconds": 5})
+
+        call = asyncio.create_task(storage._run(slow))
+        await asyncio.sleep(0.2)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # The statement may still be running on it: never handed out again.
+        assert await _until_spare_is_open(rl) is not conn
+        await rl.trigger(noop, {"after": True})
+        assert len((await rl.runs.list(limit=10)).data) == 2
 
 
 async def test_concurrent_callers_use_the_pool_beside_the_spare(

@@ -35,6 +35,7 @@ from runlane.storage.postgres import (
     schedules,
     versioning,
 )
+from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.connections import (
     LISTENER_OPTIONS,
     SpareConnection,
@@ -154,6 +155,11 @@ class PostgresStorage(SqlStorageBase):
         self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
         quoted = f'"{schema}"'
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in QUERY_TEMPLATES.items()}
+        # A lone trigger's statements go through libpq directly (bare.py).
+        self._insert_run = BareStatement.from_query("insert_run", self._q["insert_run"])
+        self._insert_run_handoff = BareStatement.from_query(
+            "insert_run_handoff", self._q["insert_run_handoff"]
+        )
         self._migrations = [
             (version, name, sql.replace("{schema}", quoted))
             for version, name, sql in versioning.MIGRATIONS
@@ -434,15 +440,13 @@ class PostgresStorage(SqlStorageBase):
             if may_hand_off(new, params["run_at"], now_us) and self._may_find_offer(
                 environment, new.queue
             ):
-                handed = await self._run(
-                    partial(_insert_handoff, self._q["insert_run_handoff"], params)
-                )
+                handed = await self._run(partial(_insert_handoff, self._insert_run_handoff, params))
                 if handed is None:
                     self._no_offer_until[environment, new.queue] = (
                         time.monotonic() + HANDOFF_RECHECK
                     )
             else:
-                await self._run(partial(_execute, self._q["insert_run"], params))
+                await self._run(partial(_execute_bare, self._insert_run, params))
             return [lone_outcome(environment, new, now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
@@ -846,12 +850,16 @@ async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None
     await conn.cursors(1)[0].execute(query, params)
 
 
-async def _insert_handoff(query: str, params: dict[str, Any], conn: Connection) -> Lease | None:
+async def _execute_bare(statement: BareStatement, params: dict[str, Any], conn: Connection) -> None:
+    await conn.execute_bare(statement, params)
+
+
+async def _insert_handoff(
+    statement: BareStatement, params: dict[str, Any], conn: Connection
+) -> Lease | None:
     """Run ``insert_run_handoff``; the lease it wrote when it handed the run to a worker."""
-    cur = conn.cursors(1)[0]
-    await cur.execute(query, params)
-    result = cur.pgresult
-    if result is None or not result.ntuples:
+    result = await conn.execute_bare(statement, params)
+    if not result.ntuples:
         return None
     owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))
     if owner is None or token is None or expires is None:

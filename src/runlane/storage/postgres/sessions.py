@@ -15,10 +15,12 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import pq
 from psycopg.adapt import AdaptersMap
+from psycopg.pq.abc import PGresult
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.string import TextLoader
 
 from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.storage.postgres.bare import BareStatement, execute_bare
 
 Params = Mapping[str, Any]
 #: Named statements of the driver, ``{schema}`` filled in.
@@ -59,6 +61,9 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
     """
 
     _kept: list[psycopg.AsyncCursor[Any]] | None = None
+    #: Names of the bare statements prepared on this connection.
+    _bare: set[bytes] | None = None
+    _bare_encoding = "utf-8"
 
     def cursors(self, count: int) -> list[psycopg.AsyncCursor[Any]]:
         """``count`` kept cursors (tuple rows), made on first need."""
@@ -68,6 +73,14 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         while len(kept) < count:
             kept.append(self.cursor(row_factory=tuple_row))
         return kept[:count]
+
+    async def execute_bare(self, statement: BareStatement, params: Params) -> PGresult:
+        """Run ``statement`` through libpq directly (:mod:`.bare`); its result."""
+        prepared = self._bare
+        if prepared is None:
+            prepared = self._bare = set()
+            self._bare_encoding = self.info.encoding
+        return await execute_bare(self.pgconn, self._bare_encoding, prepared, statement, params)
 
 
 def column_names(cur: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> list[str] | None:
