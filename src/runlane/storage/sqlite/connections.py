@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,6 +145,19 @@ class SqliteConnection:
     async def write_count(self, query: str, params: dict[str, Any]) -> int:
         """Run one write in its own transaction; how many rows it changed."""
         return await self.transact(lambda cur: cur.execute(query, params).rowcount)
+
+    def write_one(self, sql: str, params: Sequence[Any]) -> None:
+        """Run one write statement as its own transaction (autocommit).
+
+        A write statement starts a write transaction as it begins, as ``BEGIN
+        IMMEDIATE`` does, and commits as it ends: one statement instead of three for
+        a write that is a single statement (a lone trigger's insert).
+        """
+        try:
+            self._require().execute(sql, params)
+        except sqlite3.OperationalError as error:
+            self._check_busy(error)
+            raise _unavailable(error, self.path) from error
 
     @contextmanager
     def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Cursor]:

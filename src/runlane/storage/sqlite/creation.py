@@ -50,6 +50,18 @@ def create_runs(
     now_us = to_micros(now)
     claimed_until = micros_or_none(outbox_claimed_until)
     outcomes: list[CreateOutcome] = []
+    if connection is None and lease is None and len(runs) == 1:
+        new = runs[0]
+        if is_plain(new) and not new.request_delivery:
+            # A lone trigger: one row and nothing else (run.created is implied by it),
+            # so one autocommitted statement.
+            insert = NUMBERED["insert_plain_run"]
+            db.write_one(
+                insert.sql, insert.values(insert_params(environment, new, now_us, None, None))
+            )
+            return [
+                CreateOutcome(run_from_new(environment, new, from_micros(now_us)), created=True)
+            ]
     token = new_token() if lease is not None else None
     with db.transaction(connection) as cur:
         if lease is None and all(is_plain(new) for new in runs):
