@@ -152,6 +152,19 @@ async def test_a_bare_statement_cancelled_mid_flight_drops_the_spare(
         assert len((await rl.runs.list(limit=10)).data) == 2
 
 
+async def test_a_lone_trigger_of_a_large_payload_goes_bare_whole(
+    postgres_dsn: str, environment: str
+) -> None:
+    # Several times a socket buffer: the statement is sent in parts.
+    big = {"text": "é" * 120_000, "n": list(range(2_000))}
+    async with await _migrated(postgres_dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        await _until_spare_is_open(rl)
+        run = await rl.trigger(noop, big)
+        stored = await rl.runs.get(run.id)
+        assert stored is not None and stored.payload == big
+
+
 async def test_concurrent_callers_use_the_pool_beside_the_spare(
     postgres_dsn: str, environment: str
 ) -> None:

@@ -132,7 +132,10 @@ async def _result(pgconn: PGconn) -> PGresult:
     loop = asyncio.get_running_loop()
     fd = pgconn.socket
     while pgconn.flush():
-        await _ready(loop, fd, write=True)
+        # A large statement (a big payload) may not fit the socket's buffer: wait until
+        # it can take more, reading whatever the server sends meanwhile (as libpq asks).
+        if await _ready(loop, fd, write=True):
+            pgconn.consume_input()
     result: PGresult | None = None
     while True:
         pgconn.consume_input()
@@ -146,22 +149,21 @@ async def _result(pgconn: PGconn) -> PGresult:
         await _ready(loop, fd, write=False)
 
 
-async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
-    ready: asyncio.Future[None] = loop.create_future()
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:
+    """Wait until ``fd`` is readable, or (``write``) readable or writable; whether it
+    is readable."""
+    ready: asyncio.Future[bool] = loop.create_future()
 
-    def wake() -> None:
+    def wake(readable: bool) -> None:
         if not ready.done():
-            ready.set_result(None)
+            ready.set_result(readable)
 
+    loop.add_reader(fd, wake, True)
     if write:
-        loop.add_writer(fd, wake)
-        try:
-            await ready
-        finally:
+        loop.add_writer(fd, wake, False)
+    try:
+        return await ready
+    finally:
+        loop.remove_reader(fd)
+        if write:
             loop.remove_writer(fd)
-    else:
-        loop.add_reader(fd, wake)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(fd)

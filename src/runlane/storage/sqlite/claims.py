@@ -16,8 +16,7 @@ from runlane.core.capacity import has_capacity
 from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import split_by_capacity
 from runlane.storage.sql.rows import runs_from_rows
-from runlane.storage.sqlite.params import started_event
-from runlane.storage.sqlite.queries import NUMBERED, QUERIES
+from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
 
 
@@ -110,8 +109,16 @@ def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list
 def _insert_started_events(
     cur: sqlite3.Cursor, environment: str, runs: list[Run], now_us: int
 ) -> None:
-    if runs:
-        insert = NUMBERED["insert_event"]
-        cur.executemany(
-            insert.sql, [insert.values(started_event(environment, run, now_us)) for run in runs]
-        )
+    if not runs:
+        return
+    lease = runs[0].lease
+    assert lease is not None  # one claim, one lease for all its runs
+    cur.execute(
+        QUERIES["insert_started_events"],
+        {
+            "environment": environment,
+            "ids": json.dumps([run.id for run in runs]),
+            "now": now_us,
+            "lease_expires_iso": lease.expires_at.isoformat(),
+        },
+    )

@@ -237,3 +237,14 @@ WHERE environment = :environment AND queue = :queue
   AND coalesce(concurrency_key, '') = coalesce(:concurrency_key, '')
   AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at > :now;
+
+-- name: insert_started_events
+-- run.started for each run a claim leased (:ids, a JSON array of their ids), built
+-- here rather than row by row in Python: the runs share the claim's lease (its expiry
+-- as Python's isoformat() writes it, :lease_expires_iso) and its time.
+INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
+SELECT environment, id, event_sequence, 'run.started', :now,
+       json_object('attempt', attempt, 'worker_id', lease_owner,
+                   'lease_expires_at', :lease_expires_iso)
+FROM runlane_runs
+WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));
