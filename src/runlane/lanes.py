@@ -56,7 +56,7 @@ def sqlite_lane(
     _check_options(SqliteStorage, options, "sqlite_lane")
     where = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
     return Lane(
-        SqliteStorage(where, **options),
+        SqliteStorage(where, deliveries=transport is not None, **options),
         transport,
         name="sqlite",
         location=where,
@@ -117,7 +117,8 @@ def postgres_sqs_lane(
 
 def _check_options(driver: Callable[..., Any], options: Mapping[str, Any], builder: str) -> None:
     # Type checkers catch a misspelt option; this catches it for everyone else.
-    accepted = set(inspect.signature(driver).parameters) - {"self", "path", "dsn"}
+    # ``deliveries`` follows the lane's transport: the builder sets it, not the caller.
+    accepted = set(inspect.signature(driver).parameters) - {"self", "path", "dsn", "deliveries"}
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise configuration_error(

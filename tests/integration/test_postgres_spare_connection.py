@@ -4,6 +4,8 @@ or a call cancelled mid-statement, is dropped and replaced, never reused."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -61,12 +63,22 @@ async def _until_spare_is_open(rl: Runlane) -> psycopg.AsyncConnection[Any]:
     raise AssertionError("the spare connection never opened")
 
 
+@asynccontextmanager
+async def _spare_ready(
+    dsn: str, environment: str
+) -> AsyncIterator[tuple[Runlane, DriverConnection]]:
+    """A migrated runtime whose spare connection is open (one trigger asked for it)."""
+    async with await _migrated(dsn, environment) as rl:
+        await rl.trigger(noop, {})
+        conn = await _until_spare_is_open(rl)
+        assert isinstance(conn, DriverConnection)
+        yield rl, conn
+
+
 async def test_a_lone_producer_triggers_on_the_spare_not_the_pool(
     postgres_dsn: str, environment: str
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})  # asks for the spare, which opens in the background
-        await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, _):
         before = _pool_requests(rl)
         runs = [await rl.trigger(noop, {"i": i}) for i in range(20)]
         assert _pool_requests(rl) == before
@@ -78,10 +90,7 @@ async def test_a_lone_producer_triggers_on_the_spare_not_the_pool(
 async def test_lone_triggers_go_bare_and_a_refused_statement_leaves_the_spare_usable(
     postgres_dsn: str, environment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        conn = await _until_spare_is_open(rl)
-        assert isinstance(conn, DriverConnection)
+    async with _spare_ready(postgres_dsn, environment) as (rl, conn):
         await rl.trigger(noop, {})  # its statement is prepared from here on
         made: list[object] = []
         make = conn.cursor
@@ -118,9 +127,7 @@ async def test_lone_triggers_go_bare_and_a_refused_statement_leaves_the_spare_us
 async def test_a_bare_statement_is_prepared_again_when_the_session_lost_it(
     postgres_dsn: str, environment: str
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        conn = await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, conn):
         await rl.trigger(noop, {})
         await conn.execute("DEALLOCATE ALL")
         await rl.trigger(noop, {"after": True})
@@ -131,9 +138,7 @@ async def test_a_bare_statement_is_prepared_again_when_the_session_lost_it(
 async def test_a_bare_statement_cancelled_mid_flight_drops_the_spare(
     postgres_dsn: str, environment: str
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        conn = await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, conn):
         storage = rl.storage
         assert isinstance(storage, PostgresStorage)
         sleep = BareStatement.from_query("sleep", "SELECT pg_sleep(%(seconds)s)")
@@ -157,9 +162,7 @@ async def test_a_lone_trigger_of_a_large_payload_goes_bare_whole(
 ) -> None:
     # Several times a socket buffer: the statement is sent in parts.
     big = {"text": "é" * 120_000, "n": list(range(2_000))}
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, _):
         run = await rl.trigger(noop, big)
         stored = await rl.runs.get(run.id)
         assert stored is not None and stored.payload == big
@@ -168,9 +171,7 @@ async def test_a_lone_trigger_of_a_large_payload_goes_bare_whole(
 async def test_concurrent_callers_use_the_pool_beside_the_spare(
     postgres_dsn: str, environment: str
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, _):
         before = _pool_requests(rl)
         # Separate writes (trigger_many of one run each) that overlap in time.
         await asyncio.gather(*(rl.trigger_many(noop, [{"i": i}]) for i in range(10)))
@@ -181,9 +182,7 @@ async def test_concurrent_callers_use_the_pool_beside_the_spare(
 async def test_a_spare_the_server_ended_is_replaced_and_no_call_fails(
     postgres_dsn: str, environment: str
 ) -> None:
-    async with await _migrated(postgres_dsn, environment) as rl:
-        await rl.trigger(noop, {})
-        ended = await _until_spare_is_open(rl)
+    async with _spare_ready(postgres_dsn, environment) as (rl, ended):
         async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
             await admin.execute("SELECT pg_terminate_backend(%s)", [ended.info.backend_pid])
         await asyncio.sleep(0.2)  # the termination notice reaches the spare's socket

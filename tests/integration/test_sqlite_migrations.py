@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runlane import Context, Runlane, queue, sqlite_lane, task
-from runlane.storage.sqlite import versioning
+from runlane.storage.sqlite import SqliteStorage, versioning
 from runlane.storage.sqlite.versioning import apply_migrations
 
 
@@ -68,7 +68,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,9 +116,13 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         with sqlite3.connect(path) as conn:
-            assert _index_sizes(conn) == before
+            after = _index_sizes(conn)
+            # Migration 10 takes the delivery index out; a lane without a transport
+            # does not create it again.
+            assert "runlane_runs_undelivered" not in after
+            assert after == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             sql = conn.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
@@ -148,7 +152,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 9
+        assert _applied(path)[-1] == 10
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -180,4 +184,34 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+
+
+def _index_names(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+
+
+async def test_the_delivery_index_follows_the_lane_and_stays_once_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only tick's requests for deliveries read runlane_runs_undelivered: a lane without
+    # a transport writes no entry to it, a lane with one creates it on open.
+    path = tmp_path / "app.db"
+    _migrate_up_to(path, 9, monkeypatch)
+    assert "runlane_runs_undelivered" in _index_names(path)
+    plain = sqlite_lane(path).storage
+    await plain.open()
+    await plain.close()
+    assert "runlane_runs_undelivered" not in _index_names(path)
+    with_transport = sqlite_lane(path, transport=object()).storage
+    assert isinstance(with_transport, SqliteStorage)
+    await with_transport.open()
+    await with_transport.close()
+    assert "runlane_runs_undelivered" in _index_names(path)
+    # A process of a lane without a transport on the same file leaves it alone.
+    await plain.open()
+    await plain.close()
+    assert "runlane_runs_undelivered" in _index_names(path)

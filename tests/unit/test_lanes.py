@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane import sqlite_lane
+from runlane import RunlaneError, sqlite_lane
 
 
 def test_a_relative_sqlite_path_is_made_absolute_where_the_lane_is_built(
@@ -34,5 +34,14 @@ def test_lane_option_types_name_exactly_what_the_drivers_take() -> None:
         (SqliteOptions, SqliteStorage, "path"),
         (PostgresOptions, PostgresStorage, "dsn"),
     ):
-        taken = set(inspect.signature(driver).parameters) - {target}
+        # SQLite's ``deliveries`` follows the lane's transport: the builder sets it.
+        taken = set(inspect.signature(driver).parameters) - {target, "deliveries"}
         assert set(options.__annotations__) == taken, driver
+
+
+def test_a_sqlite_lane_keeps_the_delivery_index_only_with_a_transport(tmp_path: Path) -> None:
+    assert sqlite_lane(tmp_path / "a.db").storage._deliveries is False  # type: ignore[attr-defined]
+    with_transport = sqlite_lane(tmp_path / "b.db", transport=object()).storage
+    assert with_transport._deliveries is True  # type: ignore[attr-defined]
+    with pytest.raises(RunlaneError, match="does not take"):
+        sqlite_lane(tmp_path / "c.db", deliveries=True)  # type: ignore[call-arg]

@@ -11,7 +11,7 @@ import pytest
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.sql.queryfiles import load_queries
 from runlane.storage.sqlite.queries import QUERIES
-from runlane.storage.sqlite.versioning import apply_migrations
+from runlane.storage.sqlite.versioning import apply_migrations_for
 
 CLAIMS = ("claim_due_runs", "claim_bounded_runs", "claim_run")
 
@@ -82,7 +82,7 @@ def test_each_driver_runs_its_statements_exactly_as_its_files_hold_them(
 def test_each_sqlite_statement_compiles_as_it_stands() -> None:
     # Whole statements: each can be handed to EXPLAIN against the migrated schema.
     conn = sqlite3.connect(":memory:")
-    apply_migrations(conn.cursor())
+    apply_migrations_for(conn.cursor(), deliveries=True)
     for name, sql in QUERIES.items():
         params: object = (None, None) if "?" in sql else defaultdict(lambda: None)
         try:
@@ -95,7 +95,7 @@ def test_sqlite_partial_indexes_name_their_status_sets_without_in_lists() -> Non
     # SQLite evaluates a partial index's WHERE on every row written and builds a
     # temporary table for a constant IN list at each execution: OR chains skip that.
     conn = sqlite3.connect(":memory:")
-    apply_migrations(conn.cursor())
+    apply_migrations_for(conn.cursor(), deliveries=True)
     partial = {
         name: sql.split(" WHERE ", 1)[1]
         for name, sql in conn.execute(
@@ -127,7 +127,7 @@ def test_sqlite_statements_reach_the_partial_indexes_written_for_them(
     # status set exactly as the index does: an IN list where the index has an OR
     # chain would turn the claim into a table scan without failing anything else.
     conn = sqlite3.connect(":memory:")
-    apply_migrations(conn.cursor())
+    apply_migrations_for(conn.cursor(), deliveries=True)
     sql = QUERIES[statement]
     params: object = (None, None) if "?" in sql else defaultdict(lambda: None)
     plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()  # type: ignore[arg-type]
@@ -141,7 +141,7 @@ def test_sqlite_list_runs_bounds_its_page_on_the_primary_key_with_or_without_a_c
     # One statement for every filter and cursor; the cursor stays an index range, so a
     # deep page does not read every newer run of the environment first.
     conn = sqlite3.connect(":memory:")
-    apply_migrations(conn.cursor())
+    apply_migrations_for(conn.cursor(), deliveries=True)
     params = {"environment": "e", "cursor": cursor, "limit": 3}
     params |= {name: '["x"]' for name in ("statuses", "task_ids", "queues")}
     plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES['list_runs']}", params).fetchall()

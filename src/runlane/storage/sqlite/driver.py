@@ -55,7 +55,7 @@ from runlane.storage.sqlite.listener import WorkListener
 from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
-from runlane.storage.sqlite.versioning import apply_migrations
+from runlane.storage.sqlite.versioning import apply_migrations_for
 from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 SQLITE_CAPABILITIES = StorageCapabilities(
@@ -77,8 +77,13 @@ class SqliteStorage(SqlStorageBase):
         *,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         synchronous: str = "NORMAL",
+        deliveries: bool = True,
     ) -> None:
+        """``deliveries``: the lane wakes workers through a transport, so tick requests
+        deliveries and the file keeps the index those requests read (``sqlite_lane``
+        passes whether it has a transport; without one, no run writes that index)."""
         self.path = str(path)
+        self._deliveries = deliveries
         self._db = SqliteConnection(
             self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
         )
@@ -93,7 +98,7 @@ class SqliteStorage(SqlStorageBase):
     async def open(self) -> None:
         """Open the file (creating it and its schema on first use)."""
         if await self._db.connect():
-            await self._db.transact(apply_migrations)
+            await self._db.transact(self._apply_migrations)
 
     async def close(self) -> None:
         """Stop watching for commits; close the connection and its thread."""
@@ -105,7 +110,10 @@ class SqliteStorage(SqlStorageBase):
     async def migrate(self) -> list[str]:
         """Create or upgrade the schema (also done on open); return what was applied."""
         await self._db.connect()
-        return await self._db.transact(apply_migrations)
+        return await self._db.transact(self._apply_migrations)
+
+    def _apply_migrations(self, cur: sqlite3.Cursor) -> list[str]:
+        return apply_migrations_for(cur, deliveries=self._deliveries)
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Any]:
         return await self._db.fetch(QUERIES[query], params)

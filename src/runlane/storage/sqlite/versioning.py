@@ -26,6 +26,27 @@ def apply_migrations(cur: sqlite3.Cursor) -> list[str]:
     return applied
 
 
+#: The index of tick's requests for deliveries (``undelivered_runs``), which a lane with
+#: a transport creates on open (migration 010 took it out of the schema). Once created it
+#: stays: a process of a lane without a transport on the same file leaves it alone.
+DELIVERY_INDEX = """
+CREATE INDEX IF NOT EXISTS runlane_runs_undelivered
+    ON runlane_runs (environment, queue, run_at)
+    WHERE delivery_requested_at IS NULL
+      AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+           OR status = 'released')
+"""
+
+
+def apply_migrations_for(cur: sqlite3.Cursor, *, deliveries: bool) -> list[str]:
+    """:func:`apply_migrations`, then the delivery index when ``deliveries`` (the lane
+    has a transport)."""
+    applied = apply_migrations(cur)
+    if deliveries:
+        cur.execute(DELIVERY_INDEX)
+    return applied
+
+
 def _split_statements(sql: str) -> list[str]:
     return [s.strip() for s in sqlite3_statements(sql) if s.strip()]
 
