@@ -4,6 +4,8 @@ or a call cancelled mid-statement, is dropped and replaced, never reused."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +14,7 @@ import psycopg
 import pytest
 
 from runlane import Context, Runlane, RunlaneError, postgres_lane, queue, task
+from runlane.storage.postgres import bare
 from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.connections import SpareConnection
 from runlane.storage.postgres.driver import PostgresStorage
@@ -158,12 +161,24 @@ async def test_a_bare_statement_cancelled_mid_flight_drops_the_spare(
 
 
 async def test_a_lone_trigger_of_a_large_payload_goes_bare_whole(
-    postgres_dsn: str, environment: str
+    postgres_dsn: str, environment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Several times a socket buffer: the statement is sent in parts.
     big = {"text": "é" * 120_000, "n": list(range(2_000))}
-    async with _spare_ready(postgres_dsn, environment) as (rl, _):
+    waits: list[bool] = []
+    ready = bare._ready
+
+    async def counted(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:
+        waits.append(write)
+        return await ready(loop, fd, write=write)
+
+    monkeypatch.setattr(bare, "_ready", counted)
+    async with _spare_ready(postgres_dsn, environment) as (rl, conn):
+        # A send buffer far smaller than the statement: libpq cannot send it at once,
+        # so the call waits for the socket to take the rest.
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as shared:
+            shared.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         run = await rl.trigger(noop, big)
+        assert True in waits
         stored = await rl.runs.get(run.id)
         assert stored is not None and stored.payload == big
 
