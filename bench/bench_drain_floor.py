@@ -1,0 +1,337 @@
+"""The tuned PostgreSQL drain beside its floor: plain SQL doing Runlane's own writes.
+
+The peers harness's ``runlane-tuned`` row (2 worker processes x 100 slots) asks for
+1.5x pgqueuer-tuned. This shows how much of a drain is the SQL and how much is the
+runtime around it, on Runlane's own schema, in one run (rates drift between spells
+of these machines; ratios within a run do not)::
+
+    .venv/bin/python bench/bench_drain_floor.py                  # own throwaway server
+    .venv/bin/python bench/bench_drain_floor.py --runs 10000 --rounds 5 --json
+    RUNLANE_BENCH_DATABASE_URL=postgresql://... .venv/bin/python bench/bench_drain_floor.py
+
+Each round drains ``--runs`` prefilled no-op runs (``trigger_many``, then ANALYZE and
+CHECKPOINT, as the harness does) on a fresh schema, two ways, taking turns:
+
+- ``runlane``: ``--processes`` worker processes of ``--slots`` slots each
+  (``WorkerMode.DRAIN``), the harness's ``runlane-tuned`` setting;
+- ``floor``: as many processes, each a loop of one pipelined transaction per batch of
+  ``--slots`` runs, as Runlane's busy worker sends it: settle the previous batch
+  (what ``apply_transitions`` writes for a success: compare-and-set on the lease
+  token, ``run.succeeded`` rows) and claim the next with Runlane's own claim
+  function (lease, ``run.started`` rows). The same statements, with nothing around
+  them in Python: no handler, no task per run, no records built.
+
+The clock runs from a start signal given once every process is connected until the
+last one has found nothing left. Every run must end ``succeeded``. Server CPU per
+run is read from ``/proc`` for every process named ``postgres`` on this machine
+(shown as ``-`` where there is none: a server elsewhere); client CPU per run is
+the drain processes' own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
+
+from tests.support.postgres_server import bench_database
+
+from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
+
+RUNS = 20_000
+PROCESSES = 2
+SLOTS = 100
+ROUNDS = 3
+ENVIRONMENT = "bench"
+WAYS = ("runlane", "floor")
+
+bench_queue = queue("bench", default=True)
+
+
+@task("bench.noop")
+async def noop(payload: Any, ctx: Context) -> None:
+    """Does nothing: the benchmark measures the runtime, not the task."""
+
+
+def _runtime(dsn: str, schema: str) -> Runlane:
+    return Runlane(
+        lane=postgres_lane(dsn, schema=schema),
+        queues=[bench_queue],
+        tasks=[noop],
+        environment=ENVIRONMENT,
+    )
+
+
+# -- the SQL of the floor's loop -------------------------------------------------------
+
+#: Runlane's own claim (migration 010): lease the oldest due runs, with run.started rows.
+_CLAIM = """
+SELECT * FROM {claim}(
+    %(environment)s, %(queues)s::text[], %(limit)s::bigint, %(now)s::bigint,
+    %(key_lock_prefix)s, %(worker)s, %(token)s, %(expires)s::bigint, %(expires_iso)s
+)
+"""
+
+#: What apply_transitions writes for a success: compare-and-set on the lease token,
+#: and the run.succeeded rows.
+_SETTLE = """
+WITH settled AS (
+    UPDATE {runs} r
+    SET status = 'succeeded', event_sequence = r.event_sequence + 1, updated_at = %(now)s,
+        delivery_requested_at = NULL, lease_owner = NULL, lease_token = NULL,
+        lease_expires_at = NULL
+    WHERE r.environment = %(environment)s AND r.id = ANY(%(ids)s::text[])
+      AND r.lease_token = %(token)s
+    RETURNING r.environment, r.id, r.event_sequence, r.attempt
+),
+succeeded AS (
+    INSERT INTO {events} (environment, run_id, sequence, type, occurred_at, data)
+    SELECT environment, id, event_sequence, 'run.succeeded', %(now)s,
+           jsonb_build_object('attempt', attempt)
+    FROM settled
+)
+SELECT count(*) FROM settled
+"""
+
+
+def _statements(schema: str) -> tuple[sql.Composed, sql.Composed]:
+    names = {
+        "runs": sql.Identifier(schema, "runlane_runs"),
+        "events": sql.Identifier(schema, "runlane_run_events"),
+        "claim": sql.Identifier(schema, "runlane_claim_due_runs"),
+    }
+    return sql.SQL(_CLAIM).format(**names), sql.SQL(_SETTLE).format(**names)
+
+
+_PLAN_SETTINGS = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
+    " set_config('enable_bitmapscan', 'off', true)"
+)
+
+
+def _micros() -> int:
+    return time.time_ns() // 1_000
+
+
+async def _floor_loop(dsn: str, schema: str, slots: int, started: Any, go: Any) -> int:
+    """Drain with the floor's statements until a claim finds nothing; runs settled."""
+    claim, settle = _statements(schema)
+    worker, token = f"floor-{os.getpid()}", uuid.uuid4().hex
+    settled = 0
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("SELECT 1")
+        started.set()
+        go.wait()
+        pending: list[str] = []
+        begin, plan, settling, claiming, commit = (conn.cursor() for _ in range(5))
+        while True:
+            now = _micros()
+            params = {
+                "environment": ENVIRONMENT,
+                "queues": [bench_queue.name],
+                "key_lock_prefix": f"runlane.keys:{schema}:{ENVIRONMENT}:",
+                "now": now,
+                "limit": slots,
+                "worker": worker,
+                "token": token,
+                "expires": now + 30_000_000,
+                "expires_iso": "2100-01-01T00:00:00+00:00",
+                "ids": pending,
+            }
+            # One round trip and one commit per batch, as Runlane's busy worker sends it.
+            async with conn.pipeline():
+                await begin.execute("BEGIN")
+                # The plan settings of Runlane's claim function (migration 010): generic
+                # plans, and the claimable index read in order rather than every due run.
+                await plan.execute(_PLAN_SETTINGS)
+                if pending:
+                    await settling.execute(settle, params, prepare=True)
+                await claiming.execute(claim, params, prepare=True)
+                await commit.execute("COMMIT")
+            if pending:
+                (count,) = await settling.fetchone() or (0,)
+                settled += count
+            pending = [row[1] for row in await claiming.fetchall()]
+            if not pending:
+                return settled
+
+
+async def _runlane_drain(dsn: str, schema: str, slots: int, started: Any, go: Any) -> int:
+    rl = _runtime(dsn, schema)
+    async with rl:
+        await rl.runs.list(limit=1)  # the pool is open before the clock starts
+        worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
+        started.set()
+        go.wait()
+        await worker.run()
+        return worker.executed
+
+
+def _child(way: str, dsn: str, schema: str, slots: int, started: Any, go: Any, out: Any) -> None:
+    cpu = time.process_time()
+    if way == "runlane":
+        done = asyncio.run(_runlane_drain(dsn, schema, slots, started, go))
+    else:
+        done = asyncio.run(_floor_loop(dsn, schema, slots, started, go))
+    out.put((time.time(), done, time.process_time() - cpu))
+
+
+# -- one measurement -------------------------------------------------------------------
+
+
+def _server_cpu_seconds() -> float | None:
+    """CPU seconds of every process named ``postgres`` on this machine, if readable,
+    with those of the postmaster's children that have ended (a drain's backends end
+    with its connections, and their time moves to their parent's count)."""
+    total, found = 0, False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                name, rest = stat.read().split(") ", 1)
+        except OSError:
+            continue
+        if name.endswith("(postgres"):
+            fields = rest.split()
+            total += sum(int(value) for value in fields[11:15])
+            found = True
+    return total / os.sysconf("SC_CLK_TCK") if found else None
+
+
+async def _prefill(dsn: str, schema: str, runs: int) -> None:
+    rl = _runtime(dsn, schema)
+    await rl.migrate()
+    async with rl:
+        await rl.trigger_many(noop, [{"n": n} for n in range(runs)])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "runlane_runs")))
+        await conn.execute("CHECKPOINT")
+
+
+def _succeeded(dsn: str, schema: str) -> int:
+    query = sql.SQL("SELECT count(*) FROM {} WHERE status = 'succeeded'").format(
+        sql.Identifier(schema, "runlane_runs")
+    )
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _drop(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def measure_once(way: str, dsn: str, runs: int, processes: int, slots: int) -> dict[str, Any]:
+    """Drain ``runs`` prefilled runs one ``way``: runs per second and CPU per run."""
+    schema = f"runlane_floor_{uuid.uuid4().hex[:8]}"
+    try:
+        asyncio.run(_prefill(dsn, schema, runs))
+        spawn = mp.get_context("spawn")
+        go, out = spawn.Event(), spawn.Queue()
+        children = []
+        for _ in range(processes):
+            started = spawn.Event()
+            child = spawn.Process(
+                target=_child, args=(way, dsn, schema, slots, started, go, out), daemon=True
+            )
+            child.start()
+            children.append((child, started))
+        for _, started in children:
+            if not started.wait(120):
+                raise SystemExit(f"{way}: a process did not start")
+        server_before = _server_cpu_seconds()
+        began = time.time()
+        go.set()
+        ends = [out.get(timeout=600) for _ in children]
+        server_after = _server_cpu_seconds()
+        for child, _ in children:
+            child.join(60)
+        done = _succeeded(dsn, schema)
+        if done != runs:
+            raise SystemExit(f"{way}: {done} of {runs} runs succeeded")
+        seconds = max(end for end, _, _ in ends) - began
+        server = (
+            None
+            if server_before is None or server_after is None
+            else (server_after - server_before) / runs * 1e6
+        )
+        return {
+            "runs_per_s": runs / seconds,
+            "client_cpu_us_per_run": sum(cpu for _, _, cpu in ends) / runs * 1e6,
+            "server_cpu_us_per_run": server,
+        }
+    finally:
+        _drop(dsn, schema)
+
+
+def measure(dsn: str, runs: int, processes: int, slots: int, rounds: int) -> dict[str, Any]:
+    """Every way once a round, in turns; medians over the rounds."""
+    results: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    for _ in range(rounds):
+        for way in WAYS:
+            results[way].append(measure_once(way, dsn, runs, processes, slots))
+
+    def median(way: str, key: str) -> float | None:
+        values = [r[key] for r in results[way] if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    summary: dict[str, Any] = {
+        way: {key: median(way, key) for key in results[way][0]} for way in WAYS
+    }
+    floor = summary["floor"]["runs_per_s"]
+    summary["runlane_to_floor"] = summary["runlane"]["runs_per_s"] / floor
+    summary["rounds"] = {way: [r["runs_per_s"] for r in results[way]] for way in WAYS}
+    summary["settings"] = {"runs": runs, "processes": processes, "slots": slots}
+    return summary
+
+
+def _print(summary: dict[str, Any]) -> None:
+    settings = summary["settings"]
+    print(
+        f"drain of {settings['runs']:,} runs, {settings['processes']} processes x "
+        f"{settings['slots']} (medians of {len(summary['rounds']['runlane'])} rounds)"
+    )
+    show: Callable[[float | None], str] = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    print(f"{'way':18} {'runs/s':>9} {'client µs/run':>14} {'server µs/run':>14}")
+    for way in WAYS:
+        row = summary[way]
+        print(
+            f"{way:18} {show(row['runs_per_s']):>9} {show(row['client_cpu_us_per_run']):>14} "
+            f"{show(row['server_cpu_us_per_run']):>14}"
+        )
+    print(f"runlane / floor: {summary['runlane_to_floor']:.2f}x")
+
+
+def main() -> None:
+    """Parse options, start a server unless one is given, measure, print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--processes", type=int, default=PROCESSES)
+    parser.add_argument("--slots", type=int, default=SLOTS)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--json", action="store_true", help="Print JSON.")
+    args = parser.parse_args()
+    with bench_database("runlane_bench") as dsn:
+        summary = measure(dsn, args.runs, args.processes, args.slots, max(1, args.rounds))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print(summary)
+
+
+if __name__ == "__main__":
+    main()
