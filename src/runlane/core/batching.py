@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
@@ -35,6 +35,12 @@ MAX_SETTLE_BATCH = 500
 #: compare-and-set on its attempt's fencing token, so writing it twice is harmless, and
 #: a settle that gets through saves its run from running again after its lease expires.
 SETTLE_RETRY_DELAYS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.0)
+
+
+#: Told how a transition handed to :meth:`TransitionBatcher.submit` went: the time it
+#: was written at (``None``: its compare-and-set condition failed), or the error that
+#: kept its batch from being written.
+Written = Callable[[datetime | None, BaseException | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +84,8 @@ class TransitionBatcher:
         self._max_batch = max(1, min(max_batch, MAX_SETTLE_BATCH))
         self._max_flushes = max(1, max_flushes)
         self._claims = claims if isinstance(store.storage, SettlesAndClaims) else None
-        #: (run, transition, future, whether the caller wants the run as stored after it).
-        self._pending: list[tuple[Transition, asyncio.Future[datetime | None]]] = []
+        #: Transitions to write, each with the future or callback to tell how it went.
+        self._pending: list[tuple[Transition, asyncio.Future[datetime | None] | Written]] = []
         #: Flush tasks started and not finished; whether one has not taken its batch yet.
         self._flushes: set[asyncio.Task[None]] = set()
         self._starting = False
@@ -97,6 +103,16 @@ class TransitionBatcher:
         self._pending.append((transition, future))
         self._start_flush()
         return await future
+
+    def submit(self, transition: Transition, written: Written) -> None:
+        """Apply one transition of a run without waiting: ``written`` is called, from the
+        flush that wrote it, as :meth:`apply` would return (or raise).
+
+        A worker writes its attempts' outcomes this way: an attempt then ends when its
+        handler does, with no task left waiting for the batch.
+        """
+        self._pending.append((transition, written))
+        self._start_flush()
 
     def _start_flush(self) -> None:
         # A new flush starts on the next turn of the loop and takes everything pending
@@ -139,17 +155,15 @@ class TransitionBatcher:
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
+            for _, waiter in batch:
+                _tell(waiter, None, error)
             if hook is not None and request is not None:
                 hook.claimed([], request)
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, future), ok in zip(batch, applied, strict=True):
-            if not future.done():
-                future.set_result(now if ok else None)
+        for (_, waiter), ok in zip(batch, applied, strict=True):
+            _tell(waiter, now if ok else None, None)
         if hook is not None and request is not None:
             hook.claimed(claimed, request)
 
@@ -185,3 +199,24 @@ class TransitionBatcher:
                 )
             await asyncio.sleep(delay)
         return await store.storage.apply_transitions(store.environment, transitions, now)
+
+
+def _tell(
+    waiter: asyncio.Future[datetime | None] | Written,
+    written: datetime | None,
+    error: BaseException | None,
+) -> None:
+    """Tell an :meth:`~TransitionBatcher.apply` caller's future, or a
+    :meth:`~TransitionBatcher.submit` callback, how its transition went."""
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            if error is None:
+                waiter.set_result(written)
+            else:
+                waiter.set_exception(error)
+        return
+    try:
+        waiter(written, error)
+    except Exception:
+        # One caller's bookkeeping must not keep the rest of the batch from hearing.
+        logger.exception("a settle's callback failed")

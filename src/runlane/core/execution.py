@@ -556,6 +556,46 @@ class OpenAttempt:
             await self._leave()
         return settled
 
+    def settle_soon(self, done: Callable[[Run | None, BaseException | None], None]) -> bool:
+        """Hand the outcome :meth:`call` produced to the batcher without waiting for it to
+        be written; whether it was handed (otherwise, nothing was done: use :meth:`settle`).
+
+        Once its batch is written, ``done`` gets the run as settled (as :meth:`settle`
+        returns it) or the error that kept the batch from being written, from the flush
+        that wrote it. A run whose compare-and-set failed (a concurrent change) is
+        neither: ``done(None, None)``, and :meth:`settle` re-reads it and decides.
+
+        Only a task attempt whose end no observer awaits is handed over this way:
+        deliveries, and attempts inside an observer's scope, settle with :meth:`settle`.
+        """
+        report, outcome, runner = self.report, self._outcome, self._runner
+        assert outcome is not None, "call() first"
+        run, batcher = report.run, self._batcher
+        if batcher is None or self._scope is not None or run.mode is not None:
+            return False
+        if isinstance(outcome, Ended):
+            return False
+        if type(outcome) is Failed:
+            report.failure = outcome.failure
+            report.error = outcome.error
+        now = runner._store.now()
+        transition = settle_attempt(run, outcome, self._policy, now)
+        project = self._project
+
+        def written(at: datetime | None, error: BaseException | None) -> None:
+            if at is None:
+                done(None, error)
+                return
+            _report_settled(report, outcome, transition, run, at, now)
+            _log_outcome(report)
+            observers = runner._observers
+            if observers:
+                observers.settled(report)
+            done(project_run(run, transition, at) if project else run, None)
+
+        batcher.submit(transition, written)
+        return True
+
     async def _leave(self) -> None:
         """Let observers see the end: the attempt scope's exit, or ``settled``."""
         scope, self._scope = self._scope, None

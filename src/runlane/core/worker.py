@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal as os_signal
 import threading
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from runlane.core.batching import ClaimRequest, TransitionBatcher
 from runlane.core.context import Signal, SignalReason
 from runlane.core.errors import RunlaneError, configuration_error
-from runlane.core.execution import LeaseSettings
+from runlane.core.execution import LeaseSettings, OpenAttempt
 from runlane.core.maintenance import maintain_while_leading
 from runlane.core.retry import DEFAULT_RETRY_POLICY
 from runlane.core.transitions import Released
@@ -148,8 +149,9 @@ class Worker:
         #: a transport wakes workers through it, and its triggers never hand off.
         self.hand_offs = hand_offs
         self._stop = Signal()
-        #: Attempt tasks until their outcome is written, by (run id, attempt).
-        self._active: dict[tuple[str, int], asyncio.Task[None]] = {}
+        #: Attempts until their outcome is written, by (run id, attempt): the attempt's
+        #: task, or once it handed its outcome to a batch, a future the flush resolves.
+        self._active: dict[tuple[str, int], asyncio.Future[None]] = {}
         #: Attempts holding a slot, by (run id, attempt): from claim until the handler is
         #: done (its outcome is then written, with no handler running any more).
         self._holding: set[tuple[str, int]] = set()
@@ -495,6 +497,7 @@ class Worker:
     async def _execute(self, run: Run, key: tuple[str, int]) -> None:
         began = time.monotonic()
         on_progress = self._on_progress
+        handed = False
         try:
             try:
                 # The settled run is built only for on_progress.
@@ -510,19 +513,73 @@ class Worker:
                 # The handler is done (or raised): its slot frees before the settle is
                 # written, which may wait for a batch.
                 self._free_slot(key, time.monotonic() - began)
-            settled = await attempt.settle()
-            self.executed += 1
-            if on_progress is not None:
-                on_progress(settled)
+            # Usually the outcome goes to the batch and this task ends here: nothing
+            # waits for the write but a future that _finish_in_flight (and a draining
+            # worker) can wait on. The batch's flush does the rest (_settled_soon).
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if attempt.settle_soon(functools.partial(self._settled_soon, key, attempt, waiter)):
+                self._active[key] = waiter
+                handed = True
+                return
+            self._count(await attempt.settle())
         except Exception:
             # The lease will expire and maintenance recovers the run; keep the worker alive.
             logger.exception(
                 "worker %s: attempt of run %s could not be settled", self.worker_id, run.id
             )
         finally:
-            self._active.pop(key, None)
-            if self._slot_freed is not None:
-                self._slot_freed.set()
+            if not handed:
+                self._settle_done(key)
+
+    def _settled_soon(
+        self,
+        key: tuple[str, int],
+        attempt: OpenAttempt,
+        waiter: asyncio.Future[None],
+        settled: Run | None,
+        error: BaseException | None,
+    ) -> None:
+        """The batch holding an attempt's outcome was written (or failed)."""
+        try:
+            if error is not None:
+                logger.error(
+                    "worker %s: attempt of run %s could not be settled",
+                    self.worker_id,
+                    key[0],
+                    exc_info=error,
+                )
+            elif settled is None:
+                # A concurrent change won the compare-and-set: settle() re-reads the run
+                # and decides, in a task that takes the waiter's place.
+                task = asyncio.get_running_loop().create_task(self._settle_late(key, attempt))
+                self._active[key] = task
+                return
+            else:
+                self._count(settled)
+        finally:
+            waiter.set_result(None)
+            if self._active.get(key) is waiter:
+                self._settle_done(key)
+
+    async def _settle_late(self, key: tuple[str, int], attempt: OpenAttempt) -> None:
+        try:
+            self._count(await attempt.settle())
+        except Exception:
+            logger.exception(
+                "worker %s: attempt of run %s could not be settled", self.worker_id, key[0]
+            )
+        finally:
+            self._settle_done(key)
+
+    def _count(self, settled: Run) -> None:
+        self.executed += 1
+        if self._on_progress is not None:
+            self._on_progress(settled)
+
+    def _settle_done(self, key: tuple[str, int]) -> None:
+        self._active.pop(key, None)
+        if self._slot_freed is not None:
+            self._slot_freed.set()
 
     def _free_slot(self, key: tuple[str, int], held: float) -> None:
         """Give back the slot of an attempt whose handler held it for ``held`` seconds."""
