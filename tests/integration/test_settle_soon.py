@@ -154,3 +154,30 @@ async def test_a_batch_that_cannot_be_written_is_logged_and_the_worker_still_sto
     # recovers it), and observers heard no settle.
     assert stored.status is RunStatus.RUNNING
     assert heard.outcomes == {}
+
+
+async def test_a_progress_callback_that_raises_keeps_the_rest_of_its_batch_hearing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rl = _runtime(tmp_path / "progress.db")
+    await rl.migrate()
+    heard: list[str] = []
+
+    def progress(run: Run) -> None:
+        heard.append(run.id)
+        if len(heard) == 1:
+            raise RuntimeError("a progress bar that broke")
+
+    async with rl:
+        created = await rl.trigger_many(ok, [{"n": n} for n in range(5)])
+        worker = rl.worker(
+            concurrency=5, mode=WorkerMode.DRAIN, handle_signals=False, on_progress=progress
+        )
+        with caplog.at_level(logging.ERROR, logger="runlane.worker"):
+            await asyncio.wait_for(worker.run(), 30)
+        stored = (await rl.runs.list(limit=10)).data
+    # Every run was written and heard of, the one whose callback raised included.
+    assert sorted(heard) == sorted(run.id for run in created)
+    assert all(run.status is RunStatus.SUCCEEDED for run in stored)
+    assert worker.executed == 5
+    assert [r.getMessage() for r in caplog.records].count("a settle's callback failed") == 1
