@@ -15,17 +15,19 @@ CHECKPOINT, as the harness does) on a fresh schema, two ways, taking turns:
 - ``runlane``: ``--processes`` worker processes of ``--slots`` slots each
   (``WorkerMode.DRAIN``), the harness's ``runlane-tuned`` setting;
 - ``floor``: as many processes, each a loop of one pipelined transaction per batch of
-  ``--slots`` runs, as Runlane's busy worker sends it: settle the previous batch
-  (what ``apply_transitions`` writes for a success: compare-and-set on the lease
-  token, ``run.succeeded`` rows) and claim the next with Runlane's own claim
-  function (lease, ``run.started`` rows). The same statements, with nothing around
-  them in Python: no handler, no task per run, no records built.
+  ``--slots`` runs, as Runlane's busy worker sends it: the driver's own
+  ``apply_transitions`` statement settles the previous batch (its parameters built
+  by the driver's ``transition_params``: compare-and-set, ``run.succeeded`` rows),
+  and Runlane's claim function takes the next (lease, ``run.started`` rows). The
+  same statements, with little around them in Python: no handler, no task per run,
+  no ``Run`` records built.
 
 The clock runs from a start signal given once every process is connected until the
-last one has found nothing left. Every run must end ``succeeded``. Server CPU per
-run is read from ``/proc`` for every process named ``postgres`` on this machine
-(shown as ``-`` where there is none: a server elsewhere); client CPU per run is
-the drain processes' own.
+last one has found nothing left. Every run must end ``succeeded``. Client CPU per
+run is the drain processes' own over the same span (their set-up is not counted);
+server CPU per run is read from ``/proc`` for every process named ``postgres`` on
+this machine (shown as ``-`` where there is none: a server elsewhere), so another
+busy server there would count too.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from tests.support.postgres_server import bench_database
 
 from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
+from runlane.storage.postgres.queries import QUERY_TEMPLATES
+from runlane.storage.postgres.transitions import transition_params
+from runlane.storage.sql.claiming import key_lock_prefix
+from runlane.types.records import NewEvent, RunChanges, Transition
+from runlane.types.runs import RunEventType, RunStatus
 
 RUNS = 20_000
 PROCESSES = 2
@@ -86,49 +93,43 @@ SELECT * FROM {claim}(
 )
 """
 
-#: What apply_transitions writes for a success: compare-and-set on the lease token,
-#: and the run.succeeded rows.
-_SETTLE = """
-WITH settled AS (
-    UPDATE {runs} r
-    SET status = 'succeeded', event_sequence = r.event_sequence + 1, updated_at = %(now)s,
-        delivery_requested_at = NULL, lease_owner = NULL, lease_token = NULL,
-        lease_expires_at = NULL
-    WHERE r.environment = %(environment)s AND r.id = ANY(%(ids)s::text[])
-      AND r.lease_token = %(token)s
-    RETURNING r.environment, r.id, r.event_sequence, r.attempt
-),
-succeeded AS (
-    INSERT INTO {events} (environment, run_id, sequence, type, occurred_at, data)
-    SELECT environment, id, event_sequence, 'run.succeeded', %(now)s,
-           jsonb_build_object('attempt', attempt)
-    FROM settled
-)
-SELECT count(*) FROM settled
-"""
+#: What a success writes (settle_attempt's common case), shared by every transition.
+_SUCCEEDED = RunChanges(RunStatus.SUCCEEDED)
 
 
-def _statements(schema: str) -> tuple[sql.Composed, sql.Composed]:
-    names = {
-        "runs": sql.Identifier(schema, "runlane_runs"),
-        "events": sql.Identifier(schema, "runlane_run_events"),
-        "claim": sql.Identifier(schema, "runlane_claim_due_runs"),
-    }
-    return sql.SQL(_CLAIM).format(**names), sql.SQL(_SETTLE).format(**names)
+def _statements(schema: str) -> tuple[sql.Composed, str]:
+    """The claim, and the driver's own ``apply_transitions`` for ``schema``."""
+    claim = sql.SQL(_CLAIM).format(claim=sql.Identifier(schema, "runlane_claim_due_runs"))
+    quoted = sql.Identifier(schema).as_string(None)
+    return claim, QUERY_TEMPLATES["apply_transitions"].replace("{schema}", quoted)
 
 
-_PLAN_SETTINGS = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
-    " set_config('enable_bitmapscan', 'off', true)"
-)
+def _successes(claimed: list[tuple[Any, ...]], columns: list[str]) -> list[Transition]:
+    """The success of each claimed run, as the worker writes it."""
+    run_id, sequence, attempt, token = (
+        columns.index(name) for name in ("id", "event_sequence", "attempt", "lease_token")
+    )
+    return [
+        Transition(
+            row[run_id],
+            row[sequence],
+            _SUCCEEDED,
+            (NewEvent(RunEventType.SUCCEEDED, {"attempt": row[attempt]}),),
+            row[token],
+        )
+        for row in claimed
+    ]
 
 
 def _micros() -> int:
     return time.time_ns() // 1_000
 
 
-async def _floor_loop(dsn: str, schema: str, slots: int, started: Any, go: Any) -> int:
-    """Drain with the floor's statements until a claim finds nothing; runs settled."""
+async def _floor_loop(
+    dsn: str, schema: str, slots: int, started: Any, go: Any
+) -> tuple[int, float]:
+    """Drain with the floor's statements until a claim finds nothing; runs settled,
+    and the CPU seconds the drain took."""
     claim, settle = _statements(schema)
     worker, token = f"floor-{os.getpid()}", uuid.uuid4().hex
     settled = 0
@@ -136,58 +137,59 @@ async def _floor_loop(dsn: str, schema: str, slots: int, started: Any, go: Any) 
         await conn.execute("SELECT 1")
         started.set()
         go.wait()
-        pending: list[str] = []
+        cpu = time.process_time()
+        pending: list[Transition] = []
         begin, plan, settling, claiming, commit = (conn.cursor() for _ in range(5))
         while True:
             now = _micros()
             params = {
                 "environment": ENVIRONMENT,
                 "queues": [bench_queue.name],
-                "key_lock_prefix": f"runlane.keys:{schema}:{ENVIRONMENT}:",
+                "key_lock_prefix": key_lock_prefix(schema, ENVIRONMENT),
                 "now": now,
                 "limit": slots,
                 "worker": worker,
                 "token": token,
                 "expires": now + 30_000_000,
                 "expires_iso": "2100-01-01T00:00:00+00:00",
-                "ids": pending,
             }
-            # One round trip and one commit per batch, as Runlane's busy worker sends it.
+            # One round trip and one commit per batch, as Runlane's busy worker sends
+            # it (storage/postgres/claims.py, _in_one_round_trip).
             async with conn.pipeline():
                 await begin.execute("BEGIN")
-                # The plan settings of Runlane's claim function (migration 010): generic
-                # plans, and the claimable index read in order rather than every due run.
-                await plan.execute(_PLAN_SETTINGS)
+                await plan.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                 if pending:
-                    await settling.execute(settle, params, prepare=True)
+                    await settling.execute(
+                        settle, transition_params(ENVIRONMENT, pending, now), prepare=True
+                    )
                 await claiming.execute(claim, params, prepare=True)
                 await commit.execute("COMMIT")
             if pending:
-                (count,) = await settling.fetchone() or (0,)
-                settled += count
-            pending = [row[1] for row in await claiming.fetchall()]
+                settled += len(await settling.fetchall())
+            columns = [column.name for column in claiming.description or ()]
+            pending = _successes(await claiming.fetchall(), columns)
             if not pending:
-                return settled
+                return settled, time.process_time() - cpu
 
 
-async def _runlane_drain(dsn: str, schema: str, slots: int, started: Any, go: Any) -> int:
+async def _runlane_drain(
+    dsn: str, schema: str, slots: int, started: Any, go: Any
+) -> tuple[int, float]:
     rl = _runtime(dsn, schema)
     async with rl:
         await rl.runs.list(limit=1)  # the pool is open before the clock starts
         worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
         started.set()
         go.wait()
+        cpu = time.process_time()
         await worker.run()
-        return worker.executed
+        return worker.executed, time.process_time() - cpu
 
 
 def _child(way: str, dsn: str, schema: str, slots: int, started: Any, go: Any, out: Any) -> None:
-    cpu = time.process_time()
-    if way == "runlane":
-        done = asyncio.run(_runlane_drain(dsn, schema, slots, started, go))
-    else:
-        done = asyncio.run(_floor_loop(dsn, schema, slots, started, go))
-    out.put((time.time(), done, time.process_time() - cpu))
+    drain = _runlane_drain if way == "runlane" else _floor_loop
+    done, cpu = asyncio.run(drain(dsn, schema, slots, started, go))
+    out.put((time.time(), done, cpu))
 
 
 # -- one measurement -------------------------------------------------------------------
