@@ -537,11 +537,7 @@ class OpenAttempt:
         :meth:`AttemptRunner.settle` for ``project``)."""
         report, outcome = self.report, self._outcome
         assert outcome is not None, "call() first"
-        if type(outcome) is Failed:
-            report.failure = outcome.failure
-            report.error = outcome.error
-        elif type(outcome) is Ended and outcome.raised:
-            report.error = outcome.value  # type: ignore[assignment]
+        _report_error(report, outcome)
         try:
             settled = await self._runner.settle(
                 report.run,
@@ -571,13 +567,14 @@ class OpenAttempt:
         report, outcome, runner = self.report, self._outcome, self._runner
         assert outcome is not None, "call() first"
         run, batcher = report.run, self._batcher
-        if batcher is None or self._scope is not None or run.mode is not None:
+        if (
+            batcher is None
+            or self._scope is not None
+            or run.mode is not None
+            or isinstance(outcome, Ended)
+        ):
             return False
-        if isinstance(outcome, Ended):
-            return False
-        if type(outcome) is Failed:
-            report.failure = outcome.failure
-            report.error = outcome.error
+        _report_error(report, outcome)
         now = runner._store.now()
         transition = settle_attempt(run, outcome, self._policy, now)
         project = self._project
@@ -588,9 +585,7 @@ class OpenAttempt:
                 return
             _report_settled(report, outcome, transition, run, at, now)
             _log_outcome(report)
-            observers = runner._observers
-            if observers:
-                observers.settled(report)
+            self._tell_settled()
             done(project_run(run, transition, at) if project else run, None)
 
         batcher.submit(transition, written)
@@ -601,8 +596,14 @@ class OpenAttempt:
         scope, self._scope = self._scope, None
         if scope is not None:
             await scope.__aexit__(None, None, None)  # reports settled itself; never raises
-        elif self._runner._observers and self.report.outcome is not None:
-            self._runner._observers.settled(self.report)
+        else:
+            self._tell_settled()
+
+    def _tell_settled(self) -> None:
+        """Observers hear ``settled`` (with no scope around the attempt to report it)."""
+        observers = self._runner._observers
+        if observers and self.report.outcome is not None:
+            observers.settled(self.report)
 
 
 class _LeaseKeeper:
@@ -891,6 +892,15 @@ def _log_outcome(report: Attempt) -> None:
         extra=extra,
         exc_info=report.error if outcome in _FAILURES else None,
     )
+
+
+def _report_error(report: Attempt, outcome: AttemptOutcome | Ended) -> None:
+    """What observers learn of a failed attempt before its outcome is written."""
+    if type(outcome) is Failed:
+        report.failure = outcome.failure
+        report.error = outcome.error
+    elif type(outcome) is Ended and outcome.raised:
+        report.error = outcome.value  # type: ignore[assignment]
 
 
 def _report_settled(

@@ -516,17 +516,13 @@ class Worker:
             # Usually the outcome goes to the batch and this task ends here: nothing
             # waits for the write but a future that _finish_in_flight (and a draining
             # worker) can wait on. The batch's flush does the rest (_settled_soon).
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if attempt.settle_soon(functools.partial(self._settled_soon, key, attempt, waiter)):
-                self._active[key] = waiter
+            if attempt.settle_soon(functools.partial(self._settled_soon, key, attempt)):
+                self._active[key] = asyncio.get_running_loop().create_future()
                 handed = True
                 return
             self._count(await attempt.settle())
-        except Exception:
-            # The lease will expire and maintenance recovers the run; keep the worker alive.
-            logger.exception(
-                "worker %s: attempt of run %s could not be settled", self.worker_id, run.id
-            )
+        except Exception as error:
+            self._unsettled(run.id, error)
         finally:
             if not handed:
                 self._settle_done(key)
@@ -535,19 +531,15 @@ class Worker:
         self,
         key: tuple[str, int],
         attempt: OpenAttempt,
-        waiter: asyncio.Future[None],
         settled: Run | None,
         error: BaseException | None,
     ) -> None:
-        """The batch holding an attempt's outcome was written (or failed)."""
+        """The batch holding an attempt's outcome was written (or failed); the future
+        standing for the attempt in ``_active`` is resolved either way."""
+        waiter = self._active[key]
         try:
             if error is not None:
-                logger.error(
-                    "worker %s: attempt of run %s could not be settled",
-                    self.worker_id,
-                    key[0],
-                    exc_info=error,
-                )
+                self._unsettled(key[0], error)
             elif settled is None:
                 # A concurrent change won the compare-and-set: settle() re-reads the run
                 # and decides, in a task that takes the waiter's place.
@@ -564,12 +556,19 @@ class Worker:
     async def _settle_late(self, key: tuple[str, int], attempt: OpenAttempt) -> None:
         try:
             self._count(await attempt.settle())
-        except Exception:
-            logger.exception(
-                "worker %s: attempt of run %s could not be settled", self.worker_id, key[0]
-            )
+        except Exception as error:
+            self._unsettled(key[0], error)
         finally:
             self._settle_done(key)
+
+    def _unsettled(self, run_id: str, error: BaseException) -> None:
+        # The lease will expire and maintenance recovers the run; keep the worker alive.
+        logger.error(
+            "worker %s: attempt of run %s could not be settled",
+            self.worker_id,
+            run_id,
+            exc_info=error,
+        )
 
     def _count(self, settled: Run) -> None:
         self.executed += 1
