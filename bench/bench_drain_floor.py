@@ -27,7 +27,10 @@ last one has found nothing left. Every run must end ``succeeded``. Client CPU pe
 run is the drain processes' own over the same span (their set-up is not counted);
 server CPU per run is read from ``/proc`` for every process named ``postgres`` on
 this machine (shown as ``-`` where there is none: a server elsewhere), so another
-busy server there would count too.
+busy server there would count too; machine CPU per run is every core's busy time
+over the span (``/proc/stat``), the figure ``bench_peers_cpu.py`` gives a peer's drain.
+``--ways floor`` measures one way only (that script runs the floor this way between
+the harness's drains).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
+from cpu_counters import machine_cpu_seconds, server_cpu_seconds
 from tests.support.postgres_server import bench_database
 
 from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
@@ -195,24 +199,6 @@ def _child(way: str, dsn: str, schema: str, slots: int, started: Any, go: Any, o
 # -- one measurement -------------------------------------------------------------------
 
 
-def _server_cpu_seconds() -> float | None:
-    """CPU seconds of every process named ``postgres`` on this machine, if readable,
-    with those of the postmaster's children that have ended (a drain's backends end
-    with its connections, and their time moves to their parent's count)."""
-    total, found = 0, False
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-                name, rest = stat.read().split(") ", 1)
-        except OSError:
-            continue
-        if name.endswith("(postgres"):
-            fields = rest.split()
-            total += sum(int(value) for value in fields[11:15])
-            found = True
-    return total / os.sysconf("SC_CLK_TCK") if found else None
-
-
 async def _prefill(dsn: str, schema: str, runs: int) -> None:
     rl = _runtime(dsn, schema)
     await rl.migrate()
@@ -255,11 +241,11 @@ def measure_once(way: str, dsn: str, runs: int, processes: int, slots: int) -> d
         for _, started in children:
             if not started.wait(120):
                 raise SystemExit(f"{way}: a process did not start")
-        server_before = _server_cpu_seconds()
+        server_before, machine_before = server_cpu_seconds(), machine_cpu_seconds()
         began = time.time()
         go.set()
         ends = [out.get(timeout=600) for _ in children]
-        server_after = _server_cpu_seconds()
+        server_after, machine_after = server_cpu_seconds(), machine_cpu_seconds()
         for child, _ in children:
             child.join(60)
         done = _succeeded(dsn, schema)
@@ -271,20 +257,28 @@ def measure_once(way: str, dsn: str, runs: int, processes: int, slots: int) -> d
             if server_before is None or server_after is None
             else (server_after - server_before) / runs * 1e6
         )
+        machine = (
+            None
+            if machine_before is None or machine_after is None
+            else (machine_after - machine_before) / runs * 1e6
+        )
         return {
             "runs_per_s": runs / seconds,
             "client_cpu_us_per_run": sum(cpu for _, _, cpu in ends) / runs * 1e6,
             "server_cpu_us_per_run": server,
+            "machine_cpu_us_per_run": machine,
         }
     finally:
         _drop(dsn, schema)
 
 
-def measure(dsn: str, runs: int, processes: int, slots: int, rounds: int) -> dict[str, Any]:
+def measure(
+    dsn: str, runs: int, processes: int, slots: int, rounds: int, ways: Sequence[str] = WAYS
+) -> dict[str, Any]:
     """Every way once a round, in turns; medians over the rounds."""
-    results: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    results: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
     for _ in range(rounds):
-        for way in WAYS:
+        for way in ways:
             results[way].append(measure_once(way, dsn, runs, processes, slots))
 
     def median(way: str, key: str) -> float | None:
@@ -292,30 +286,36 @@ def measure(dsn: str, runs: int, processes: int, slots: int, rounds: int) -> dic
         return statistics.median(values) if values else None
 
     summary: dict[str, Any] = {
-        way: {key: median(way, key) for key in results[way][0]} for way in WAYS
+        way: {key: median(way, key) for key in results[way][0]} for way in ways
     }
-    floor = summary["floor"]["runs_per_s"]
-    summary["runlane_to_floor"] = summary["runlane"]["runs_per_s"] / floor
-    summary["rounds"] = {way: [r["runs_per_s"] for r in results[way]] for way in WAYS}
+    if set(WAYS) <= set(ways):
+        summary["runlane_to_floor"] = (
+            summary["runlane"]["runs_per_s"] / summary["floor"]["runs_per_s"]
+        )
+    summary["rounds"] = {way: [r["runs_per_s"] for r in results[way]] for way in ways}
     summary["settings"] = {"runs": runs, "processes": processes, "slots": slots}
     return summary
 
 
 def _print(summary: dict[str, Any]) -> None:
-    settings = summary["settings"]
+    settings, rounds = summary["settings"], summary["rounds"]
     print(
         f"drain of {settings['runs']:,} runs, {settings['processes']} processes x "
-        f"{settings['slots']} (medians of {len(summary['rounds']['runlane'])} rounds)"
+        f"{settings['slots']} (medians of {len(next(iter(rounds.values())))} rounds)"
     )
     show: Callable[[float | None], str] = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
-    print(f"{'way':18} {'runs/s':>9} {'client µs/run':>14} {'server µs/run':>14}")
-    for way in WAYS:
+    print(
+        f"{'way':10} {'runs/s':>9} {'client µs/run':>14} {'server µs/run':>14}"
+        f" {'machine µs/run':>15}"
+    )
+    for way in rounds:
         row = summary[way]
         print(
-            f"{way:18} {show(row['runs_per_s']):>9} {show(row['client_cpu_us_per_run']):>14} "
-            f"{show(row['server_cpu_us_per_run']):>14}"
+            f"{way:10} {show(row['runs_per_s']):>9} {show(row['client_cpu_us_per_run']):>14} "
+            f"{show(row['server_cpu_us_per_run']):>14} {show(row['machine_cpu_us_per_run']):>15}"
         )
-    print(f"runlane / floor: {summary['runlane_to_floor']:.2f}x")
+    if "runlane_to_floor" in summary:
+        print(f"runlane / floor: {summary['runlane_to_floor']:.2f}x")
 
 
 def main() -> None:
@@ -325,10 +325,16 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=PROCESSES)
     parser.add_argument("--slots", type=int, default=SLOTS)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument(
+        "--ways", default=",".join(WAYS), help="Comma-separated: runlane, floor or both."
+    )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args()
+    ways = [way for way in args.ways.split(",") if way]
+    if not ways or set(ways) - set(WAYS):
+        parser.error(f"--ways takes {', '.join(WAYS)}")
     with bench_database("runlane_bench") as dsn:
-        summary = measure(dsn, args.runs, args.processes, args.slots, max(1, args.rounds))
+        summary = measure(dsn, args.runs, args.processes, args.slots, max(1, args.rounds), ways)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
