@@ -53,7 +53,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
-from cpu_counters import machine_cpu_seconds, server_cpu_seconds
+from cpu_counters import machine_cpu_seconds, per_run, server_cpu_seconds
 from tests.support.postgres_server import bench_database
 
 from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
@@ -252,21 +252,11 @@ def measure_once(way: str, dsn: str, runs: int, processes: int, slots: int) -> d
         if done != runs:
             raise SystemExit(f"{way}: {done} of {runs} runs succeeded")
         seconds = max(end for end, _, _ in ends) - began
-        server = (
-            None
-            if server_before is None or server_after is None
-            else (server_after - server_before) / runs * 1e6
-        )
-        machine = (
-            None
-            if machine_before is None or machine_after is None
-            else (machine_after - machine_before) / runs * 1e6
-        )
         return {
             "runs_per_s": runs / seconds,
             "client_cpu_us_per_run": sum(cpu for _, _, cpu in ends) / runs * 1e6,
-            "server_cpu_us_per_run": server,
-            "machine_cpu_us_per_run": machine,
+            "server_cpu_us_per_run": per_run(server_before, server_after, runs),
+            "machine_cpu_us_per_run": per_run(machine_before, machine_after, runs),
         }
     finally:
         _drop(dsn, schema)

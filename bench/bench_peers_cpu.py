@@ -2,8 +2,9 @@
 
 The peers harness (``../shared/peers-bench``, used from a writable copy) times each
 library's drain but does not say what it costs. This runs the harness's own
-``process`` test for a few variants in turns and reads, over exactly the span the
-harness times (from the first worker's READY until its poll finds nothing pending),
+``process`` test for a few variants in turns and reads, over about the span the
+harness times (from when it has read the first worker's READY line until its poll
+finds nothing pending; the harness's clock starts at the READY line's own time),
 the CPU the whole machine spent per job and the CPU the PostgreSQL server spent per
 job. On a 2-core machine where server and workers share the cores, a drain is
 CPU-bound, so these figures say what a ratio between two rows is made of.
@@ -39,7 +40,7 @@ from typing import Any
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT / "bench"))
 
-from cpu_counters import machine_cpu_seconds, server_cpu_seconds  # noqa: E402
+from cpu_counters import machine_cpu_seconds, per_run, server_cpu_seconds  # noqa: E402
 
 DEFAULT_DSN = "postgresql://bench@127.0.0.1:55432/bench"
 DEFAULT_VARIANTS = "runlane-tuned,pgqueuer-tuned"
@@ -58,10 +59,6 @@ def _variants(path: Path) -> dict[str, tuple[str, str]]:
 
 def _counters() -> tuple[float | None, float | None]:
     return machine_cpu_seconds(), server_cpu_seconds()
-
-
-def _per_job(before: float | None, after: float | None, jobs: int) -> float | None:
-    return None if before is None or after is None else (after - before) / jobs * 1e6
 
 
 def drain(label: str, peer: str, settings: str, dsn: str, jobs: int) -> dict[str, Any]:
@@ -97,8 +94,8 @@ def drain(label: str, peer: str, settings: str, dsn: str, jobs: int) -> dict[str
     (machine_0, server_0), (machine_1, server_1) = marks["start"], marks["end"]
     return {
         "jobs_per_s": record["jobs_per_s"],
-        "machine_cpu_us_per_job": _per_job(machine_0, machine_1, jobs),
-        "server_cpu_us_per_job": _per_job(server_0, server_1, jobs),
+        "machine_cpu_us_per_job": per_run(machine_0, machine_1, jobs),
+        "server_cpu_us_per_job": per_run(server_0, server_1, jobs),
     }
 
 

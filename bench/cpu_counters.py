@@ -36,3 +36,9 @@ def server_cpu_seconds() -> float | None:
             total += sum(int(value) for value in fields[11:15])
             found = True
     return total / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def per_run(before: float | None, after: float | None, runs: int) -> float | None:
+    """Microseconds per run between two readings of a counter above (``None`` if either
+    could not be read)."""
+    return None if before is None or after is None else (after - before) / runs * 1e6
