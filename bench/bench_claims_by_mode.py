@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from tests.support.postgres_server import bench_database
 
 from runlane import RunStatus, postgres_lane, sqlite_lane
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     LeaseRequest,
     NewDelivery,
     NewEvent,

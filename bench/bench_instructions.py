@@ -60,7 +60,7 @@ def _callgrind(state: str) -> None:
 
 async def _child(workload: str, runs: int, target: str) -> None:
     from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, sqlite_lane, task
-    from runlane.storage.protocol import LeaseRequest
+    from runlane.ports.storage import LeaseRequest
 
     main = queue("main", default=True)
 

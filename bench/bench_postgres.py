@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from tests.support.postgres_server import bench_database
 
 from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
-from runlane.storage.protocol import LeaseRequest
+from runlane.ports.storage import LeaseRequest
 
 BULK_RUNS = 20_000
 SINGLE_RUNS = 2_000

@@ -31,16 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from tests.support.ministack import MinistackServer, aws_client
 
 from runlane import queue
+from runlane.ports.transport import (
+    DeliveryMessage,
+    WakeupAttempt,
+    WakeupPublished,
+)
 from runlane.sqs import (
     create_sqs_delivery_consumer,
     create_sqs_wakeup_body,
     sqs_queue,
     sqs_transport,
-)
-from runlane.transport.protocol import (
-    DeliveryMessage,
-    WakeupAttempt,
-    WakeupPublished,
 )
 
 DEFAULT_WAKEUPS = 10_000

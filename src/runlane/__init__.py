@@ -1,18 +1,15 @@
 """Runlane: durable background tasks whose truth lives in your database."""
 
-from runlane.core.clock import Clock, ManualClock, SystemClock
-from runlane.core.context import Context, Release, Signal, SignalReason
-from runlane.core.definitions import TaskDef, task
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.lane_spec import Lane
 from runlane.core.observing import Attempt, Observer
 from runlane.core.observing import Outcome as AttemptOutcome
-from runlane.core.queue_defs import QueueDef, queue
-from runlane.core.retry import BackoffType, RetryPolicy
 from runlane.core.runtime import Runlane
-from runlane.core.schedule_defs import ScheduleDef, schedule
 from runlane.core.worker import Worker, WorkerMode
 from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
+from runlane.model.context import Context, Release, Signal, SignalReason
+from runlane.model.definitions import TaskDef, task
+from runlane.model.queue_defs import QueueDef, queue
+from runlane.model.schedule_defs import ScheduleDef, schedule
+from runlane.ports.lane import Lane
 from runlane.topics.definitions import (
     SubscriptionDef,
     SubscriptionMode,
@@ -29,7 +26,10 @@ from runlane.topics.outcomes import (
     TransientWorkError,
 )
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
+from runlane.types.clock import Clock, ManualClock, SystemClock
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import HaltedKey
+from runlane.types.retry import BackoffType, RetryPolicy
 from runlane.types.runs import (
     Page,
     QueueStats,

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING
 
-from runlane.core.errors import configuration_error
+from runlane.types.errors import configuration_error
 
 if TYPE_CHECKING:
     from runlane.sqs import LambdaInvocation

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from runlane.core.errors import configuration_error
-from runlane.core.lane_spec import Lane
-from runlane.transport.topic_protocol import TopicTransport
+from runlane.ports.lane import Lane
+from runlane.ports.topic_transport import TopicTransport
+from runlane.types.errors import configuration_error
 
 #: SQLite's name for a database that lives in memory only.
 MEMORY = ":memory:"

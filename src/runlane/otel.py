@@ -35,7 +35,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
     from runlane.core.observing import ObservedRuntime

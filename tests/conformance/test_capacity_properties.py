@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runlane import Context, Lane, ManualClock, RetryPolicy, Runlane, queue, task
-from runlane.core.transitions import Failed, Released, Succeeded, settle_attempt
-from runlane.storage.protocol import LeaseRequest
+from runlane.model.transitions import Failed, Released, Succeeded, settle_attempt
+from runlane.ports.storage import LeaseRequest
 from runlane.types.runs import LEASED_STATUSES, Run, RunFailure
 
 LIMIT = 2

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from runlane.ports.topic_transport import TopicTransport
 from runlane.sns import SnsSubscriptionBinding, sns_topic, sns_transport
 from runlane.testing.conformance.topic_transport import *  # noqa: F403
 from runlane.topics.definitions import SubscriptionDef, TopicDef
-from runlane.transport.topic_protocol import TopicTransport
 
 if TYPE_CHECKING:
     from tests.support.sns_world import SnsWorld

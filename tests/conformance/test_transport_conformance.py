@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from runlane.core.queue_defs import QueueDef
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.transport import Transport
+from runlane.ports.wakeup_envelope import create_wakeup_body
 from runlane.sqs import SqsFifo, sqs_queue, sqs_transport
 from runlane.testing.conformance.transport import *  # noqa: F403
 from runlane.testing.conformance.transport import Delivered
-from runlane.transport.envelope import create_wakeup_body
 from runlane.transport.memory import MemoryTransport
-from runlane.transport.protocol import Transport
 
 pytest_plugins = ["tests.support.ministack"]
 

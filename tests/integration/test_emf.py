@@ -22,8 +22,8 @@ from runlane import (
     task,
 )
 from runlane.emf import emf_metrics
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import create_sqs_lambda_handler, create_sqs_wakeup_body
-from runlane.transport.protocol import DeliveryMessage
 from runlane.transport.sqs.lambda_handler import lambda_event_loop
 
 MAIN = queue("main", default=True)

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from tests.conftest import LaneFactory
 
 from runlane import Context, ErrorCode, RetryPolicy, Runlane, RunlaneError, RunStatus, queue, task
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import create_sqs_lambda_handler, create_sqs_wakeup_body, parse_sqs_wakeup_body
-from runlane.transport.protocol import DeliveryMessage
 from runlane.transport.sqs.lambda_handler import lambda_event_loop
 
 MAIN = queue("main", default=True)

@@ -27,7 +27,7 @@ from runlane import (
 )
 from runlane.metrics import DURATION_BUCKETS, prometheus_metrics
 from runlane.operator import active_run_count
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
 
 MAIN = queue("main", default=True)
 

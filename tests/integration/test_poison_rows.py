@@ -32,8 +32,8 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome
-from runlane.storage.protocol import LeaseRequest
-from runlane.transport.protocol import DeliveryMessage
+from runlane.ports.storage import LeaseRequest
+from runlane.ports.transport import DeliveryMessage
 from runlane.types.runs import Run
 
 MAIN = queue("main", default=True)

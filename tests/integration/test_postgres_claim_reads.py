@@ -14,11 +14,11 @@ from typing import cast
 
 import psycopg
 
-from runlane.core.clock import to_micros
+from runlane.ports.storage import NewDelivery, NewMessage, NewRun, StoresMessages
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.protocol import NewDelivery, NewMessage, NewRun, StoresMessages
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.topics.publishing import canonical_envelope
+from runlane.types.clock import to_micros
 from runlane.types.runs import RunSource, RunStatus, SubscriptionMode
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -34,7 +34,7 @@ from runlane import (
     queue,
     task,
 )
-from runlane.core.lane_spec import Lane
+from runlane.ports.lane import Lane
 from runlane.storage.postgres import PostgresStorage
 from runlane.testing import wait_for_status
 from runlane.transport.memory import MemoryTransport

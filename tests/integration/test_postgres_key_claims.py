@@ -18,8 +18,7 @@ import psycopg
 import pytest
 
 from runlane import RunStatus, postgres_lane
-from runlane.storage.postgres import PostgresStorage
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     LeaseRequest,
     NewDelivery,
     NewEvent,
@@ -31,6 +30,7 @@ from runlane.storage.protocol import (
     StoresMessages,
     Transition,
 )
+from runlane.storage.postgres import PostgresStorage
 from runlane.storage.sql.claiming import key_lock_name
 from runlane.topics.publishing import canonical_envelope
 from runlane.types.runs import Run, RunEventType, SubscriptionMode

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane import ErrorCode, RunlaneError
+from runlane.ports.storage import NewRun, RunFilter, StreamsRuns
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.protocol import NewRun, RunFilter, StreamsRuns
 from runlane.types.runs import RunSource, RunStatus
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from runlane import Context, ErrorCode, Runlane, RunlaneError, RunStatus, postgres_lane, queue, task
-from runlane.core.transitions import Succeeded, settle_attempt
+from runlane.model.transitions import Succeeded, settle_attempt
+from runlane.ports.storage import LeaseRequest
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.protocol import LeaseRequest
 
 
 @task("ping")

@@ -13,6 +13,7 @@ import pytest
 from botocore.config import Config
 
 from runlane import ErrorCode, RunlaneError, Signal, SignalReason
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import (
     SqsDeliveryConsumer,
     SqsDeliveryFailure,
@@ -20,7 +21,6 @@ from runlane.sqs import (
     create_sqs_delivery_consumer,
     create_sqs_wakeup_body,
 )
-from runlane.transport.protocol import DeliveryMessage
 
 pytest_plugins = ["tests.support.ministack"]
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from tests.conftest import LaneFactory
 
 from runlane import Context, Runlane, RunStatus, queue, task
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import create_sqs_delivery_consumer, create_sqs_wakeup_body
 from runlane.testing import wait_for_status
-from runlane.transport.protocol import DeliveryMessage
 
 pytest_plugins = ["tests.support.ministack"]
 pytestmark = pytest.mark.slow

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from runlane import ErrorCode, RunlaneError, Signal, queue
+from runlane.ports.transport import DeliveryMessage, WakeupAttempt
 from runlane.sqs import (
     SqsDeliveryFailure,
     SqsDeliveryFailurePhase,
@@ -29,7 +30,6 @@ from runlane.sqs import (
     sqs_queue,
     sqs_transport,
 )
-from runlane.transport.protocol import DeliveryMessage, WakeupAttempt
 from runlane.transport.sqs.lambda_handler import LAMBDA_DEADLINE_MIN_MARGIN_MS
 
 pytest_plugins = ["tests.support.ministack"]

@@ -26,6 +26,7 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome, DeliveryResult, IgnoredReason
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import (
     SqsDeliveryConsumer,
     SqsFifo,
@@ -35,7 +36,6 @@ from runlane.sqs import (
     sqs_transport,
 )
 from runlane.testing import wait_for_status
-from runlane.transport.protocol import DeliveryMessage
 
 pytest_plugins = ["tests.support.ministack"]
 

@@ -14,6 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from runlane import ErrorCode, RunlaneError, queue
+from runlane.ports.transport import DeliveryMessage, WakeupAttempt, WakeupFailed, WakeupPublished
 from runlane.sqs import (
     SqsFifo,
     SqsFifoDeduplication,
@@ -22,7 +23,6 @@ from runlane.sqs import (
     sqs_queue,
     sqs_transport,
 )
-from runlane.transport.protocol import DeliveryMessage, WakeupAttempt, WakeupFailed, WakeupPublished
 from runlane.transport.sqs.transport import provider_safe_id
 
 pytest_plugins = ["tests.support.ministack"]

@@ -26,9 +26,9 @@ from runlane import (
     topic,
 )
 from runlane.core.delivery import IgnoredReason
-from runlane.storage.protocol import LeaseRequest
+from runlane.ports.storage import LeaseRequest
+from runlane.ports.transport import DeliveryMessage
 from runlane.transport.memory import MemoryTransport
-from runlane.transport.protocol import DeliveryMessage
 
 MAIN = queue("main", default=True)
 ORDERS = topic("orders")

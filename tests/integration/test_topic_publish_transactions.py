@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from runlane import ErrorCode, RunlaneError, postgres_lane, sqlite_lane
-from runlane.storage.protocol import NewDelivery, NewMessage, RunFilter, Storage, StoresMessages
+from runlane.ports.storage import NewDelivery, NewMessage, RunFilter, Storage, StoresMessages
 from runlane.topics.publishing import canonical_envelope
 from runlane.types.runs import SubscriptionMode
 

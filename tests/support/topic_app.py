@@ -28,7 +28,7 @@ from runlane import (
     subscription,
     topic,
 )
-from runlane.transport.protocol import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage
 
 DSN = os.environ.get("RUNLANE_APP_DSN", "")
 ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")

@@ -1,10 +1,10 @@
-"""The capacity and ownership rules both SQL drivers decide with (runlane.core.capacity)."""
+"""The capacity and ownership rules both SQL drivers decide with (runlane.model.capacity)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runlane.core.capacity import (
+from runlane.model.capacity import (
     DEFAULT_RESERVATION_WINDOW,
     admit_within_capacity,
     has_capacity,

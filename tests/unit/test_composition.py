@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from runlane import Context, Observer, QueueDef, TaskDef, queue, sqlite_lane, task
-from runlane.core.lane_spec import Lane, LaneConnection
 from runlane.core.maintenance import Maintenance
 from runlane.core.observing import ObservedRuntime, Observers
 from runlane.core.producing import Producer, RunWriter
 from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
+from runlane.ports.lane import Lane, LaneConnection
 from runlane.testing import ManualClock
 from runlane.types.runs import RunStatus, TickReport
 

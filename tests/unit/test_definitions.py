@@ -18,9 +18,9 @@ from runlane import (
     schedule,
     task,
 )
-from runlane.core.ids import MAX_IDENTIFIER_LENGTH
-from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.schedule_defs import MAX_SCHEDULE_ID_LENGTH, occurrence_key
+from runlane.model.schedule_defs import MAX_SCHEDULE_ID_LENGTH, occurrence_key
+from runlane.types.ids import MAX_IDENTIFIER_LENGTH
+from runlane.types.retry import DEFAULT_RETRY_POLICY
 
 
 class Invoice(BaseModel):

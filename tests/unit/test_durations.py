@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runlane import ErrorCode, RunlaneError
-from runlane.core.durations import parse_duration, parse_optional_duration
+from runlane.types.durations import parse_duration, parse_optional_duration
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from runlane import ErrorCode, RunlaneError
-from runlane.core.ids import (
+from runlane.types.ids import (
     MAX_IDENTIFIER_LENGTH,
     new_run_id,
     new_token,

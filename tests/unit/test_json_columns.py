@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runlane.core.payloads import UnreadablePayload
+from runlane.model.payloads import UnreadablePayload
 from runlane.storage.sql.encoding import dumps, load_carrier, load_json, load_payload
 
 VALUES = [

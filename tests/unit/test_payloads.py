@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from runlane import Context, ErrorCode, RunlaneError, TaskDef, task
-from runlane.core.payloads import (
+from runlane.model.payloads import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     encode_payload,
     prepare_payload,

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runlane.core.ids import new_run_id
 from runlane.core.producing import MAX_GROUP_SIZE, CreationBatcher
-from runlane.storage.protocol import CreateOutcome, NewRun
+from runlane.ports.storage import CreateOutcome, NewRun
+from runlane.types.ids import new_run_id
 from runlane.types.runs import Run, RunSource, RunStatus
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -24,7 +24,7 @@ from runlane import (
     task,
 )
 from runlane.core.registry import Registry
-from runlane.storage.protocol import QueuePolicy
+from runlane.ports.storage import QueuePolicy
 
 MAIN = queue("main", default=True)
 BULK = queue("bulk", concurrency_limit=2)

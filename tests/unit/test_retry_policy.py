@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runlane import BackoffType, ErrorCode, RetryPolicy, RunlaneError
-from runlane.core.retry import DEFAULT_RETRY_POLICY
+from runlane.types.retry import DEFAULT_RETRY_POLICY
 
 
 def _no_jitter(**options: object) -> RetryPolicy:

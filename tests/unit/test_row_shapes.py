@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from runlane.core.clock import to_micros
+from runlane.ports.storage import (
+    NewDelivery,
+    NewEvent,
+    NewMessage,
+    NewRun,
+    RunChanges,
+    Transition,
+)
 from runlane.storage.postgres.params import copy_text, creation_batch
 from runlane.storage.postgres.publishing import delivery_row, plain_batch_params
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
@@ -26,14 +33,7 @@ from runlane.storage.postgres.shapes import (
     RowShape,
 )
 from runlane.storage.postgres.transitions import transition_params
-from runlane.storage.protocol import (
-    NewDelivery,
-    NewEvent,
-    NewMessage,
-    NewRun,
-    RunChanges,
-    Transition,
-)
+from runlane.types.clock import to_micros
 from runlane.types.runs import RunEventType, RunFailure, RunSource, RunStatus, SubscriptionMode
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

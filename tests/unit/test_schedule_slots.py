@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from runlane import ScheduleDef, schedule
-from runlane.core.schedule_defs import MAX_CATCH_UP_SLOTS
+from runlane.model.schedule_defs import MAX_CATCH_UP_SLOTS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -183,7 +183,7 @@ def test_a_release_with_a_bad_delay_is_a_configuration_error() -> None:
 
 
 async def test_abandoned_waits_and_removed_callbacks_leave_nothing_behind() -> None:
-    from runlane.core.context import Signal
+    from runlane.model.context import Signal
 
     signal = Signal()
     for _ in range(50):

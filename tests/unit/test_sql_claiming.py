@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runlane.storage.protocol import QueuePolicy
+from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.claiming import split_by_capacity
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from runlane.core.clock import to_micros
-from runlane.storage.protocol import NewRun, ScheduleOccurrence
+from runlane.ports.storage import NewRun, ScheduleOccurrence
 from runlane.storage.sql.schedules import occurrence_scope, seen_params
+from runlane.types.clock import to_micros
 from runlane.types.runs import RunSource, RunSourceType, RunStatus
 
 SLOT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

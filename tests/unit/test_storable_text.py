@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runlane.core.storable_text import (
+from runlane.types.storable_text import (
     REPLACEMENT,
     contains_nul,
     encoded_nul,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runlane import Context, ErrorCode, Lane, Runlane, RunlaneError, RunStatus, queue, task
-from runlane.storage.protocol import StorageCapabilities
+from runlane.ports.storage import StorageCapabilities
 from runlane.storage.sqlite import SqliteStorage
 
 main = queue("main", default=True)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane import ErrorCode, RetryPolicy, RunlaneError, RunStatus
-from runlane.core.transitions import (
+from runlane.model.transitions import (
     LEASE_EXPIRED_FAILURE,
     Failed,
     LeaseExpired,
@@ -20,7 +20,7 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.storage.protocol import Transition
+from runlane.ports.storage import Transition
 from runlane.types.runs import (
     CLAIMABLE_STATUSES,
     TERMINAL_STATUSES,

@@ -94,4 +94,4 @@ def test_mypy_accepts_a_schema_or_a_mapping_and_rejects_other_payloads_and_unkno
     assert 'Unexpected keyword argument "max_sise"' in errors[max(errors)]
     ((line, note),) = [(n, t) for n, t in notes.items() if "Revealed type" in t]
     assert _expected("note") == {line: "TaskDef[Welcome]"}
-    assert 'runlane.core.definitions.TaskDef[producer.Welcome]"' in note
+    assert 'runlane.model.definitions.TaskDef[producer.Welcome]"' in note

@@ -17,8 +17,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from runlane import ErrorCode, RunlaneError
+from runlane.ports.transport import DeliveryMessage
 from runlane.sqs import create_sqs_wakeup_body, parse_sqs_wakeup_body
-from runlane.transport.protocol import DeliveryMessage
 
 FAST = settings(max_examples=300, deadline=None)
 

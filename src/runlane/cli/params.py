@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from runlane import RunlaneError, RunStatus
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH
+from runlane.model.payloads import MAX_PAYLOAD_DEPTH
 from runlane.operator import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])

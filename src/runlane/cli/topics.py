@@ -23,8 +23,6 @@ from runlane.cli.output import (
     short_time,
 )
 from runlane.cli.params import json_document, json_option
-from runlane.core.errors import RunlaneError
-from runlane.core.ids import validate_identifier
 from runlane.operator import (
     View,
     dead_letter_view,
@@ -34,6 +32,8 @@ from runlane.operator import (
     run_view,
     subscription_stats_view,
 )
+from runlane.types.errors import RunlaneError
+from runlane.types.ids import validate_identifier
 
 
 def _attribute(value: str) -> tuple[str, str]:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
 
-from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.store import StoreScope
-from runlane.storage.protocol import SettlesAndClaims
+from runlane.ports.storage import SettlesAndClaims
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import LeaseRequest, QueuePolicy, Transition
 from runlane.types.runs import Run
 

@@ -7,7 +7,7 @@ and keeps their dead letters. :func:`split_topics` sorts a runtime's topics at
 definitions and names the topics it carries; the rest stay for storage
 (``register_topics``). :class:`BrokeredTopics` is what ``rl.publish``,
 ``rl.dead_letters`` and ``rl.subscriptions`` call for the brokered ones, through
-the :class:`~runlane.transport.topic_protocol.TopicTransport` protocol only.
+the :class:`~runlane.ports.topic_transport.TopicTransport` protocol only.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runlane.core.errors import RunlaneError, configuration_error
-from runlane.core.ids import validate_optional_identifier
+from runlane.ports.topic_transport import TopicTransport
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
 from runlane.topics.registration import topic_definitions
 from runlane.topics.states import check_operator_reason
-from runlane.transport.topic_protocol import TopicTransport
+from runlane.types.errors import RunlaneError, configuration_error
+from runlane.types.ids import validate_optional_identifier
 from runlane.types.runs import Page
 
 

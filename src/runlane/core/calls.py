@@ -9,26 +9,26 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from runlane.core.context import Signal
-from runlane.core.definitions import TaskDef
 from runlane.core.delivery import DeliveryResult, execute_delivery
-from runlane.core.durations import Duration, parse_duration, parse_optional_duration
-from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.core.execution import AttemptRunner, LeaseSettings
-from runlane.core.ids import validate_identifier
-from runlane.core.lane_spec import LaneConnection
 from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL, Maintenance
 from runlane.core.observing import Observers
 from runlane.core.producing import Producer
 from runlane.core.publisher import Publisher
-from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.run_operations import QueueCounts
 from runlane.core.store import StoreScope
 from runlane.core.worker import WorkBell, Worker, WorkerMode
+from runlane.model.context import Signal
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.lane import LaneConnection
+from runlane.ports.transport import DeliveryMessage
 from runlane.topics.definitions import TopicDef
 from runlane.topics.records import PublishReceipt
-from runlane.transport.protocol import DeliveryMessage
+from runlane.types.durations import Duration, parse_duration, parse_optional_duration
+from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.ids import validate_identifier
 from runlane.types.runs import (
     QueueStats,
     QueueThroughput,

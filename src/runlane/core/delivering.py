@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runlane.core.context import Release, Signal
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.payloads import payload_for_handler
-from runlane.core.retry import RetryPolicy
 from runlane.core.store import StoreScope
-from runlane.core.transitions import Released, sanitize_exception
+from runlane.model.context import Release, Signal
+from runlane.model.payloads import payload_for_handler
+from runlane.model.transitions import Released, sanitize_exception
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
 from runlane.topics.definitions import SubscriptionDef
 from runlane.topics.messages import DeliveryContext, Message
@@ -28,7 +26,9 @@ from runlane.topics.outcomes import decide_delivery
 from runlane.topics.publishing import payload_owner
 from runlane.topics.runs import delivery_state, storage_transition
 from runlane.topics.states import expire_delivery_lease, settle_delivery
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import Transition
+from runlane.types.retry import RetryPolicy
 from runlane.types.runs import Run, RunFailure
 
 

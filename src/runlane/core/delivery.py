@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, cast
 
-from runlane.core.context import Signal
-from runlane.core.ids import could_be_run_id
-from runlane.transport.protocol import DeliveryMessage
+from runlane.model.context import Signal
+from runlane.ports.transport import DeliveryMessage
+from runlane.types.ids import could_be_run_id
 from runlane.types.runs import LEASED_STATUSES, Run
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from runlane.core.execution import AttemptRunner, LeaseSettings
     from runlane.core.store import StoreScope
-    from runlane.storage.protocol import StoresMessages
+    from runlane.ports.storage import StoresMessages
     from runlane.types.records import QueuePolicy
 
 

@@ -6,10 +6,9 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.queue_defs import QueueDef
 from runlane.core.store import StoreScope
-from runlane.transport.protocol import (
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.transport import (
     DeliveryMessage,
     PublishFailure,
     PublishOutcome,
@@ -18,6 +17,7 @@ from runlane.transport.protocol import (
     WakeupFailed,
     WakeupPublished,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.records import OutboxMessage, OutboxResult, QueuePolicy
 
 logger = logging.getLogger("runlane.dispatch")

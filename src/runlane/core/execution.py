@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import TransitionBatcher
-from runlane.core.context import Context, Release, Signal, SignalReason
 from runlane.core.delivering import (
     Ended,
     HandlerCall,
@@ -24,13 +23,10 @@ from runlane.core.delivering import (
     Subscriptions,
     settle_delivery_attempt,
 )
-from runlane.core.durations import Duration, parse_duration, parse_optional_duration
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
-from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from runlane.core.storable_text import storable, unstorable, unstorable_json
-from runlane.core.transitions import (
+from runlane.model.context import Context, Release, Signal, SignalReason
+from runlane.model.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
+from runlane.model.transitions import (
     AttemptOutcome,
     Failed,
     Released,
@@ -38,16 +34,20 @@ from runlane.core.transitions import (
     sanitize_exception,
     settle_attempt,
 )
-from runlane.core.transitions import project as project_run
+from runlane.model.transitions import project as project_run
+from runlane.types.durations import Duration, parse_duration, parse_optional_duration
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy, Transition
+from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.types.runs import Run, RunFailure, RunStatus
+from runlane.types.storable_text import storable, unstorable, unstorable_json
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from runlane.core.definitions import TaskDef
     from runlane.core.observing import Observers
     from runlane.core.store import StoreScope
+    from runlane.model.definitions import TaskDef
 
 logger = logging.getLogger("runlane.execution")
 

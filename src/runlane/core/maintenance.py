@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, Protocol
 
-from runlane.core.context import Signal
-from runlane.core.definitions import TaskDef
 from runlane.core.delivering import expire_delivery
 from runlane.core.dispatch import Dispatcher
 from runlane.core.observing import Observers
-from runlane.core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.core.schedule_service import ScheduleMaterializer
 from runlane.core.store import StoreScope
-from runlane.core.transitions import LeaseExpired, settle_attempt
-from runlane.storage.protocol import HandsOff
+from runlane.model.context import Signal
+from runlane.model.definitions import TaskDef
+from runlane.model.transitions import LeaseExpired, settle_attempt
+from runlane.ports.storage import HandsOff
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
+from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.types.runs import TERMINAL_STATUSES, RunStatus, TickReport
 
 logger = logging.getLogger("runlane.maintenance")

@@ -18,15 +18,15 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runlane.core.errors import configuration_error
-from runlane.core.transitions import project
+from runlane.model.transitions import project
+from runlane.types.errors import configuration_error
 from runlane.types.runs import Run, RunFailure, RunStatus, TickReport
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from runlane.core.definitions import TaskDef
-    from runlane.core.queue_defs import QueueDef
+    from runlane.model.definitions import TaskDef
+    from runlane.model.queue_defs import QueueDef
     from runlane.types.records import Transition
 
 logger = logging.getLogger("runlane.observers")

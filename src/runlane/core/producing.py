@@ -26,19 +26,19 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any, cast
 
-from runlane.core.carriers import validate_trace_carrier
-from runlane.core.clock import Clock, aware_utc
-from runlane.core.definitions import TaskDef
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
-from runlane.core.durations import Duration, parse_duration
-from runlane.core.errors import configuration_error
-from runlane.core.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.core.observing import Observers
-from runlane.core.payloads import prepare_payload
-from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
-from runlane.storage.protocol import StreamsRuns
+from runlane.model.definitions import TaskDef
+from runlane.model.payloads import prepare_payload
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.storage import StreamsRuns
+from runlane.types.carriers import validate_trace_carrier
+from runlane.types.clock import Clock, aware_utc
+from runlane.types.durations import Duration, parse_duration
+from runlane.types.errors import configuration_error
+from runlane.types.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.types.records import CreateOutcome, NewRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
@@ -91,7 +91,7 @@ class TriggerPlan:
     @property
     def plain(self) -> bool:
         """Whether the runs are bare rows: no idempotency or singleton key, no delivery
-        request (what :class:`~runlane.storage.protocol.StreamsRuns` takes)."""
+        request (what :class:`~runlane.ports.storage.StreamsRuns` takes)."""
         return (
             self.idempotency_key is None
             and self.singleton_key is None

@@ -28,13 +28,13 @@ from typing import Any
 
 from runlane.core.brokered import BrokeredTopics
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
-from runlane.core.ids import new_run_id
 from runlane.core.observing import Observers
 from runlane.core.store import StoreScope
 from runlane.topics.definitions import TopicDef
 from runlane.topics.publishing import ValidatedPublish, envelope_of, validate_publish
 from runlane.topics.records import PublishReceipt
 from runlane.topics.registration import TopicRegistry
+from runlane.types.ids import new_run_id
 from runlane.types.records import NewDelivery, NewMessage, PublishOutcome
 
 #: The most messages one shared write carries.

@@ -6,10 +6,10 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runlane.core.definitions import TaskDef
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.queue_defs import QueueDef
-from runlane.core.schedule_defs import ScheduleDef
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
+from runlane.model.schedule_defs import ScheduleDef
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
 
 #: An unknown task id's error names at most this many registered ids that look alike.

@@ -9,17 +9,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runlane.core.clock import aware_utc
-from runlane.core.definitions import TaskDef
-from runlane.core.durations import Duration, parse_duration
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.ids import could_be_run_id, validate_identifier
 from runlane.core.maintenance import prune_finished_runs
-from runlane.core.queue_defs import QueueDef
-from runlane.core.storable_text import unstorable
-from runlane.core.transitions import project, request_cancellation
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
+from runlane.model.transitions import project, request_cancellation
 from runlane.topics.runs import delivery_state
 from runlane.topics.states import RunsOperation, refuse_runs_operation
+from runlane.types.clock import aware_utc
+from runlane.types.durations import Duration, parse_duration
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.ids import could_be_run_id, validate_identifier
 from runlane.types.records import RunFilter
 from runlane.types.runs import (
     TERMINAL_STATUSES,
@@ -31,6 +30,7 @@ from runlane.types.runs import (
     RunSourceType,
     RunStatus,
 )
+from runlane.types.storable_text import unstorable
 
 if TYPE_CHECKING:
     from runlane.core.registry import Registry

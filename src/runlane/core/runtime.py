@@ -13,25 +13,17 @@ from typing import Any
 
 from runlane.core.brokered import BrokeredTopics, split_topics
 from runlane.core.calls import ExecutingCalls, OperatingCalls, ProducingCalls
-from runlane.core.clock import Clock, SystemClock
-from runlane.core.definitions import TaskDef
 from runlane.core.delivering import Subscriptions
 from runlane.core.dispatch import Dispatcher, check_transport_bindings
-from runlane.core.durations import Duration, parse_duration, parse_optional_duration
-from runlane.core.errors import configuration_error
 from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner
-from runlane.core.ids import new_token, validate_identifier
-from runlane.core.lane_spec import Lane, LaneConnection
 from runlane.core.maintenance import (
     Duty,
     Maintenance,
     standard_duties,
 )
 from runlane.core.observing import Observer, Observers
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.core.producing import Producer, RunWriter
 from runlane.core.publisher import Publisher
-from runlane.core.queue_defs import QueueDef
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
@@ -39,8 +31,16 @@ from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
 from runlane.core.topic_operations import DeadLetters, SubscriptionOperations
 from runlane.core.worker import WorkBell
+from runlane.model.definitions import TaskDef
+from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.lane import Lane, LaneConnection
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.registration import TopicRegistry, register_topics
+from runlane.types.clock import Clock, SystemClock
+from runlane.types.durations import Duration, parse_duration, parse_optional_duration
+from runlane.types.errors import configuration_error
+from runlane.types.ids import new_token, validate_identifier
 
 logger = logging.getLogger("runlane")
 

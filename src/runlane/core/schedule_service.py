@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.schedule_defs import ScheduleDef, occurrence_key
 from runlane.core.store import StoreScope
+from runlane.model.schedule_defs import ScheduleDef, occurrence_key
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import NewRun, ScheduleOccurrence, ScheduleState
 from runlane.types.runs import RunSource, RunSourceType
 
 if TYPE_CHECKING:
-    from runlane.core.definitions import TaskDef
     from runlane.core.observing import Observers
-    from runlane.core.queue_defs import QueueDef
+    from runlane.model.definitions import TaskDef
+    from runlane.model.queue_defs import QueueDef
 
 logger = logging.getLogger("runlane.schedules")
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from runlane.core.clock import Clock
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import Storage, StoresMessages
+from runlane.ports.storage import Storage, StoresMessages
+from runlane.types.clock import Clock
+from runlane.types.errors import ErrorCode, RunlaneError
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from runlane.core.definitions import TaskDef
+    from runlane.model.definitions import TaskDef
     from runlane.types.runs import Run
 
 T = TypeVar("T")

@@ -15,10 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runlane.core.brokered import BrokeredTopics, without_subscription
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.ids import could_be_run_id, validate_optional_identifier
 from runlane.core.store import StoreScope
-from runlane.core.transitions import project
+from runlane.model.transitions import project
 from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicDef
 from runlane.topics.messages import Message
 from runlane.topics.records import DeadLetter, SubscriptionStats
@@ -30,6 +28,8 @@ from runlane.topics.states import (
     discard_dead_letter,
     replay_dead_letter,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.ids import could_be_run_id, validate_optional_identifier
 from runlane.types.records import DeadLetterFilter, HaltedKey, StoredDeadLetter, StoredMessage
 from runlane.types.runs import Page, Run, RunStatus
 

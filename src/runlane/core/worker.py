@@ -16,14 +16,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.batching import ClaimRequest, TransitionBatcher
-from runlane.core.context import Signal, SignalReason
-from runlane.core.errors import RunlaneError, configuration_error
 from runlane.core.execution import LeaseSettings, OpenAttempt
 from runlane.core.maintenance import maintain_while_leading
-from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.transitions import Released
-from runlane.storage.protocol import HandsOff, Standby, WorkNotifier
+from runlane.model.context import Signal, SignalReason
+from runlane.model.transitions import Released
+from runlane.ports.storage import HandsOff, Standby, WorkNotifier
+from runlane.types.errors import RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
+from runlane.types.retry import DEFAULT_RETRY_POLICY
 from runlane.types.runs import Run
 
 if TYPE_CHECKING:

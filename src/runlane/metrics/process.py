@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, TickReport, __version__
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

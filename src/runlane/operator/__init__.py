@@ -6,7 +6,6 @@ presentation-neutral views. Surfaces call the runtime's public API
 never reach into storage.
 """
 
-from runlane.core.durations import parse_duration
 from runlane.operator.loading import APP_ENV_VAR, load_runtime
 from runlane.operator.views import (
     DEAD_LETTER_ROW_FIELDS,
@@ -26,6 +25,7 @@ from runlane.operator.views import (
     throughput_view,
     tick_report_view,
 )
+from runlane.types.durations import parse_duration
 
 __all__ = [
     "APP_ENV_VAR",

@@ -8,8 +8,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.core.runtime import Runlane
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: The environment variable surfaces read when no import path is given.
 APP_ENV_VAR = "RUNLANE_APP"

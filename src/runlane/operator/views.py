@@ -11,8 +11,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.payloads import UnreadablePayload
 from runlane.core.schedule_service import ScheduleInfo
+from runlane.model.payloads import UnreadablePayload
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
 from runlane.types.records import HaltedKey
 from runlane.types.runs import (

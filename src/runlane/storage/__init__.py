@@ -1,1 +1,4 @@
-"""Storage: the protocol core speaks to, and one package per driver."""
+"""Storage drivers: the shared SQL layer (sql/) and one package per dialect.
+
+Each implements :mod:`runlane.ports.storage`; none imports the engine.
+"""

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runlane.core.clock import ManualClock
 from runlane.core.runtime import Runlane
 from runlane.testing.assertions import ANY_PAYLOAD, all_triggered, assert_triggered
 from runlane.testing.draining import DEFAULT_DRAIN_LIMIT, drain
 from runlane.testing.rebinding import on_lane
+from runlane.types.clock import ManualClock
 from runlane.types.runs import Run
 
 

@@ -13,11 +13,11 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from runlane.core.definitions import TaskDef
-from runlane.core.errors import configuration_error
-from runlane.core.queue_defs import QueueDef
 from runlane.core.run_operations import MAX_PAGE_SIZE
 from runlane.core.runtime import Runlane
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
+from runlane.types.errors import configuration_error
 from runlane.types.runs import Run
 
 

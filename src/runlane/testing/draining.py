@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from runlane.core.clock import ManualClock
-from runlane.core.durations import Duration, parse_optional_duration
-from runlane.core.errors import configuration_error
-from runlane.core.queue_defs import QueueDef
 from runlane.core.run_operations import MAX_PAGE_SIZE
 from runlane.core.runtime import Runlane
+from runlane.model.queue_defs import QueueDef
+from runlane.types.clock import ManualClock
+from runlane.types.durations import Duration, parse_optional_duration
+from runlane.types.errors import configuration_error
 from runlane.types.runs import CLAIMABLE_STATUSES, Run
 
 #: ``drain`` stops after this many attempts unless told otherwise (guards endless releases).

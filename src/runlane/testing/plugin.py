@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from runlane.core.clock import ManualClock
-from runlane.core.definitions import TaskDef
-from runlane.core.errors import configuration_error
-from runlane.core.queue_defs import QueueDef
 from runlane.core.runtime import Runlane
 from runlane.lanes import sqlite_lane
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
 from runlane.operator.loading import APP_ENV_VAR, load_runtime
 from runlane.testing.rebinding import on_lane
+from runlane.types.clock import ManualClock
+from runlane.types.errors import configuration_error
 
 #: The ini option that names the app's runtime, as ``module:attribute``.
 APP_INI_OPTION = "runlane_app"

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from runlane.core.clock import Clock
-from runlane.core.errors import configuration_error
-from runlane.core.lane_spec import Lane
 from runlane.core.runtime import Runlane
+from runlane.ports.lane import Lane
+from runlane.types.clock import Clock
+from runlane.types.errors import configuration_error
 
 
 @contextmanager

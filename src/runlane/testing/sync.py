@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.definitions import TaskDef
-from runlane.core.durations import Duration
-from runlane.core.queue_defs import QueueDef
 from runlane.core.runtime import Runlane
+from runlane.model.definitions import TaskDef
+from runlane.model.queue_defs import QueueDef
 from runlane.testing import assertions, draining
 from runlane.testing.assertions import ANY_PAYLOAD
+from runlane.types.durations import Duration
 from runlane.types.runs import Run
 
 

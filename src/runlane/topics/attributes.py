@@ -13,14 +13,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.storable_text import unstorable
 from runlane.topics.constants import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     MAX_ATTRIBUTES,
     MAX_FILTER_ATTRIBUTES,
     MAX_FILTER_VALUES,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.storable_text import unstorable
 
 AttributeFilter = dict[str, tuple[str, ...]]
 """A normalised filter: attribute name → allowed values, in the order given."""

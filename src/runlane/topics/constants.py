@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runlane.core.retry import RetryPolicy
+from runlane.types.retry import RetryPolicy
 
 #: Retry policy of a subscription that names none: the work queue's defaults.
 DEFAULT_SUBSCRIPTION_RETRY = RetryPolicy(max_attempts=5, initial_delay="10s", max_delay="15m")

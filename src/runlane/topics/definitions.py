@@ -13,11 +13,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel
 
-from runlane.core.durations import Duration, parse_duration, parse_optional_duration
-from runlane.core.errors import configuration_error
-from runlane.core.ids import validate_identifier
-from runlane.core.queue_defs import QueueDef
-from runlane.core.retry import RetryPolicy
+from runlane.model.queue_defs import QueueDef
 from runlane.topics.attributes import (
     AttributeFilter,
     attribute_name_problem,
@@ -29,6 +25,10 @@ from runlane.topics.constants import (
     DEFAULT_SUBSCRIPTION_RETRY,
     MAX_DEDUPLICATION_WINDOW,
 )
+from runlane.types.durations import Duration, parse_duration, parse_optional_duration
+from runlane.types.errors import configuration_error
+from runlane.types.ids import validate_identifier
+from runlane.types.retry import RetryPolicy
 from runlane.types.runs import SubscriptionMode as SubscriptionMode
 
 KeyFunction = Callable[[Any], "str | None"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from runlane.core.context import Context, Signal
+from runlane.model.context import Context, Signal
 
 P = TypeVar("P")
 

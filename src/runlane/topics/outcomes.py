@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from runlane.core.context import Release
-from runlane.core.durations import Duration, parse_optional_duration
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.retry import RetryPolicy
-from runlane.core.storable_text import storable, unstorable
+from runlane.model.context import Release
 from runlane.topics.constants import MAX_DEAD_LETTER_REASON
+from runlane.types.durations import Duration, parse_optional_duration
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.retry import RetryPolicy
 from runlane.types.runs import RunFailure
+from runlane.types.storable_text import storable, unstorable
 
 
 class OutcomeKind(StrEnum):

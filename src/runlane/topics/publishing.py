@@ -16,19 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runlane.core.carriers import validate_trace_carrier
-from runlane.core.definitions import TaskDef
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.ids import new_run_id, validate_optional_identifier
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, prepare_payload
-from runlane.core.queue_defs import QueueDef
-from runlane.core.retry import DEFAULT_RETRY_POLICY
-from runlane.core.storable_text import unstorable
+from runlane.model.definitions import TaskDef
+from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES, prepare_payload
+from runlane.model.queue_defs import QueueDef
 from runlane.topics.attributes import validate_attributes
 from runlane.topics.constants import MAX_KEY_LENGTH
 from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicDef
 from runlane.topics.messages import Message
 from runlane.topics.registration import TopicRegistry
+from runlane.types.carriers import validate_trace_carrier
+from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.ids import new_run_id, validate_optional_identifier
+from runlane.types.retry import DEFAULT_RETRY_POLICY
+from runlane.types.storable_text import unstorable
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.queue_defs import QueueDef
+from runlane.model.queue_defs import QueueDef
 from runlane.topics.definitions import SubscriptionDef, TopicDef
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: An unknown topic or subscription name's error names at most this many look-alikes.
 MAX_SUGGESTIONS = 3

@@ -20,10 +20,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.ids import validate_optional_identifier
-from runlane.core.retry import RetryPolicy
-from runlane.core.storable_text import unstorable
 from runlane.topics.constants import MAX_OPERATOR_REASON
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import (
@@ -34,7 +30,11 @@ from runlane.topics.outcomes import (
     ReleaseFor,
     RetryAfter,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.ids import validate_optional_identifier
+from runlane.types.retry import RetryPolicy
 from runlane.types.runs import RunFailure
+from runlane.types.storable_text import unstorable
 
 
 class DeliveryStatus(StrEnum):

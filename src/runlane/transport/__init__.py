@@ -1,1 +1,5 @@
-"""Transports: wakeup delivery behind a small protocol; providers (sqs/) behind it."""
+"""Transports: the in-memory one and the AWS providers (sqs/, sns/).
+
+Each implements :mod:`runlane.ports.transport` or
+:mod:`runlane.ports.topic_transport`; none imports the engine.
+"""

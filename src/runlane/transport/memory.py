@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.queue_defs import QueueDef
-from runlane.transport.protocol import (
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.transport import (
     PublishOutcome,
     TransportCapabilities,
     WakeupAttempt,
     WakeupPublished,
 )
+from runlane.types.errors import ErrorCode, RunlaneError
 
 
 class MemoryTransport:

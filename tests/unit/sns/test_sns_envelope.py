@@ -10,9 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from runlane import ErrorCode, RunlaneError
+from runlane.ports.message_envelope import published_size
 from runlane.sns import create_sns_message_body, parse_sns_envelope, parse_sns_message_body
 from runlane.topics.messages import Message
-from runlane.transport.message_envelope import published_size
 
 PUBLISHED_AT = datetime(2026, 5, 1, 12, 30, 15, 250_000, tzinfo=UTC)
 

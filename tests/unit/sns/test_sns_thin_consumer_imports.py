@@ -80,4 +80,4 @@ def test_importing_runlane_sns_and_calling_the_handler_loads_no_database_driver(
         )
         for name in report["storage"]
     )
-    assert set(report["storage"]) <= {"runlane.storage", "runlane.storage.protocol"}
+    assert set(report["storage"]) <= {"runlane.storage", "runlane.ports.storage"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runlane import RetryPolicy
-from runlane.core.transitions import project
+from runlane.model.transitions import project
 from runlane.topics.outcomes import (
     Complete,
     DeadLetterWith,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runlane import ErrorCode, RetryPolicy, RunlaneError
-from runlane.core.context import Release
+from runlane.model.context import Release
 from runlane.topics.outcomes import (
     Complete,
     DeadLetterReason,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runlane import ErrorCode, RunlaneError, queue
-from runlane.core.queue_defs import QueueDef
+from runlane.model.queue_defs import QueueDef
 from runlane.topics.definitions import subscription, topic
 from runlane.topics.registration import TopicRegistry, register_topics
 

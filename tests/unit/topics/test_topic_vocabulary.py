@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from runlane import RetryPolicy
-from runlane.core.context import Context, Signal
-from runlane.core.errors import ErrorCode
+from runlane.model.context import Context, Signal
 from runlane.topics import constants
 from runlane.topics.messages import DeliveryContext, Message
 from runlane.topics.outcomes import DeadLetterReason, OutcomeKind
+from runlane.types.errors import ErrorCode
 
 
 def test_the_constants_have_the_contract_values() -> None:

@@ -35,14 +35,14 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from runlane.core.capacity import has_capacity
+from runlane.model.capacity import has_capacity
+from runlane.ports.storage import QueuePolicy
 from runlane.storage.postgres.sessions import (
     AsyncSession,
     DriverConnection,
     Queries,
     column_names,
 )
-from runlane.storage.protocol import QueuePolicy
 from runlane.storage.sql.claiming import claim_order, split_by_capacity
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
 from runlane.types.runs import Run

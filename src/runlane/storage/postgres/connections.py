@@ -16,8 +16,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.sessions import DriverConnection, load_json_as_text
+from runlane.types.errors import ErrorCode, RunlaneError
 
 Connection = DriverConnection
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import psycopg
 
-from runlane.core.capacity import owner_holds
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.model.capacity import owner_holds
+from runlane.ports.storage import CreateOutcome, NewRun
 from runlane.storage.postgres.params import CreationBatch, copy_text, plain_runs
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.protocol import CreateOutcome, NewRun
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.rows import run_from_row
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.runs import Run
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg
 
-from runlane.core.clock import to_micros
+from runlane.ports.storage import OutboxResult, QueuePolicy
 from runlane.storage.postgres.sessions import AsyncSession, Queries
-from runlane.storage.protocol import OutboxResult, QueuePolicy
 from runlane.storage.sql.encoding import dumps
 from runlane.storage.sql.reservations import reserve
+from runlane.types.clock import to_micros
 
 
 async def request_due_deliveries(

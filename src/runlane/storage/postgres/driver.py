@@ -24,9 +24,21 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from runlane.core.clock import from_micros, to_micros
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.ids import new_token
+from runlane.ports.storage import (
+    CreateOutcome,
+    LeaseRequest,
+    NewMessage,
+    NewRun,
+    OutboxMessage,
+    OutboxResult,
+    PublishOutcome,
+    QueuePolicy,
+    RunFilter,
+    ScheduleOccurrence,
+    Standby,
+    StorageCapabilities,
+    Transition,
+)
 from runlane.storage.postgres import (
     claims,
     creation,
@@ -62,21 +74,6 @@ from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, caller_session
 from runlane.storage.postgres.standby import Offer
 from runlane.storage.postgres.transitions import transition_params, transition_rounds
-from runlane.storage.protocol import (
-    CreateOutcome,
-    LeaseRequest,
-    NewMessage,
-    NewRun,
-    OutboxMessage,
-    OutboxResult,
-    PublishOutcome,
-    QueuePolicy,
-    RunFilter,
-    ScheduleOccurrence,
-    Standby,
-    StorageCapabilities,
-    Transition,
-)
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
@@ -88,6 +85,9 @@ from runlane.storage.sql.rows import (
     runs_from_rows,
 )
 from runlane.storage.sql.schedules import seen_params
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.ids import new_token
 from runlane.types.runs import Lease, Page, Run, RunEvent, RunStatus
 
 T = TypeVar("T")

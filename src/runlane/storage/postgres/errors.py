@@ -17,7 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError
 
 #: SQLSTATEs that mean "the same transaction may succeed if tried again".
 CONFLICT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runlane.storage.protocol import RunFilter
+from runlane.ports.storage import RunFilter
 
 
 def list_params(

@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from runlane.core.clock import from_micros, to_micros
-from runlane.core.ids import new_token
-from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.ports.storage import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.ids import new_token
 from runlane.types.runs import Lease, Run, RunSource, RunStatus
 from runlane.types.slot_init import slot_init
 

@@ -15,16 +15,15 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
-from runlane.core.clock import to_micros
-from runlane.storage.postgres.params import WORK_CHANNEL
-from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     NewDelivery,
     NewMessage,
     OutboxMessage,
     PublishOutcome,
     StoredMessage,
 )
+from runlane.storage.postgres.params import WORK_CHANNEL
+from runlane.storage.postgres.sessions import Queries, Session
 from runlane.storage.sql.batches import taken_run_id
 from runlane.storage.sql.claiming import key_lock_name
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
@@ -39,6 +38,7 @@ from runlane.storage.sql.messages import (
     stored_message,
 )
 from runlane.storage.sql.rows import runs_from_rows
+from runlane.types.clock import to_micros
 from runlane.types.runs import Run
 
 

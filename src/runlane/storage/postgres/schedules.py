@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runlane.ports.storage import ScheduleOccurrence
 from runlane.storage.postgres.creation import create_keyed_run
 from runlane.storage.postgres.params import creation_batch
 from runlane.storage.postgres.sessions import Queries, Session
-from runlane.storage.protocol import ScheduleOccurrence
 from runlane.storage.sql.schedules import occurrence_scope
 from runlane.types.runs import Run
 

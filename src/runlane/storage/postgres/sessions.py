@@ -19,8 +19,8 @@ from psycopg.pq.abc import PGresult
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.string import TextLoader
 
-from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.bare import BareStatement, execute_bare
+from runlane.types.errors import ErrorCode, RunlaneError
 
 Params = Mapping[str, Any]
 #: Named statements of the driver, ``{schema}`` filled in.

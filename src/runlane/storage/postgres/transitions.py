@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.storage.protocol import Transition
+from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from runlane.core.clock import to_micros
-from runlane.core.errors import ErrorCode, RunlaneError
 from runlane.storage.postgres.errors import missing_schema
 from runlane.storage.sql.queryfiles import load_migrations
+from runlane.types.clock import to_micros
+from runlane.types.errors import ErrorCode, RunlaneError
 
 Migration = tuple[int, str, str]
 

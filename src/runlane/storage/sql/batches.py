@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import NewMessage, NewRun
+from runlane.ports.storage import NewMessage, NewRun
+from runlane.types.errors import ErrorCode, RunlaneError
 
 
 def check_distinct_ids(runs: Sequence[NewRun]) -> None:

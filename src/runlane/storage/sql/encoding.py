@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
-from runlane.core.clock import to_micros
-from runlane.core.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload, compact_encoder
+from runlane.model.payloads import MAX_PAYLOAD_DEPTH, UnreadablePayload, compact_encoder
+from runlane.types.clock import to_micros
 
 #: Sequence number of the ``run.delivery_requested`` event of a run created with one.
 DELIVERY_REQUEST_SEQUENCE = 2

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runlane.core.clock import to_micros
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     DeadLetterFilter,
     HaltedKey,
     QueuePolicy,
@@ -30,6 +29,7 @@ from runlane.storage.sql.messages import (
 )
 from runlane.storage.sql.rows import run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
+from runlane.types.clock import to_micros
 from runlane.types.runs import Page, QueueStats, Run, RunStatus
 
 

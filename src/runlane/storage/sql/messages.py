@@ -11,9 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runlane.core.clock import from_micros, to_micros
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     HaltedKey,
     NewDelivery,
     NewMessage,
@@ -25,6 +23,8 @@ from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps, load_
 from runlane.storage.sql.encoding import load_payload as load_payload
 from runlane.storage.sql.rows import Row, run_from_row
 from runlane.topics.publishing import check_envelope_reuse
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus, SubscriptionMode
 
 #: The message columns a dead-letter row carries beside the run's, by their aliases.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from runlane.core.capacity import Partition, admit_within_capacity, reservation_deadline
-from runlane.storage.protocol import QueuePolicy
+from runlane.model.capacity import Partition, admit_within_capacity, reservation_deadline
+from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.rows import Row
 
 

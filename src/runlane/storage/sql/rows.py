@@ -13,9 +13,9 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from runlane.core.clock import from_micros
-from runlane.storage.protocol import OutboxMessage, ScheduleState
+from runlane.ports.storage import OutboxMessage, ScheduleState
 from runlane.storage.sql.encoding import load_carrier, load_json, load_payload
+from runlane.types.clock import from_micros
 from runlane.types.runs import (
     Lease,
     Page,

@@ -1,6 +1,6 @@
 """Parameters of the schedule statements, the same on every dialect.
 
-Which slots are due and the key each gets are core's (``runlane.core.schedule_defs``);
+Which slots are due and the key each gets are core's (``runlane.model.schedule_defs``);
 a driver only claims the occurrences it is handed, so all it shares is these names.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.clock import to_micros
+from runlane.types.clock import to_micros
 from runlane.types.records import ScheduleOccurrence
 
 

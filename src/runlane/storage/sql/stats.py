@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from runlane.core.clock import from_micros
-from runlane.storage.protocol import QueuePolicy
+from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.rows import Row
+from runlane.types.clock import from_micros
 from runlane.types.runs import QueueStats, RunStatus
 
 #: One ``queue_stats`` row: queue, concurrency key, status, count, occupying, due,

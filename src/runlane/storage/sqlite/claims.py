@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.capacity import has_capacity
-from runlane.storage.protocol import QueuePolicy
+from runlane.model.capacity import has_capacity
+from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.claiming import split_by_capacity
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.queries import QUERIES

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError
 
 T = TypeVar("T")
 

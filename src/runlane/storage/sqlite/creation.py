@@ -12,11 +12,8 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
-from runlane.core.capacity import owner_holds
-from runlane.core.clock import from_micros, to_micros
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.ids import new_token
-from runlane.storage.protocol import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.model.capacity import owner_holds
+from runlane.ports.storage import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.connections import SqliteConnection
@@ -30,6 +27,9 @@ from runlane.storage.sqlite.params import (
     same_shape,
 )
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.ids import new_token
 from runlane.types.runs import Run
 
 #: Stretches of at least this many same-shaped runs go in as one JSON array; fewer

@@ -13,13 +13,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.core.clock import from_micros
-from runlane.storage.protocol import OutboxMessage, OutboxResult, QueuePolicy
+from runlane.ports.storage import OutboxMessage, OutboxResult, QueuePolicy
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.reservations import reserve
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.clock import from_micros
 from runlane.types.runs import Run
 
 

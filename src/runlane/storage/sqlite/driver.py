@@ -18,9 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runlane.core.clock import to_micros
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     CreateOutcome,
     LeaseRequest,
     NewMessage,
@@ -56,6 +54,8 @@ from runlane.storage.sqlite.params import lease_params
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.storage.sqlite.transitions import apply_transitions
 from runlane.storage.sqlite.versioning import apply_migrations_for
+from runlane.types.clock import to_micros
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 SQLITE_CAPABILITIES = StorageCapabilities(

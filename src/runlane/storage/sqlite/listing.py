@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runlane.storage.protocol import RunFilter
+from runlane.ports.storage import RunFilter
 
 
 def list_params(

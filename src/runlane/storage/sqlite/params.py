@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runlane.core.clock import from_micros, to_micros
-from runlane.core.ids import new_token
-from runlane.storage.protocol import LeaseRequest, NewRun
+from runlane.ports.storage import LeaseRequest, NewRun
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.ids import new_token
 from runlane.types.runs import Run, RunEventType, RunStatus
 
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runlane.core.clock import to_micros
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.clock import to_micros
 from runlane.types.runs import RunStatus
 
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runlane.core.clock import to_micros
-from runlane.storage.protocol import NewMessage, OutboxMessage, PublishOutcome, StoredMessage
+from runlane.ports.storage import NewMessage, OutboxMessage, PublishOutcome, StoredMessage
 from runlane.storage.sql.batches import check_distinct_delivery_ids, taken_run_id
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps, micros_or_none
 from runlane.storage.sql.messages import (
@@ -34,6 +33,7 @@ from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import delivery_event
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.clock import to_micros
 from runlane.types.runs import Run
 
 _SAVEPOINT = "runlane_publish"

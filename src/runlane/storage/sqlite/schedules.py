@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from runlane.storage.protocol import ScheduleOccurrence
+from runlane.ports.storage import ScheduleOccurrence
 from runlane.storage.sql.schedules import occurrence_scope, seen_params
 from runlane.storage.sqlite.creation import create_run
 from runlane.storage.sqlite.queries import QUERIES

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runlane.storage.protocol import Transition
+from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import NUMBERED

@@ -31,7 +31,13 @@ from runlane import (
 )
 from runlane.core.delivery import DeliveryOutcome
 from runlane.operator import tick_report_view
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
+from runlane.ports.transport import (
+    PublishFailure,
+    PublishOutcome,
+    WakeupAttempt,
+    WakeupFailed,
+)
 from runlane.testing.conformance.storage.support import (
     MAIN,
     OTHER,
@@ -41,12 +47,6 @@ from runlane.testing.conformance.storage.support import (
     make_transport_runtime,
 )
 from runlane.transport.memory import MemoryTransport
-from runlane.transport.protocol import (
-    PublishFailure,
-    PublishOutcome,
-    WakeupAttempt,
-    WakeupFailed,
-)
 from runlane.types.runs import RunSourceType
 
 
@@ -246,7 +246,7 @@ async def test_one_poison_attempt_among_good_ones_in_a_worker_fails_alone(
 async def test_an_oversized_trace_carrier_is_refused_at_trigger_and_stores_nothing(
     make_runtime: Factory,
 ) -> None:
-    from runlane.core.carriers import MAX_TRACE_CARRIER_BYTES
+    from runlane.types.carriers import MAX_TRACE_CARRIER_BYTES
 
     @task("traced")
     async def traced(payload: Any, ctx: Context) -> None:

@@ -30,9 +30,9 @@ from runlane import (
     task,
 )
 from runlane.core.execution import MAX_TRACEBACK_CHARS
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
+from runlane.ports.transport import DeliveryMessage
 from runlane.testing.conformance.storage.support import Factory, make_runtime
-from runlane.transport.protocol import DeliveryMessage
 
 #: Set by the recording observer around each attempt; tasks read it.
 _AROUND: contextvars.ContextVar[str | None] = contextvars.ContextVar("around", default=None)

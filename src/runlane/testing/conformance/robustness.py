@@ -32,11 +32,11 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.core.payloads import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from runlane.core.producing import TRIGGER_BATCH_SIZE
+from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from runlane.ports.transport import DeliveryMessage
 from runlane.testing import drain
 from runlane.testing.conformance.storage.support import MAIN, OTHER, make_runtime
-from runlane.transport.protocol import DeliveryMessage
 
 Factory = Callable[..., Awaitable[Runlane]]
 #: Bounded fuzzing: enough to find an escaping exception, cheap enough for every run.

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.ports.message_envelope import parse_sns_envelope
+from runlane.ports.topic_transport import TopicPublished, TopicTransport
 from runlane.topics.definitions import SubscriptionDef, TopicDef, subscription, topic
-from runlane.transport.message_envelope import parse_sns_envelope
-from runlane.transport.topic_protocol import TopicPublished, TopicTransport
+from runlane.types.errors import ErrorCode, RunlaneError
 
 TopicTransportFactory = Callable[[Sequence[TopicDef], Sequence[SubscriptionDef]], TopicTransport]
 DeliveredBodies = Callable[[SubscriptionDef], Awaitable[list[str]]]

@@ -41,7 +41,7 @@ from runlane import (
     topic,
 )
 from runlane.core.delivering import Ended, settle_delivery_attempt
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.testing.conformance.storage.support import MAIN, OTHER, Factory, make_runtime
 
 Handler = Callable[[Message[Any], DeliveryContext], Awaitable[Any]]

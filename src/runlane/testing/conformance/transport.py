@@ -26,10 +26,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runlane.core.errors import ErrorCode, RunlaneError
-from runlane.core.queue_defs import QueueDef, queue
-from runlane.transport.envelope import parse_wakeup_body
-from runlane.transport.protocol import (
+from runlane.model.queue_defs import QueueDef, queue
+from runlane.ports.transport import (
     DeliveryMessage,
     Transport,
     TransportCapabilities,
@@ -37,6 +35,8 @@ from runlane.transport.protocol import (
     WakeupFailed,
     WakeupPublished,
 )
+from runlane.ports.wakeup_envelope import parse_wakeup_body
+from runlane.types.errors import ErrorCode, RunlaneError
 
 
 @dataclass(frozen=True, slots=True)

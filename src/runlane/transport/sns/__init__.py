@@ -17,12 +17,13 @@ How a runtime uses it (``lane.topic_transport`` is an :class:`SnsTransport`):
 - ``rl.subscriptions`` of a brokered subscription: ``subscription_counts``.
 """
 
-from runlane.transport.message_envelope import (
+from runlane.ports.message_envelope import (
     SnsEnvelope,
     create_sns_message_body,
     parse_sns_envelope,
     parse_sns_message_body,
 )
+from runlane.ports.topic_transport import TopicPublished, TopicTransport
 from runlane.transport.sns.bindings import (
     SnsSubscriptionBinding,
     SnsTopicBinding,
@@ -38,7 +39,6 @@ from runlane.transport.sns.transport import (
     SnsTransport,
     sns_transport,
 )
-from runlane.transport.topic_protocol import TopicPublished, TopicTransport
 
 __all__ = [
     "SnsDeadLetter",

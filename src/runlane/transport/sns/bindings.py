@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from runlane.core.errors import configuration_error
 from runlane.topics.attributes import attribute_name_problem
 from runlane.topics.constants import SQS_MAX_VISIBILITY_S
 from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicDef
 from runlane.transport.sqs.bindings import FIFO_SUFFIX, validate_queue_url
+from runlane.types.errors import configuration_error
 
 #: ``arn:<partition>:sns:<region>:<account>:<name>``; a name is 1-256 letters, digits,
 #: ``-`` or ``_`` (a FIFO topic's ends in ``.fifo``, counted in the 256).

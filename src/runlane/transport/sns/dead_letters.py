@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.ids import validate_optional_identifier
+from runlane.ports.message_envelope import parse_sns_envelope
 from runlane.topics.constants import DLQ_SCAN_LIMIT
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.messages import Message
 from runlane.topics.outcomes import DeadLetterReason, dead_letter_reason
 from runlane.topics.states import check_operator_reason
-from runlane.transport.message_envelope import parse_sns_envelope
 from runlane.transport.sns.bindings import SnsSubscriptionBinding
 from runlane.transport.sqs.provider import BlockingCalls, is_provider_error, provider_call_error
 from runlane.transport.sqs.transport import provider_safe_id
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.ids import validate_optional_identifier
 from runlane.types.runs import RunFailure
 
 #: Attribute names of a dead-letter copy (5.11.4 step 6) and of a replayed message (5.11.5).

@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runlane.core.context import Signal, SignalReason
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.transitions import sanitize_exception
+from runlane.model.context import Signal, SignalReason
+from runlane.model.transitions import sanitize_exception
+from runlane.ports.message_envelope import SnsEnvelope, parse_sns_envelope
 from runlane.topics.constants import RECEIVE_GUARD_EXTRA_ATTEMPTS, SQS_MAX_VISIBILITY_S
 from runlane.topics.definitions import SubscriptionDef, SubscriptionMode
 from runlane.topics.messages import DeliveryContext, Message
@@ -38,7 +38,6 @@ from runlane.topics.outcomes import (
     RetryAfter,
     decide_delivery,
 )
-from runlane.transport.message_envelope import SnsEnvelope, parse_sns_envelope
 from runlane.transport.sns.bindings import SnsSubscriptionBinding
 from runlane.transport.sns.dead_letters import (
     REPLAY_ATTRIBUTE,
@@ -49,6 +48,7 @@ from runlane.transport.sns.dead_letters import (
 from runlane.transport.sqs.lambda_handler import LambdaDeadline, lambda_event_loop
 from runlane.transport.sqs.provider import BlockingCalls, is_provider_error, provider_call_error
 from runlane.transport.sqs.transport import provider_safe_id
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 logger = logging.getLogger("runlane.sns")
 

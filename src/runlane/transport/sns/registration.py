@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from runlane.core.errors import configuration_error
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.transport.sns.bindings import check_mode_against_topic, check_subscription_rules
+from runlane.types.errors import configuration_error
 
 if TYPE_CHECKING:  # the transport calls this module (check_registration)
     from runlane.transport.sns.transport import SnsTransport

@@ -13,17 +13,16 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.storable_text import unstorable
-from runlane.topics.constants import MAX_ENVELOPE_BYTES
-from runlane.topics.definitions import SubscriptionDef, TopicDef
-from runlane.topics.publishing import ValidatedPublish, validate_publish
-from runlane.topics.registration import TopicRegistry
-from runlane.transport.message_envelope import (
+from runlane.ports.message_envelope import (
     ATTRIBUTE_DATA_TYPE,
     envelope_text,
     published_size,
 )
+from runlane.ports.topic_transport import BrokeredCounts, TopicPublished
+from runlane.topics.constants import MAX_ENVELOPE_BYTES
+from runlane.topics.definitions import SubscriptionDef, TopicDef
+from runlane.topics.publishing import ValidatedPublish, validate_publish
+from runlane.topics.registration import TopicRegistry
 from runlane.transport.sns.bindings import (
     SnsSubscriptionBinding,
     SnsTopicBinding,
@@ -39,7 +38,8 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
 )
 from runlane.transport.sqs.transport import provider_safe_id
-from runlane.transport.topic_protocol import BrokeredCounts, TopicPublished
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.storable_text import unstorable
 
 #: A subscription's approximate numbers, read from SQS queue attributes (5.11.7):
 #: ``ApproximateNumberOfMessages`` (waiting) and ``ApproximateNumberOfMessagesNotVisible``

@@ -3,8 +3,8 @@
 Public names are re-exported by :mod:`runlane.sqs`; import them from there.
 """
 
-from runlane.transport.envelope import create_wakeup_body as create_sqs_wakeup_body
-from runlane.transport.envelope import parse_wakeup_body as parse_sqs_wakeup_body
+from runlane.ports.wakeup_envelope import create_wakeup_body as create_sqs_wakeup_body
+from runlane.ports.wakeup_envelope import parse_wakeup_body as parse_sqs_wakeup_body
 from runlane.transport.sqs.bindings import (
     SqsFifo,
     SqsFifoDeduplication,

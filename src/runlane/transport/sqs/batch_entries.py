@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from runlane.core.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError
 
 #: SQS accepts at most this many entries per batch request (send, delete, receive).
 SQS_MAX_BATCH_ENTRIES = 10

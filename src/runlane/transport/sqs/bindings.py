@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from runlane.core.errors import configuration_error
-from runlane.core.queue_defs import QueueDef
+from runlane.model.queue_defs import QueueDef
+from runlane.types.errors import configuration_error
 
 #: SQS queue names: 1-80 characters of letters, digits, ``-`` and ``_`` (``.fifo`` counts).
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}(\.fifo)?$|^[A-Za-z0-9_-]{1,80}$")

@@ -14,9 +14,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from runlane.core.context import Signal, SignalReason
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.transport.protocol import DeliveryMessage
+from runlane.model.context import Signal, SignalReason
+from runlane.ports.transport import DeliveryMessage
 from runlane.transport.sqs.batch_entries import SQS_MAX_BATCH_ENTRIES, match_batch_entries
 from runlane.transport.sqs.bindings import FIFO_SUFFIX, validate_queue_url
 from runlane.transport.sqs.delivery import (
@@ -38,6 +37,7 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
     response_request_id,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: Messages per ``ReceiveMessage`` (SQS allows 1-10).
 DEFAULT_MAX_NUMBER_OF_MESSAGES = SQS_MAX_BATCH_ENTRIES

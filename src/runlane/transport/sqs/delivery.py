@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from runlane.core.context import Signal
-from runlane.core.durations import parse_duration
-from runlane.core.errors import configuration_error
-from runlane.transport.envelope import parse_wakeup_body
-from runlane.transport.protocol import DeliveryMessage
+from runlane.model.context import Signal
+from runlane.ports.transport import DeliveryMessage
+from runlane.ports.wakeup_envelope import parse_wakeup_body
+from runlane.types.durations import parse_duration
+from runlane.types.errors import configuration_error
 
 logger = logging.getLogger("runlane.sqs")
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.transport.sqs.delivery import (
     ExecuteDelivery,
     OnDeliveryFailure,
@@ -27,6 +26,7 @@ from runlane.transport.sqs.delivery import (
     validate_callbacks,
     validate_delivery_options,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: Stop starting records when less than this much invocation time is left...
 LAMBDA_DEADLINE_MIN_MARGIN_MS = 2_000

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 try:
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError

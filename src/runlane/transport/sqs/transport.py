@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.errors import ErrorCode, RunlaneError, configuration_error
-from runlane.core.queue_defs import QueueDef
-from runlane.transport.envelope import create_wakeup_body
-from runlane.transport.protocol import (
+from runlane.model.queue_defs import QueueDef
+from runlane.ports.transport import (
     PublishFailure,
     PublishOutcome,
     TransportCapabilities,
@@ -22,6 +20,7 @@ from runlane.transport.protocol import (
     WakeupFailed,
     WakeupPublished,
 )
+from runlane.ports.wakeup_envelope import create_wakeup_body
 from runlane.transport.sqs.batch_entries import (
     SQS_MAX_BATCH_ENTRIES,
     BatchEntryResult,
@@ -43,6 +42,7 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
     response_request_id,
 )
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: Default number of wakeups per ``SendMessageBatch`` request (the SQS maximum).
 DEFAULT_BATCH_SIZE = SQS_MAX_BATCH_ENTRIES

@@ -21,7 +21,7 @@ from runlane import (
     WorkerMode,
     task,
 )
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.testing.conformance.storage.support import (
     Factory,
     _event_types,

@@ -19,7 +19,7 @@ from runlane import (
     queue,
     task,
 )
-from runlane.storage.protocol import LeaseRequest
+from runlane.ports.storage import LeaseRequest
 from runlane.testing.conformance.storage.support import (
     MAIN,
     Factory,

@@ -28,8 +28,8 @@ from runlane import (
     topic,
 )
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.core.transitions import request_cancellation
-from runlane.storage.protocol import (
+from runlane.model.transitions import request_cancellation
+from runlane.ports.storage import (
     LeaseRequest,
     NewEvent,
     NewMessage,
@@ -41,12 +41,12 @@ from runlane.storage.protocol import (
     StoresMessages,
     Transition,
 )
+from runlane.ports.transport import DeliveryMessage
 from runlane.testing.conformance.storage.methods import NOW, storage
 from runlane.testing.conformance.storage.support import TransportFactory, make_transport_runtime
 from runlane.testing.conformance.storage.topics import delivery, message
 from runlane.topics.claiming import claim_batch, claimable_deliveries
 from runlane.topics.states import DeliveryState, DeliveryStatus
-from runlane.transport.protocol import DeliveryMessage
 from runlane.types.runs import Run, RunEventType, RunFailure, SubscriptionMode
 
 __all__ = [

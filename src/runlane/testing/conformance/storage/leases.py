@@ -19,7 +19,7 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import IgnoredReason
-from runlane.storage.protocol import LeaseRequest, QueuePolicy
+from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.testing.conformance.storage.support import (
     Factory,
     _all_runs,
@@ -93,7 +93,7 @@ async def test_a_worker_that_lost_its_lease_cannot_write_an_outcome(make_runtime
     clock.advance("5m")
     fresh = await rl.execute_next()
     assert fresh is not None and fresh.status is RunStatus.SUCCEEDED
-    from runlane.core.transitions import Succeeded, settle_attempt
+    from runlane.model.transitions import Succeeded, settle_attempt
 
     late = settle_attempt(stale, Succeeded("late"), record.retry, clock.now())
     assert await rl.storage.apply_transitions(rl.environment, [late], clock.now()) == [False]

@@ -1,7 +1,7 @@
 """Each storage method called directly, at its edges.
 
 The other modules test behaviour through the runtime; these call one
-:class:`~runlane.storage.protocol.Storage` method at a time, with rows made by a
+:class:`~runlane.ports.storage.Storage` method at a time, with rows made by a
 small factory, so a driver that breaks fails a test named after the method.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runlane import ErrorCode, Lane, RunlaneError, RunStatus
-from runlane.storage.protocol import (
+from runlane.ports.storage import (
     LeaseRequest,
     NewEvent,
     NewRun,

@@ -22,7 +22,7 @@ from runlane import (
     task,
 )
 from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.storage.protocol import LeaseRequest
+from runlane.ports.storage import LeaseRequest
 from runlane.testing.conformance.storage.support import (
     MAIN,
     OTHER,

@@ -10,7 +10,7 @@ from runlane import (
     Runlane,
     RunStatus,
 )
-from runlane.storage.protocol import LeaseRequest, SettlesAndClaims
+from runlane.ports.storage import LeaseRequest, SettlesAndClaims
 from runlane.testing.conformance.storage.capacity import SERIAL, _claim
 from runlane.testing.conformance.storage.support import (
     MAIN,
@@ -30,7 +30,7 @@ def _settles_and_claims(rl: Runlane) -> SettlesAndClaims:
 async def test_settling_and_claiming_in_one_write_stores_both_with_their_history(
     make_runtime: Factory,
 ) -> None:
-    from runlane.core.transitions import Succeeded, settle_attempt
+    from runlane.model.transitions import Succeeded, settle_attempt
 
     _, record = _recorder()
     rl = await make_runtime([record])
@@ -62,7 +62,7 @@ async def test_settling_and_claiming_in_one_write_stores_both_with_their_history
 
 
 async def test_a_claim_made_with_settles_sees_what_they_wrote(make_runtime: Factory) -> None:
-    from runlane.core.transitions import Released, Succeeded, settle_attempt
+    from runlane.model.transitions import Released, Succeeded, settle_attempt
 
     _, record = _recorder()
     rl = await make_runtime([record], queues=[MAIN, SERIAL])
@@ -93,7 +93,7 @@ async def test_a_claim_made_with_settles_sees_what_they_wrote(make_runtime: Fact
 async def test_a_stale_settle_fails_alone_and_the_claim_still_happens(
     make_runtime: Factory,
 ) -> None:
-    from runlane.core.transitions import Succeeded, settle_attempt
+    from runlane.model.transitions import Succeeded, settle_attempt
 
     _, record = _recorder()
     rl = await make_runtime([record])

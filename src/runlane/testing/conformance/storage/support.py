@@ -17,8 +17,8 @@ from runlane import (
     queue,
     task,
 )
+from runlane.ports.transport import DeliveryMessage
 from runlane.transport.memory import MemoryTransport
-from runlane.transport.protocol import DeliveryMessage
 from runlane.types.runs import Run
 
 MAIN = queue("main", default=True)

@@ -1,5 +1,5 @@
 """Topics at the storage boundary (contract 5.12): each method of
-:class:`~runlane.storage.protocol.StoresMessages` called directly, and the
+:class:`~runlane.ports.storage.StoresMessages` called directly, and the
 delivery transitions (dead letter, replay, discard) through ``apply_transitions``.
 
 Claims per subscription mode are not here: the key rules of claiming are tested
@@ -16,8 +16,8 @@ from typing import Any, cast
 import pytest
 
 from runlane import ErrorCode, RunlaneError, RunStatus
-from runlane.core.transitions import project
-from runlane.storage.protocol import (
+from runlane.model.transitions import project
+from runlane.ports.storage import (
     DeadLetterFilter,
     NewDelivery,
     NewEvent,

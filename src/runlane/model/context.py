@@ -1,0 +1,167 @@
+"""What a task sees while it runs: :class:`Context`, its stop :class:`Signal`, and releases."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from runlane.types.durations import Duration, parse_duration
+
+
+class SignalReason(StrEnum):
+    """Why a running task is asked to stop."""
+
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+    TIMEOUT = "timeout"
+    SHUTDOWN = "shutdown"
+
+
+class Signal:
+    """A one-shot stop signal, usable from async code and from sync code in threads.
+
+    ``is_set()`` polls it; ``await wait()`` blocks until it is set; ``reason``
+    says why. The first reason wins.
+    """
+
+    def __init__(self) -> None:
+        self._reason: SignalReason | None = None
+        # Created on first use: most signals are never waited on from a thread.
+        self._thread_event: threading.Event | None = None
+        self._loop_events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        # Callback -> times added, in order of first addition: a worker's stop signal
+        # gains and loses one callback per attempt, so removal must not scan a list.
+        self._callbacks: dict[Callable[[SignalReason], None], int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def reason(self) -> SignalReason | None:
+        """Why the signal was set, or ``None`` while it is not."""
+        return self._reason
+
+    def is_set(self) -> bool:
+        """Whether the task has been asked to stop."""
+        return self._reason is not None
+
+    def set(self, reason: SignalReason) -> None:
+        """Ask the task to stop (first reason wins)."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+            waiters, self._loop_events = self._loop_events, []
+            callbacks, self._callbacks = self._callbacks, {}
+        if self._thread_event is not None:
+            self._thread_event.set()
+        for loop, event in waiters:
+            if loop.is_closed():
+                continue
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+        for callback, times in callbacks.items():
+            for _ in range(times):
+                callback(reason)
+
+    def add_callback(self, callback: Callable[[SignalReason], None]) -> None:
+        """Call ``callback(reason)`` when the signal is set (at once if it already is)."""
+        with self._lock:
+            if self._reason is None:
+                self._callbacks[callback] = self._callbacks.get(callback, 0) + 1
+                return
+            reason = self._reason
+        callback(reason)
+
+    def remove_callback(self, callback: Callable[[SignalReason], None]) -> None:
+        """Forget a callback added with :meth:`add_callback` (no error if it is gone)."""
+        with self._lock:
+            times = self._callbacks.get(callback, 0)
+            if times > 1:
+                self._callbacks[callback] = times - 1
+            elif times:
+                del self._callbacks[callback]
+
+    async def wait(self) -> SignalReason:
+        """Wait until the signal is set and return the reason."""
+        with self._lock:
+            if self._reason is not None:
+                return self._reason
+            waiter = (asyncio.get_running_loop(), asyncio.Event())
+            self._loop_events.append(waiter)
+        try:
+            await waiter[1].wait()
+        finally:
+            # Waits are often abandoned (a worker idles on its stop signal many times):
+            # do not keep one entry per abandoned wait.
+            with self._lock:
+                if waiter in self._loop_events:
+                    self._loop_events.remove(waiter)
+        assert self._reason is not None
+        return self._reason
+
+    def wait_sync(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the signal is set (for sync tasks)."""
+        with self._lock:
+            if self._reason is not None:
+                return True
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+            event = self._thread_event
+        return event.wait(timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Returned by a task to wait and run again later; not a failure, no retry spent."""
+
+    delay: float
+    reason: str | None = None
+
+
+class Context:
+    """Passed to every task call as its second argument."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        queue: str,
+        attempt: int,
+        signal: Signal,
+        scheduled_for: datetime | None,
+        trace_carrier: dict[str, str] | None,
+        heartbeat: Callable[[], Awaitable[None]],
+        worker_id: str,
+    ) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.queue = queue
+        self.attempt = attempt
+        self.signal = signal
+        self.scheduled_for = scheduled_for
+        self.trace_carrier = trace_carrier
+        self.worker_id = worker_id
+        self._heartbeat = heartbeat
+
+    def is_cancellation_requested(self) -> bool:
+        """Whether an operator asked to cancel this run."""
+        return self.signal.reason is SignalReason.CANCELLED
+
+    def release(self, delay: Duration, reason: str | None = None) -> Release:
+        """Build a release; ``return ctx.release("30s")`` to run again after 30 s.
+
+        >>> return ctx.release("1m", reason="export not ready")
+        """
+        return Release(parse_duration(delay, name="release delay"), reason)
+
+    async def heartbeat(self) -> None:
+        """Extend the lease now (workers also do this on their own)."""
+        await self._heartbeat()
+
+    def __repr__(self) -> str:
+        return f"Context(run_id={self.run_id!r}, task_id={self.task_id!r}, attempt={self.attempt})"

@@ -1,0 +1,472 @@
+"""The storage protocol: the atomic operations core asks a driver for.
+
+Core never hands a driver SQL. It asks for whole operations (create runs with
+their ownership rows, claim due runs under a lease, apply a fenced transition,
+...) and a driver performs each one atomically. Every driver must pass the
+conformance suite in :mod:`runlane.testing.conformance`.
+
+All times cross this boundary as aware UTC datetimes; drivers choose their own
+storage format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from runlane.types.records import (
+    CreateOutcome as CreateOutcome,
+)
+from runlane.types.records import (
+    DeadLetterFilter as DeadLetterFilter,
+)
+from runlane.types.records import (
+    HaltedKey as HaltedKey,
+)
+from runlane.types.records import (
+    LeaseRequest as LeaseRequest,
+)
+from runlane.types.records import (
+    NewDelivery as NewDelivery,
+)
+from runlane.types.records import (
+    NewEvent as NewEvent,
+)
+from runlane.types.records import (
+    NewMessage as NewMessage,
+)
+from runlane.types.records import (
+    NewRun as NewRun,
+)
+from runlane.types.records import (
+    OutboxMessage as OutboxMessage,
+)
+from runlane.types.records import (
+    OutboxResult as OutboxResult,
+)
+from runlane.types.records import (
+    PublishOutcome as PublishOutcome,
+)
+from runlane.types.records import (
+    QueuePolicy as QueuePolicy,
+)
+from runlane.types.records import (
+    RunChanges as RunChanges,
+)
+from runlane.types.records import (
+    RunFilter as RunFilter,
+)
+from runlane.types.records import (
+    ScheduleOccurrence as ScheduleOccurrence,
+)
+from runlane.types.records import (
+    ScheduleState as ScheduleState,
+)
+from runlane.types.records import (
+    StoredDeadLetter as StoredDeadLetter,
+)
+from runlane.types.records import (
+    StoredMessage as StoredMessage,
+)
+from runlane.types.records import (
+    SubscriptionCounts as SubscriptionCounts,
+)
+from runlane.types.records import (
+    Transition as Transition,
+)
+from runlane.types.runs import (
+    Page,
+    QueueStats,
+    Run,
+    RunEvent,
+    RunStatus,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageCapabilities:
+    """Honest promises a driver makes; core refuses what a driver cannot honour.
+
+    Each flag guards an operator operation (``Runlane.require``) that fails with
+    ``CAPABILITY_UNSUPPORTED`` on a storage without it. The guarantees every
+    driver must keep (leases, the outbox, singleton and queue capacity, schedule
+    occurrences) are not flags: the conformance suite holds every driver to them.
+    """
+
+    #: Runs and their event histories can be listed and read back (``get_run``,
+    #: ``list_runs``, ``get_events``).
+    reads_run_history: bool
+    #: Finished runs can be deleted (``prune``).
+    prunes_runs: bool
+    #: Idempotency keys are enforced and can be released by an operator.
+    enforces_idempotency: bool
+    #: Topics: the driver stores messages and their deliveries (:class:`StoresMessages`).
+    stores_messages: bool = False
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """What a storage driver provides. All methods are scoped to one environment."""
+
+    capabilities: StorageCapabilities
+
+    async def open(self) -> None:
+        """Connect (and, where the driver does so, create its schema)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def migrate(self) -> list[str]:
+        """Apply pending schema migrations idempotently; return the ones applied."""
+
+    async def create_runs(
+        self,
+        environment: str,
+        runs: Sequence[NewRun],
+        now: datetime,
+        *,
+        lease: LeaseRequest | None = None,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[CreateOutcome]:
+        """Create runs atomically with their ``run.created`` events and ownership rows.
+
+        A run whose idempotency key is owned, or whose singleton key has an active
+        run, is not created: the outcome carries the owner with ``created=False``.
+        With ``lease``, created runs start RUNNING under that lease (``run_now``).
+        With ``connection``, the write joins the caller's open transaction.
+        With ``outbox_claimed_until``, delivery requests are written already
+        claimed by the caller (who publishes them right after commit).
+        """
+
+    async def claim_due_runs(
+        self,
+        environment: str,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+        now: datetime,
+    ) -> list[Run]:
+        """Lease up to ``limit`` claimable runs whose ``run_at`` has passed.
+
+        For a bounded queue (``concurrency_limit``), never more runs of one
+        (queue, concurrency key) partition hold an active lease than the limit,
+        whatever other callers do at the same time. No run is handed to two
+        callers. Claimed runs are RUNNING with a fresh lease token and one more
+        attempt, with a ``run.started`` event each.
+        """
+
+    async def claim_run(
+        self,
+        environment: str,
+        run_id: str,
+        lease: LeaseRequest,
+        now: datetime,
+        *,
+        queue: QueuePolicy | None = None,
+    ) -> Run | None:
+        """Lease one specific run if it is claimable, due now and (for a bounded
+        ``queue``) its partition has free capacity; else ``None``."""
+
+    async def heartbeat(
+        self, environment: str, run_id: str, lease_token: str, expires_at: datetime, now: datetime
+    ) -> RunStatus | None:
+        """Extend a held, unexpired lease; return the run's status, or ``None`` if it is lost.
+
+        A lease that has already expired cannot be revived: its capacity may have
+        been handed to another run.
+        """
+
+    async def apply_transitions(
+        self, environment: str, transitions: Sequence[Transition], now: datetime
+    ) -> list[bool]:
+        """Apply each transition (compare-and-set); ``False`` where its condition failed.
+
+        Storage must then hold exactly what :func:`runlane.model.transitions.project`
+        computes, so callers need not read the run back.
+        """
+
+    async def get_run(self, environment: str, run_id: str) -> Run | None:
+        """Read one run."""
+
+    async def list_runs(
+        self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
+    ) -> Page[Run]:
+        """List runs newest first, ``limit`` at a time."""
+
+    async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
+        """A run's history, oldest first."""
+
+    async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
+        """Runs whose lease expired before ``now``, for maintenance to recover."""
+
+    async def release_expired_idempotency_keys(self, environment: str, now: datetime) -> int:
+        """Drop idempotency ownership whose retention ended; return how many."""
+
+    async def reset_idempotency_key(self, environment: str, task_id: str, key: str) -> bool:
+        """Drop one key's ownership; return whether there was one."""
+
+    async def prune_runs(
+        self,
+        environment: str,
+        older_than: datetime,
+        statuses: Sequence[RunStatus],
+        limit: int,
+    ) -> int:
+        """Delete up to ``limit`` terminal runs last updated before ``older_than``, with
+        every row that belongs to them (events, idempotency ownership, outbox rows,
+        schedule occurrences)."""
+
+    async def queue_stats(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
+    ) -> list[QueueStats]:
+        """Counts per queue (and per concurrency key on bounded queues), with the
+        capacity held at ``now``: unexpired leases plus unexpired dispatch reservations."""
+
+    async def count_finished_runs(
+        self, environment: str, since: datetime
+    ) -> dict[str, dict[RunStatus, int]]:
+        """Finished runs (succeeded, failed, cancelled) last updated at or after ``since``,
+        per queue and status; queues and statuses with none are left out."""
+
+    async def request_due_deliveries(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int
+    ) -> int:
+        """Append delivery requests for due runs that have none; return how many.
+
+        A bounded queue gets requests only within free capacity, each holding a
+        dispatch reservation for the queue's ``reservation_window``.
+        """
+
+    async def expire_dispatch_reservations(self, environment: str, now: datetime) -> int:
+        """Free reservations that were not claimed in time; their runs get re-requested."""
+
+    async def claim_outbox(
+        self, environment: str, now: datetime, limit: int, claimed_until: datetime
+    ) -> list[OutboxMessage]:
+        """Claim publishable outbox messages (pending, failed and due, or claim expired)."""
+
+    async def settle_outbox(
+        self, environment: str, results: Sequence[OutboxResult], now: datetime
+    ) -> None:
+        """Mark claimed messages published, or failed with their next attempt time."""
+
+    async def outbox_backlog(self, environment: str) -> dict[str, int]:
+        """Delivery requests not yet published (pending, claimed or failed), per queue;
+        queues with none are left out."""
+
+    async def hold_maintenance_lead(
+        self, environment: str, holder: str, now: datetime, ttl: float
+    ) -> bool:
+        """Take or keep the environment's maintenance leadership for ``holder``.
+
+        True while ``holder`` leads: one holder per environment across every process
+        on the store. The holder keeps the lead by calling again within ``ttl``
+        seconds; it passes to another contender once the holder stopped renewing
+        for ``ttl`` or its storage session ended, whichever the driver detects
+        (SQLite: a lease row that expires; PostgreSQL: an advisory lock that lives
+        as long as the holder's connection).
+        """
+
+    async def release_maintenance_lead(self, environment: str, holder: str) -> None:
+        """Give up the lead if ``holder`` has it, so another contender takes it at once."""
+
+    async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
+        """Every schedule's stored state, by schedule id."""
+
+    async def set_schedule_paused(
+        self, environment: str, schedule_id: str, paused: bool, now: datetime
+    ) -> None:
+        """Pause or resume a schedule (the flag survives restarts)."""
+
+    async def mark_schedules_seen(
+        self, environment: str, schedule_ids: Sequence[str], now: datetime
+    ) -> None:
+        """Record ``now`` as each schedule's first-seen point; one already recorded is kept."""
+
+    async def materialize_schedule_occurrences(
+        self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime
+    ) -> list[Run]:
+        """Claim each occurrence by its deterministic id (schedule id, slot) and create its run.
+
+        An occurrence already claimed, by this or any other process, creates
+        nothing. Returns the runs created. The schedule's ``last_slot`` moves
+        forward to the newest slot passed, claimed or not.
+        """
+
+
+@runtime_checkable
+class WorkNotifier(Protocol):
+    """Optional: a driver that can wake idle workers (e.g. PostgreSQL LISTEN/NOTIFY).
+
+    Workers still poll on their interval, so a lost notification only costs latency.
+    """
+
+    async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Return True when new runnable work was announced, False after ``timeout``."""
+
+
+class Standby(Protocol):
+    """An idle worker's offer of free slots (see :class:`HandsOff`), open until
+    :meth:`HandsOff.stand_down`."""
+
+    @property
+    def arrived(self) -> Any:
+        """An ``asyncio.Event`` set when runs were handed over, or may have been."""
+
+
+@runtime_checkable
+class HandsOff(Protocol):
+    """Optional: idle workers stand by, and a lone trigger of a due run hands it to one.
+
+    The trigger writes the run already leased to the worker (``run.started``
+    included) in its own atomic write and tells the worker: the run then starts
+    after one write instead of two (the trigger's and a claim's). An offer covers
+    only queues without a concurrency limit and runs without keys. Runs handed to a
+    worker that dies before starting them are recovered like any expired lease;
+    a driver hands nothing to a worker it can tell is gone.
+    """
+
+    async def stand_by(
+        self,
+        environment: str,
+        worker_id: str,
+        queues: Sequence[str],
+        slots: int,
+        lease_duration: float,
+        start: Callable[[list[Run]], None],
+    ) -> Standby | None:
+        """Offer ``slots`` slots on ``queues`` (leases of ``lease_duration`` seconds);
+        runs handed over go to ``start`` as soon as they are heard of, from the
+        event loop. None when hand-offs are unavailable right now (the caller just
+        waits)."""
+
+    async def stand_down(self, environment: str, standby: Standby) -> list[Run]:
+        """Withdraw ``standby``; returns the runs handed to it that were not given to
+        its ``start`` (none are handed over afterwards)."""
+
+    async def remove_dead_offers(self, environment: str) -> int:
+        """Remove the offers of workers that are gone (``tick``); returns how many."""
+
+
+@runtime_checkable
+class SettlesAndClaims(Protocol):
+    """Optional: apply transitions and claim due runs in one atomic write.
+
+    A busy worker settles the attempts that ended and claims as many runs as
+    that frees in one transaction (one commit) instead of two.
+    """
+
+    async def apply_transitions_and_claim(
+        self,
+        environment: str,
+        transitions: Sequence[Transition],
+        now: datetime,
+        queues: Sequence[QueuePolicy],
+        limit: int,
+        lease: LeaseRequest,
+    ) -> tuple[list[bool], list[Run]]:
+        """:meth:`Storage.apply_transitions`, then :meth:`Storage.claim_due_runs`, atomically.
+
+        The claim sees the transitions applied: capacity they free is claimable, and
+        a run they make due again may be claimed. Returns what each call returns.
+        """
+
+
+@runtime_checkable
+class StreamsRuns(Protocol):
+    """Optional: create the runs of one long bulk call as a stream, in one transaction.
+
+    Core hands the batches over lazily, each validated as the driver asks for it, so
+    a driver whose database works beside the process (a server) stores one batch
+    while the next is validated and built. A driver whose writes run in the calling
+    process gains nothing from it and leaves it out: core then validates every
+    payload first and writes batch by batch.
+    """
+
+    async def create_run_stream(
+        self, environment: str, batches: Iterable[Sequence[NewRun]], now: datetime
+    ) -> list[Run]:
+        """Create every run of ``batches``, in order, with its ``run.created`` event,
+        and announce the due ones, all or none: if anything fails, an error the
+        iterator raises included (it propagates unchanged), nothing is written.
+
+        The runs have no idempotency key, singleton key or delivery request.
+        """
+
+
+@runtime_checkable
+class StoresMessages(Protocol):
+    """Topics (contract 5.12): what a driver with ``capabilities.stores_messages`` adds.
+
+    Delivery runs are runs: claims, leases, transitions, listing and pruning serve
+    them through :class:`Storage`. Dead letter, replay and discard are ordinary
+    compare-and-set transitions (:meth:`Storage.apply_transitions`, with the
+    delivery fields of :class:`RunChanges`).
+    """
+
+    async def publish_messages(
+        self,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now: datetime,
+        *,
+        connection: Any = None,
+        outbox_claimed_until: datetime | None = None,
+    ) -> list[PublishOutcome]:
+        """Publish each message, in order, in one transaction.
+
+        Per message: a deduplication key with an entry whose window has not ended is a
+        duplicate (the original's outcome, nothing written); else a message id already
+        stored is a duplicate when its canonical envelope is equal, and
+        ``MESSAGE_ID_CONFLICT`` (the whole call writes nothing) when it is not. Otherwise
+        the message is stored with the next sequence of the environment (drawn after the
+        locks that make sequence order commit order per (subscription, key)), its
+        deduplication entry (an expired one is replaced), and one QUEUED delivery run per
+        :class:`NewDelivery` with its ``run.created`` event, plus a delivery request
+        where asked and the delivery is claimable. ``connection`` and
+        ``outbox_claimed_until`` work as for :meth:`Storage.create_runs`.
+        """
+
+    async def list_dead_letters(
+        self,
+        environment: str,
+        dead_letter_filter: DeadLetterFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[StoredDeadLetter]:
+        """DEAD_LETTERED deliveries with their messages, oldest dead letter first (then
+        by id), ``limit`` at a time; a cursor this method did not return is
+        ``CONFIGURATION_INVALID``."""
+
+    async def get_messages(
+        self, environment: str, message_ids: Sequence[str]
+    ) -> dict[str, StoredMessage]:
+        """The stored messages among ``message_ids``, by id (a delivery's handler gets
+        its message's attributes, publish time and sequence from here)."""
+
+    async def subscription_stats(
+        self, environment: str, subscriptions: Sequence[str]
+    ) -> list[SubscriptionCounts]:
+        """Deliveries per status of each named subscription (in the order given; one
+        with none has empty counts), and its halted keys."""
+
+    async def list_halted_keys(
+        self, environment: str, subscription: str, limit: int, cursor: str | None
+    ) -> Page[HaltedKey]:
+        """ORDERED keys of ``subscription`` whose head is dead-lettered, by key; the
+        cursor is the last key of the previous page."""
+
+    async def release_expired_deduplication_keys(self, environment: str, now: datetime) -> int:
+        """Drop deduplication entries whose window has ended by ``now``; return how many."""
+
+    async def mark_key_unavailable(self, environment: str, run_id: str, now: datetime) -> bool:
+        """``execute_delivery``'s ignore path (5.7.5), after :meth:`Storage.claim_run`
+        did not claim a delivery with a key that is due and waiting: clear its delivery
+        request (``tick``'s search requests it again once it is claimable, so it is never
+        left without a wakeup) and return whether its key is what keeps it waiting (the
+        rule of ``claim_run``: EXCLUSIVE, another delivery of its (subscription, key)
+        holds an unexpired lease; ORDERED, also an unfinished delivery of the key comes
+        before it). Any other run is left alone (``False``)."""
