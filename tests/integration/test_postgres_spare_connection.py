@@ -44,15 +44,15 @@ async def _migrated(dsn: str, environment: str) -> Runlane:
 def _pool_requests(rl: Runlane) -> int:
     storage = rl.storage
     assert isinstance(storage, PostgresStorage)
-    assert storage._pool is not None
-    return int(storage._pool.get_stats().get("requests_num", 0))
+    assert storage._db.pool is not None
+    return int(storage._db.pool.get_stats().get("requests_num", 0))
 
 
 def _spare(rl: Runlane) -> SpareConnection:
     storage = rl.storage
     assert isinstance(storage, PostgresStorage)
-    assert storage._spare is not None
-    return storage._spare
+    assert storage._db.spare is not None
+    return storage._db.spare
 
 
 async def _until_spare_is_open(rl: Runlane) -> psycopg.AsyncConnection[Any]:
@@ -116,7 +116,7 @@ async def test_lone_triggers_go_bare_and_a_refused_statement_leaves_the_spare_us
             return await c.execute_bare(divide, {"n": 0})
 
         with pytest.raises(RunlaneError):
-            await storage._run(refused)
+            await storage._db.run(refused)
         # So does one on the kept cursor (a count).
         storage._q = {**storage._q, "divide": "SELECT 1 / 0"}
         with pytest.raises(RunlaneError):
@@ -149,7 +149,7 @@ async def test_a_bare_statement_cancelled_mid_flight_drops_the_spare(
         async def slow(c: DriverConnection) -> object:
             return await c.execute_bare(sleep, {"seconds": 5})
 
-        call = asyncio.create_task(storage._run(slow))
+        call = asyncio.create_task(storage._db.run(slow))
         await asyncio.sleep(0.2)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -251,8 +251,8 @@ async def test_a_spare_left_in_a_transaction_is_dropped(postgres_dsn: str) -> No
 
 
 def _spare_of(storage: PostgresStorage) -> SpareConnection:
-    assert storage._spare is not None
-    return storage._spare
+    assert storage._db.spare is not None
+    return storage._db.spare
 
 
 async def _open_spare(spare: SpareConnection) -> psycopg.AsyncConnection[Any]:

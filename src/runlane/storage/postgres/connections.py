@@ -1,5 +1,7 @@
-"""Connections: settings, the pool's per-connection setup and cheap health check, and
-the spare connection a lone caller uses instead of the pool."""
+"""Connections: settings, the pool's per-connection setup and cheap health check, the
+spare connection a lone caller uses instead of the pool, and :class:`PostgresConnection`,
+which runs each operation of the driver on one of them (the role ``SqliteConnection``
+plays for SQLite)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,30 @@ import re
 import select
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from runlane.storage.postgres.sessions import DriverConnection, load_json_as_text
+from runlane.storage.postgres.errors import ConnectionTarget
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, load_json_as_text
 from runlane.types.errors import ErrorCode, RunlaneError
 
+T = TypeVar("T")
 Connection = DriverConnection
 
 DEFAULT_APPLICATION_NAME = "runlane"
+DEFAULT_MIN_SIZE = 1
+DEFAULT_MAX_SIZE = 10
+#: Seconds to establish a connection before the server counts as unreachable.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Seconds an operation waits for a pooled connection before STORAGE_UNAVAILABLE.
+DEFAULT_POOL_TIMEOUT = 5.0
+#: A transaction aborted by a deadlock or serialization failure is retried this often.
+MAX_CONFLICT_ATTEMPTS = 3
 #: Seconds the spare connection waits after a failed opening before it tries again.
 SPARE_RETRY_AFTER = 1.0
 _SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -203,3 +216,153 @@ class SpareConnection:
             task = asyncio.create_task(conn.close())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+
+class PostgresConnection:
+    """The driver's connections to one server: a pool, the spare connection beside it,
+    and fresh connections for migrating, listening and diagnosing.
+
+    :meth:`run` runs each operation of the driver on one of them and turns what
+    psycopg raises into a :class:`RunlaneError`.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        min_size: int,
+        max_size: int,
+        application_name: str | None,
+        connect_timeout: float,
+        pool_timeout: float,
+    ) -> None:
+        self.target = ConnectionTarget.from_dsn(dsn)
+        check_options(schema, min_size, max_size, connect_timeout, pool_timeout)
+        self._schema = schema
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool_timeout = float(pool_timeout)
+        self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
+        self.pool: AsyncConnectionPool[Connection] | None = None
+        self.spare: SpareConnection | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open_pool` ran and :meth:`close` has not since."""
+        return self.pool is not None
+
+    async def open_pool(self) -> None:
+        """Open the pool (it fills in the background) and the spare connection."""
+        pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            self._dsn,
+            kwargs=self._pooled_kwargs(),
+            connection_class=DriverConnection,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=self._pool_timeout,
+            configure=configure_pooled,
+            check=check_pooled,
+            name=f"runlane-{self._schema}",
+            open=False,
+        )
+        await pool.open(wait=False)
+        self.pool = pool
+        self.spare = SpareConnection(self._connect_spare)
+
+    async def close(self) -> None:
+        """Close the spare connection and the pool."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            await spare.close()
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            await pool.close()
+
+    def error(self, error: BaseException) -> RunlaneError:
+        """``error`` as the typed error operators are shown (never the password)."""
+        return self.target.error(error, schema=self._schema)
+
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        """A fresh connection outside the pool (STORAGE_UNAVAILABLE when it fails)."""
+        try:
+            return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)
+        except psycopg.Error as error:
+            raise self.error(error) from None
+
+    async def connect_listener(self) -> psycopg.AsyncConnection[Any]:
+        """A fresh connection set up for LISTEN and session advisory locks."""
+        return await psycopg.AsyncConnection.connect(
+            self._dsn, **{**self._connect_kwargs, **LISTENER_OPTIONS}
+        )
+
+    def _pooled_kwargs(self) -> dict[str, Any]:
+        """Connection options of the pool's connections and the spare (autocommit)."""
+        return {**self._connect_kwargs, "autocommit": True}
+
+    async def _connect_spare(self) -> Connection:
+        return await DriverConnection.connect(self._dsn, **self._pooled_kwargs())
+
+    async def run(self, op: Callable[[Connection], Awaitable[T]], *, retry: bool = True) -> T:
+        """Run ``op`` on the spare connection when it is free, else on a pooled one (both
+        autocommit), retrying aborted conflicts unless ``retry`` is false.
+
+        ``op`` is one statement or one transaction, so a deadlock or serialization
+        failure rolled all of it back and it is safe to run again (when what it sends
+        can be sent again: a consumed iterator cannot).
+        """
+        pool = self.pool
+        if pool is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "PostgreSQL storage is not open.",
+                meta={"open": False},
+                retryable=True,
+            )
+        spare = self.spare
+        for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
+            try:
+                own = spare.take() if spare is not None and attempt == 1 else None
+                if spare is not None and own is not None:
+                    try:
+                        return await op(own)
+                    finally:
+                        spare.give_back(own)
+                async with pool.connection() as conn:
+                    return await op(conn)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
+                if attempt == MAX_CONFLICT_ATTEMPTS or not retry:
+                    raise self.error(error) from None
+            except PoolTimeout as error:
+                raise await self._diagnose(error) from None
+            except psycopg.Error as error:
+                raise self.error(error) from None
+        raise AssertionError("unreachable")
+
+    async def _diagnose(self, exhausted: PoolTimeout) -> RunlaneError:
+        """Why no pooled connection came: the server's answer to a fresh connection
+        (refused credentials, dropped database, unreachable), or a busy pool."""
+        try:
+            conn = await self.connect()
+        except RunlaneError as error:
+            return error
+        await conn.close()
+        return self.error(exhausted)
+
+
+async def fetch_rows(query: str, params: dict[str, Any], conn: Connection) -> list[Any]:
+    """The rows ``query`` returns (an operation for :meth:`PostgresConnection.run`)."""
+    return await AsyncSession(conn).fetch(query, params)
+
+
+async def count_rows(query: str, params: dict[str, Any], conn: Connection) -> int:
+    """How many rows ``query`` changed (an operation for :meth:`PostgresConnection.run`)."""
+    cur = conn.cursors(1)[0]
+    await cur.execute(query, params)
+    return max(cur.rowcount, 0)
+
+
+async def execute(query: str, params: dict[str, Any], conn: Connection) -> None:
+    """Run ``query`` for its effect (an operation for :meth:`PostgresConnection.run`)."""
+    await conn.cursors(1)[0].execute(query, params)

@@ -14,19 +14,33 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
 
 from runlane.model.capacity import owner_holds
 from runlane.ports.storage import CreateOutcome, NewRun
-from runlane.storage.postgres.params import CreationBatch, copy_text, plain_runs
-from runlane.storage.postgres.sessions import Queries, Session
+from runlane.storage.postgres.bare import BareStatement
+from runlane.storage.postgres.params import (
+    WORK_CHANNEL,
+    CreationBatch,
+    copy_text,
+    plain_batch,
+    plain_runs,
+)
+from runlane.storage.postgres.sessions import (
+    AsyncSession,
+    DriverConnection,
+    Queries,
+    Session,
+    caller_session,
+)
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.rows import run_from_row
+from runlane.types.clock import from_micros
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.runs import Run
+from runlane.types.runs import Lease, Run
 
 
 async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> list[CreateOutcome]:
@@ -37,6 +51,79 @@ async def create_runs(session: Session, q: Queries, batch: CreationBatch) -> lis
     if len(inserted) != len(batch.runs):
         raise _not_created(len(batch.runs) - len(inserted))
     return batch.outcomes()
+
+
+async def create_batch(
+    q: Queries, batch: CreationBatch, conn: DriverConnection
+) -> list[CreateOutcome]:
+    """Create ``batch`` on the driver's autocommit ``conn``: one statement without keys,
+    one transaction with them."""
+    if not batch.keyed:
+        return await create_runs(AsyncSession(conn), q, batch)
+    async with conn.transaction():
+        return await create_runs(AsyncSession(conn), q, batch)
+
+
+async def create_in_caller_transaction(
+    connection: Any,
+    q: Queries,
+    batch: CreationBatch,
+    error: Callable[[BaseException], RunlaneError],
+) -> list[CreateOutcome]:
+    """Create ``batch`` on the caller's psycopg connection (sync or async), inside the
+    caller's open transaction; nothing is committed here."""
+    session, own_transaction = caller_session(connection)
+    try:
+        if own_transaction:
+            async with session.transaction():
+                return await create_runs(session, q, batch)
+        return await create_runs(session, q, batch)
+    except psycopg.Error as failure:
+        raise error(failure) from None
+
+
+async def insert_lone_run(
+    statement: BareStatement, params: dict[str, Any], conn: DriverConnection
+) -> None:
+    """Run ``insert_run``, a lone trigger's one statement, through libpq directly."""
+    await conn.execute_bare(statement, params)
+
+
+async def insert_handoff(
+    statement: BareStatement, params: dict[str, Any], conn: DriverConnection
+) -> Lease | None:
+    """Run ``insert_run_handoff``; the lease it wrote when it handed the run to a worker."""
+    result = await conn.execute_bare(statement, params)
+    if not result.ntuples:
+        return None
+    owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))
+    if owner is None or token is None or expires is None:
+        return None  # notified the environment's workers: not handed off
+    return Lease(owner.decode(), token.decode(), from_micros(int(expires)))
+
+
+def plain_batches(batches: Iterable[Sequence[NewRun]]) -> Iterator[Sequence[NewRun]]:
+    """``batches``, refusing a run with a key or a delivery request (a stream takes none)."""
+    for runs in batches:
+        if not plain_batch(runs):
+            raise RunlaneError(
+                ErrorCode.INTERNAL_ERROR,
+                "a run stream takes runs without keys or delivery requests only.",
+            )
+        yield runs
+
+
+async def copy_stream(
+    q: Queries,
+    environment: str,
+    batches: Iterable[Sequence[NewRun]],
+    now_us: int,
+    conn: DriverConnection,
+) -> list[Run]:
+    """:func:`copy_run_stream` in one transaction on the driver's ``conn``."""
+    announce = {"channel": WORK_CHANNEL, "environment": environment}
+    async with conn.transaction():
+        return await copy_run_stream(conn, q, environment, batches, now_us, announce)
 
 
 async def copy_run_stream(

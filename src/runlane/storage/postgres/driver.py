@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from runlane.ports.storage import (
     CreateOutcome,
@@ -35,7 +32,6 @@ from runlane.ports.storage import (
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
-    Standby,
     StorageCapabilities,
     Transition,
 )
@@ -43,20 +39,20 @@ from runlane.storage.postgres import (
     claims,
     creation,
     dispatch,
-    publishing,
+    pruning,
     schedules,
     versioning,
 )
 from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.connections import (
-    LISTENER_OPTIONS,
-    SpareConnection,
-    check_options,
-    check_pooled,
-    configure_pooled,
-    connect_kwargs,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_SIZE,
+    DEFAULT_MIN_SIZE,
+    DEFAULT_POOL_TIMEOUT,
+    PostgresConnection,
+    count_rows,
+    fetch_rows,
 )
-from runlane.storage.postgres.errors import ConnectionTarget
 from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.listing import list_params
@@ -70,10 +66,15 @@ from runlane.storage.postgres.params import (
     plain_batch,
 )
 from runlane.storage.postgres.pruning import prune_params
+from runlane.storage.postgres.publishing import PublishCall
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
-from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, caller_session
-from runlane.storage.postgres.standby import Offer
-from runlane.storage.postgres.transitions import transition_params, transition_rounds
+from runlane.storage.postgres.sessions import DriverConnection
+from runlane.storage.postgres.standby import HandOffCalls
+from runlane.storage.postgres.transitions import (
+    apply_transitions,
+    transition_params,
+    transition_rounds,
+)
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
@@ -82,32 +83,17 @@ from runlane.storage.sql.rows import (
     outbox_from_row,
     run_events_from_rows,
     run_page,
-    runs_from_rows,
 )
 from runlane.storage.sql.schedules import seen_params
-from runlane.types.clock import from_micros, to_micros
-from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.ids import new_token
-from runlane.types.runs import Lease, Page, Run, RunEvent, RunStatus
+from runlane.types.clock import to_micros
+from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
-T = TypeVar("T")
-IDLE = TransactionStatus.IDLE
 Connection = DriverConnection
 
 DEFAULT_SCHEMA = "runlane"
-DEFAULT_MIN_SIZE = 1
-DEFAULT_MAX_SIZE = 10
-#: Seconds to establish a connection before the server counts as unreachable.
-DEFAULT_CONNECT_TIMEOUT = 5.0
-#: Seconds an operation waits for a pooled connection before STORAGE_UNAVAILABLE.
-DEFAULT_POOL_TIMEOUT = 5.0
-#: Seconds a worker standing by waits for the listening connection to be made.
-STANDBY_CONNECT_WITHIN = 1.0
 #: Once a lone trigger found no worker standing by on its queue, the next ones skip
 #: looking (the statement that looks costs more) for this many seconds.
 HANDOFF_RECHECK = 0.02
-#: A transaction aborted by a deadlock or serialization failure is retried this often.
-MAX_CONFLICT_ATTEMPTS = 3
 #: Plain batches at least this large go in with COPY (a transaction of three round
 #: trips); smaller ones in one autocommitted INSERT.
 COPY_THRESHOLD = 64
@@ -120,7 +106,7 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
 )
 
 
-class PostgresStorage(SqlStorageBase):
+class PostgresStorage(HandOffCalls, SqlStorageBase):
     """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
 
     Options: ``schema`` (where the tables live, a plain identifier), ``min_size`` /
@@ -145,14 +131,16 @@ class PostgresStorage(SqlStorageBase):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ) -> None:
-        self._target = ConnectionTarget.from_dsn(dsn)
-        check_options(schema, min_size, max_size, connect_timeout, pool_timeout)
+        self._db = PostgresConnection(
+            dsn,
+            schema=schema,
+            min_size=min_size,
+            max_size=max_size,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+            pool_timeout=pool_timeout,
+        )
         self.schema = schema
-        self._dsn = dsn
-        self._min_size = min_size
-        self._max_size = max_size
-        self._pool_timeout = float(pool_timeout)
-        self._connect_kwargs = connect_kwargs(dsn, application_name, connect_timeout)
         quoted = f'"{schema}"'
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in QUERY_TEMPLATES.items()}
         # A lone trigger's statements go through libpq directly (bare.py).
@@ -164,16 +152,14 @@ class PostgresStorage(SqlStorageBase):
             (version, name, sql.replace("{schema}", quoted))
             for version, name, sql in versioning.MIGRATIONS
         ]
-        self._pool: AsyncConnectionPool[Connection] | None = None
-        self._spare: SpareConnection | None = None
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
         #: Per (environment, queue): until when lone triggers skip looking for an offer.
         self._no_offer_until: dict[tuple[str, str], float] = {}
-        self._leadership = MaintenanceLeadership(self._connect_listener, schema)
+        self._leadership = MaintenanceLeadership(self._db.connect_listener, schema)
 
     def __repr__(self) -> str:
-        target = self._target
+        target = self._db.target
         return (
             f"PostgresStorage(host={target.host!r}, port={target.port!r}, "
             f"dbname={target.dbname!r}, schema={self.schema!r})"
@@ -182,7 +168,7 @@ class PostgresStorage(SqlStorageBase):
     @property
     def location(self) -> str:
         """Server, database and schema, as operators are shown them (never the password)."""
-        target = self._target
+        target = self._db.target
         return f"postgresql {target.host}:{target.port}/{target.dbname} (schema {self.schema})"
 
     # -- lifecycle -----------------------------------------------------------------
@@ -192,28 +178,14 @@ class PostgresStorage(SqlStorageBase):
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._pool is not None:
+            if self._db.is_open:
                 return
-            async with await self._connect() as conn:
+            async with await self._db.connect() as conn:
                 try:
-                    await versioning.check_version(conn, self._q, self.schema, self._target.meta)
+                    await versioning.check_version(conn, self._q, self.schema, self._db.target.meta)
                 except psycopg.Error as error:
-                    raise self._error(error) from None
-            pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-                self._dsn,
-                kwargs=self._pooled_kwargs(),
-                connection_class=DriverConnection,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                timeout=self._pool_timeout,
-                configure=configure_pooled,
-                check=check_pooled,
-                name=f"runlane-{self.schema}",
-                open=False,
-            )
-            await pool.open(wait=False)
-            self._pool = pool
-            self._spare = SpareConnection(self._connect_spare)
+                    raise self._db.error(error) from None
+            await self._db.open_pool()
 
     async def close(self) -> None:
         """Stop listening and close the pool; :meth:`open` may be called again later."""
@@ -222,25 +194,20 @@ class PostgresStorage(SqlStorageBase):
         if listener is not None:
             await listener.close()
         await self._leadership.close()
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            await spare.close()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        await self._db.close()
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations in one transaction, serialised across processes.
 
         Works without :meth:`open`: it uses a connection of its own.
         """
-        async with await self._connect() as conn:
+        async with await self._db.connect() as conn:
             try:
                 return await versioning.apply_migrations(
                     conn, self._q, self.schema, self._migrations
                 )
             except psycopg.Error as error:
-                raise self._error(error) from None
+                raise self._db.error(error) from None
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for a trigger to announce due work in ``environment``.
@@ -253,151 +220,16 @@ class PostgresStorage(SqlStorageBase):
 
     def _work_listener(self) -> WorkListener:
         if self._listener is None:
-            self._listener = WorkListener(self._connect_listener, WORK_CHANNEL)
+            self._listener = WorkListener(self._db.connect_listener, WORK_CHANNEL)
         return self._listener
-
-    # -- hand-offs (standby.py) ------------------------------------------------------
-
-    async def stand_by(
-        self,
-        environment: str,
-        worker_id: str,
-        queues: Sequence[str],
-        slots: int,
-        lease_duration: float,
-        start: Callable[[list[Run]], None],
-    ) -> Standby | None:
-        """Offer ``slots`` free slots on ``queues`` to lone triggers of due runs, which
-        go to ``start``; None while the listening connection (which hears hand-offs)
-        cannot be made."""
-        if not queues or slots < 1:
-            return None
-        listener = self._work_listener()
-        address = await listener.address(STANDBY_CONNECT_WITHIN)
-        if address is None:
-            return None
-        offer = Offer(new_token(), start)
-        # Heard from before the offer is visible: a hand-off may follow at once.
-        listener.receive(offer.token, offer)
-        params = {
-            "environment": environment,
-            "lease_token": offer.token,
-            "worker_id": worker_id,
-            "queues": list(queues),
-            "free": slots,
-            "lease_micros": round(lease_duration * 1_000_000),
-            "channel": address.channel,
-            "lock_key": address.lock_key,
-        }
-        try:
-            await self._run(partial(_execute, self._q["stand_by"], params))
-        except BaseException:
-            listener.forget(offer.token)
-            raise
-        return offer
-
-    async def stand_down(self, environment: str, standby: Standby) -> list[Run]:
-        """Withdraw ``standby``; the runs handed to it that it has not given out yet."""
-        if not isinstance(standby, Offer):
-            raise TypeError("stand_down takes an offer this storage made")
-        params = {"environment": environment, "lease_token": standby.token}
-        try:
-            rows = await self._fetch("stand_down", params)
-        finally:
-            # Heard no more either way: the worker may be gone by the next notification.
-            if self._listener is not None:
-                self._listener.forget(standby.token)
-        missing = [run_id for run_id in rows[0]["handed"] if run_id not in standby.seen]
-        if not missing:
-            return []
-        return runs_from_rows(await self._fetch("handed_runs", {**params, "ids": missing}))
-
-    async def remove_dead_offers(self, environment: str) -> int:
-        """Remove the offers of workers whose listening connection is gone."""
-        return await self._count("remove_dead_offers", {"environment": environment})
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        try:
-            return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)
-        except psycopg.Error as error:
-            raise self._error(error) from None
-
-    def _pooled_kwargs(self) -> dict[str, Any]:
-        """Connection options of the pool's connections and the spare (autocommit)."""
-        return {**self._connect_kwargs, "autocommit": True}
-
-    async def _connect_spare(self) -> Connection:
-        return await DriverConnection.connect(self._dsn, **self._pooled_kwargs())
-
-    async def _connect_listener(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            self._dsn, **{**self._connect_kwargs, **LISTENER_OPTIONS}
-        )
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _error(self, error: BaseException) -> RunlaneError:
-        return self._target.error(error, schema=self.schema)
-
-    async def _run(self, op: Callable[[Connection], Awaitable[T]], *, retry: bool = True) -> T:
-        """Run ``op`` on the spare connection when it is free, else on a pooled one (both
-        autocommit), retrying aborted conflicts unless ``retry`` is false.
-
-        ``op`` is one statement or one transaction, so a deadlock or serialization
-        failure rolled all of it back and it is safe to run again (when what it sends
-        can be sent again: a consumed iterator cannot).
-        """
-        pool = self._pool
-        if pool is None:
-            raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                "PostgreSQL storage is not open.",
-                meta={"open": False},
-                retryable=True,
-            )
-        spare = self._spare
-        for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
-            try:
-                own = spare.take() if spare is not None and attempt == 1 else None
-                if spare is not None and own is not None:
-                    try:
-                        return await op(own)
-                    finally:
-                        spare.give_back(own)
-                async with pool.connection() as conn:
-                    return await op(conn)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
-                if attempt == MAX_CONFLICT_ATTEMPTS or not retry:
-                    raise self._error(error) from None
-            except PoolTimeout as error:
-                raise await self._diagnose(error) from None
-            except psycopg.Error as error:
-                raise self._error(error) from None
-        raise AssertionError("unreachable")
-
-    async def _diagnose(self, exhausted: PoolTimeout) -> RunlaneError:
-        """Why no pooled connection came: the server's answer to a fresh connection
-        (refused credentials, dropped database, unreachable), or a busy pool."""
-        try:
-            conn = await self._connect()
-        except RunlaneError as error:
-            return error
-        await conn.close()
-        return self._error(exhausted)
-
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Any]:
-        async def op(conn: Connection) -> list[Any]:
-            return await AsyncSession(conn).fetch(self._q[query], params)
-
-        return await self._run(op)
+        return await self._db.run(partial(fetch_rows, self._q[query], params))
 
     async def _count(self, query: str, params: dict[str, Any]) -> int:
-        async def op(conn: Connection) -> int:
-            cur = conn.cursors(1)[0]
-            await cur.execute(self._q[query], params)
-            return max(cur.rowcount, 0)
-
-        return await self._run(op)
+        return await self._db.run(partial(count_rows, self._q[query], params))
 
     def _texts(self, values: Sequence[str]) -> list[str]:
         return list(values)
@@ -440,13 +272,15 @@ class PostgresStorage(SqlStorageBase):
             if may_hand_off(new, params["run_at"], now_us) and self._may_find_offer(
                 environment, new.queue
             ):
-                handed = await self._run(partial(_insert_handoff, self._insert_run_handoff, params))
+                handed = await self._db.run(
+                    partial(creation.insert_handoff, self._insert_run_handoff, params)
+                )
                 if handed is None:
                     self._no_offer_until[environment, new.queue] = (
                         time.monotonic() + HANDOFF_RECHECK
                     )
             else:
-                await self._run(partial(_execute_bare, self._insert_run, params))
+                await self._db.run(partial(creation.insert_lone_run, self._insert_run, params))
             return [lone_outcome(environment, new, now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
@@ -456,22 +290,10 @@ class PostgresStorage(SqlStorageBase):
             environment, runs, now_us, lease, micros_or_none(outbox_claimed_until)
         )
         if connection is not None:
-            session, own_transaction = caller_session(connection)
-            try:
-                if own_transaction:
-                    async with session.transaction():
-                        return await creation.create_runs(session, self._q, batch)
-                return await creation.create_runs(session, self._q, batch)
-            except psycopg.Error as error:
-                raise self._error(error) from None
-
-        async def op(conn: Connection) -> list[CreateOutcome]:
-            if not batch.keyed:
-                return await creation.create_runs(AsyncSession(conn), self._q, batch)
-            async with conn.transaction():
-                return await creation.create_runs(AsyncSession(conn), self._q, batch)
-
-        return await self._run(op)
+            return await creation.create_in_caller_transaction(
+                connection, self._q, batch, self._db.error
+            )
+        return await self._db.run(partial(creation.create_batch, self._q, batch))
 
     def _may_find_offer(self, environment: str, queue: str) -> bool:
         until = self._no_offer_until.get((environment, queue))
@@ -484,21 +306,14 @@ class PostgresStorage(SqlStorageBase):
         server stores each batch while the next is built; all or none."""
         # Not retried: the batches are consumed as they are written.
         return await self._copy_stream(
-            environment, _plain_batches(batches), to_micros(now), retry=False
+            environment, creation.plain_batches(batches), to_micros(now), retry=False
         )
 
     async def _copy_stream(
         self, environment: str, batches: Iterable[Sequence[NewRun]], now_us: int, *, retry: bool
     ) -> list[Run]:
-        announce = {"channel": WORK_CHANNEL, "environment": environment}
-
-        async def stream(conn: Connection) -> list[Run]:
-            async with conn.transaction():
-                return await creation.copy_run_stream(
-                    conn, self._q, environment, batches, now_us, announce
-                )
-
-        return await self._run(stream, retry=retry)
+        stream = partial(creation.copy_stream, self._q, environment, batches, now_us)
+        return await self._db.run(stream, retry=retry)
 
     async def claim_due_runs(
         self,
@@ -518,7 +333,7 @@ class PostgresStorage(SqlStorageBase):
             **lease_params(lease, to_micros(now)),
         }
         prefix = self._lock_prefix(environment)
-        return await self._run(
+        return await self._db.run(
             lambda conn: claims.claim_due_runs(conn, self._q, prefix, queues, limit, params)
         )
 
@@ -539,7 +354,9 @@ class PostgresStorage(SqlStorageBase):
             **lease_params(lease, to_micros(now)),
         }
         prefix = self._lock_prefix(environment)
-        return await self._run(lambda conn: claims.claim_run(conn, self._q, prefix, queue, params))
+        return await self._db.run(
+            lambda conn: claims.claim_run(conn, self._q, prefix, queue, params)
+        )
 
     async def mark_key_unavailable(self, environment: str, run_id: str, now: datetime) -> bool:
         """Whether the due, waiting delivery is kept waiting by its key (5.7.5); its
@@ -571,28 +388,9 @@ class PostgresStorage(SqlStorageBase):
         """Compare-and-set each transition: one statement per round of distinct runs."""
         if not transitions:
             return []
-        now_us = to_micros(now)
-        rounds = transition_rounds(transitions)
-        applied = [False] * len(transitions)
-
-        async def apply_round(conn: Connection, indexes: list[int]) -> None:
-            params = transition_params(environment, [transitions[i] for i in indexes], now_us)
-            done = {row["id"] for row in await AsyncSession(conn).fetch(
-                self._q["apply_transitions"], params
-            )}  # fmt: skip
-            for i in indexes:
-                applied[i] = transitions[i].run_id in done
-
-        async def op(conn: Connection) -> list[bool]:
-            if len(rounds) == 1:
-                await apply_round(conn, rounds[0])
-            else:
-                async with conn.transaction():
-                    for indexes in rounds:
-                        await apply_round(conn, indexes)
-            return applied
-
-        return await self._run(op)
+        return await self._db.run(
+            partial(apply_transitions, self._q, environment, transitions, to_micros(now))
+        )
 
     async def apply_transitions_and_claim(
         self,
@@ -621,7 +419,7 @@ class PostgresStorage(SqlStorageBase):
             **lease_params(lease, now_us),
         }
         prefix = self._lock_prefix(environment)
-        done, claimed = await self._run(
+        done, claimed = await self._db.run(
             lambda conn: claims.apply_and_claim(
                 conn, self._q, prefix, round_params, queues, limit, params
             )
@@ -654,15 +452,7 @@ class PostgresStorage(SqlStorageBase):
         """Delete up to ``limit`` finished runs with their history, ownership, outbox and
         occurrence rows."""
         params = prune_params(environment, older_than, statuses, limit)
-
-        async def op(conn: Connection) -> int:
-            async with conn.transaction():
-                session = AsyncSession(conn)
-                rows = await session.fetch(self._q["prune_runs"], params)
-                await session.fetch(self._q["prune_messages"], params)
-            return int(rows[0]["pruned"]) if rows else 0
-
-        return await self._run(op)
+        return await self._db.run(partial(pruning.prune_runs, self._q, params))
 
     # -- topics --------------------------------------------------------------------
 
@@ -684,62 +474,17 @@ class PostgresStorage(SqlStorageBase):
         if not messages:
             return []
         check_distinct_delivery_ids(messages)
-        now_us, claimed_until = to_micros(now), micros_or_none(outbox_claimed_until)
-        publish = partial(
-            publishing.publish_messages,
-            q=self._q,
-            environment=environment,
-            messages=messages,
-            now_us=now_us,
-            claimed_until=claimed_until,
-            locks=publishing.lock_names(self.schema, environment, messages),
+        call = PublishCall(
+            self._q,
+            self.schema,
+            environment,
+            messages,
+            to_micros(now),
+            micros_or_none(outbox_claimed_until),
         )
         if connection is not None:
-            session, own_transaction = caller_session(connection)
-            try:
-                if not own_transaction and connection.info.transaction_status == IDLE:
-                    # Idle outside autocommit: open the caller's transaction as their
-                    # next statement would, so the savepoint below sits inside it (a
-                    # transaction block begun here would commit at its end).
-                    await session.fetch(self._q["open_caller_transaction"], {})
-                try:
-                    async with session.transaction():
-                        return await publish(session)
-                except pg_errors.UniqueViolation:
-                    # Only the bulk statement raises it (an id taken meanwhile): its
-                    # savepoint is gone; publish again the general way.
-                    async with session.transaction():
-                        return await publish(session, bulk=False)
-            except psycopg.Error as error:
-                raise self._error(error) from None
-
-        plain = publishing.is_plain(messages)
-        bulk = len(publishing.bulk_positions(messages)) == len(messages)
-
-        async def op(conn: Connection) -> list[PublishOutcome]:
-            session = AsyncSession(conn)
-            if plain:
-                outcome = await publishing.publish_plain_message(
-                    session, self._q, environment, messages[0], now_us, claimed_until
-                )
-                if outcome is not None:
-                    return [outcome]
-            elif bulk:
-                # A group of plain publishes: one autocommitted statement, as for
-                # concurrent triggers. A stored id writes nothing, a taken one fails
-                # it whole: then the general way, which compares or names it.
-                try:
-                    outcomes = await publishing.publish_plain_messages(
-                        session, self._q, environment, messages, now_us, claimed_until
-                    )
-                except pg_errors.UniqueViolation:
-                    outcomes = None
-                if outcomes is not None:
-                    return outcomes
-            async with conn.transaction():
-                return await publish(session, bulk=False)
-
-        return await self._run(op)
+            return await call.in_caller_transaction(connection, self._db.error)
+        return await self._db.run(call.on_connection)
 
     # -- dispatch and outbox -------------------------------------------------------
 
@@ -749,7 +494,7 @@ class PostgresStorage(SqlStorageBase):
         """Delivery requests for due runs without one; bounded queues within capacity."""
         scope = {"environment": environment, "now": to_micros(now), "limit": limit}
         prefix = self._lock_prefix(environment)
-        return await self._run(
+        return await self._db.run(
             lambda conn: dispatch.request_due_deliveries(conn, self._q, prefix, queues, scope)
         )
 
@@ -794,7 +539,7 @@ class PostgresStorage(SqlStorageBase):
         try:
             return await self._leadership.hold(environment, holder)
         except psycopg.Error as error:
-            raise self._error(error) from None
+            raise self._db.error(error) from None
 
     async def release_maintenance_lead(self, environment: str, holder: str) -> None:
         """Unlock if ``holder`` has the lock."""
@@ -823,12 +568,7 @@ class PostgresStorage(SqlStorageBase):
         if not schedule_ids:
             return
         params = seen_params(environment, schedule_ids, to_micros(now))
-
-        async def op(conn: Connection) -> None:
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.executemany(self._q["mark_schedule_seen"], params)
-
-        await self._run(op)
+        await self._db.run(partial(schedules.mark_seen, self._q, params))
 
     async def materialize_schedule_occurrences(
         self, environment: str, occurrences: Sequence[ScheduleOccurrence], now: datetime
@@ -836,43 +576,7 @@ class PostgresStorage(SqlStorageBase):
         """Claim occurrences and create their runs in one transaction."""
         if not occurrences:
             return []
-
-        async def op(conn: Connection) -> list[Run]:
-            async with conn.transaction():
-                return await schedules.materialize_occurrences(
-                    AsyncSession(conn), self._q, environment, occurrences, to_micros(now)
-                )
-
-        return await self._run(op)
-
-
-async def _execute(query: str, params: dict[str, Any], conn: Connection) -> None:
-    await conn.cursors(1)[0].execute(query, params)
-
-
-async def _execute_bare(statement: BareStatement, params: dict[str, Any], conn: Connection) -> None:
-    await conn.execute_bare(statement, params)
-
-
-async def _insert_handoff(
-    statement: BareStatement, params: dict[str, Any], conn: Connection
-) -> Lease | None:
-    """Run ``insert_run_handoff``; the lease it wrote when it handed the run to a worker."""
-    result = await conn.execute_bare(statement, params)
-    if not result.ntuples:
-        return None
-    owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))
-    if owner is None or token is None or expires is None:
-        return None  # notified the environment's workers: not handed off
-    return Lease(owner.decode(), token.decode(), from_micros(int(expires)))
-
-
-def _plain_batches(batches: Iterable[Sequence[NewRun]]) -> Iterator[Sequence[NewRun]]:
-    """``batches``, refusing a run with a key or a delivery request (a stream takes none)."""
-    for runs in batches:
-        if not plain_batch(runs):
-            raise RunlaneError(
-                ErrorCode.INTERNAL_ERROR,
-                "a run stream takes runs without keys or delivery requests only.",
-            )
-        yield runs
+        materialize = partial(
+            schedules.materialize, self._q, environment, occurrences, to_micros(now)
+        )
+        return await self._db.run(materialize)

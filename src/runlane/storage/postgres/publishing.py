@@ -10,10 +10,13 @@ commit order (5.7.4).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
 from runlane.ports.storage import (
     NewDelivery,
@@ -23,7 +26,13 @@ from runlane.ports.storage import (
     StoredMessage,
 )
 from runlane.storage.postgres.params import WORK_CHANNEL
-from runlane.storage.postgres.sessions import Queries, Session
+from runlane.storage.postgres.sessions import (
+    AsyncSession,
+    DriverConnection,
+    Queries,
+    Session,
+    caller_session,
+)
 from runlane.storage.sql.batches import taken_run_id
 from runlane.storage.sql.claiming import key_lock_name
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
@@ -39,7 +48,89 @@ from runlane.storage.sql.messages import (
 )
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.types.clock import to_micros
+from runlane.types.errors import RunlaneError
 from runlane.types.runs import Run
+
+
+class PublishCall:
+    """One ``publish_messages`` call of the driver: on its own connection
+    (:meth:`on_connection`, for :meth:`.connections.PostgresConnection.run`) or inside
+    the caller's transaction (:meth:`in_caller_transaction`)."""
+
+    __slots__ = ("_claimed_until", "_environment", "_messages", "_now_us", "_publish", "_q")
+
+    def __init__(
+        self,
+        q: Queries,
+        schema: str,
+        environment: str,
+        messages: Sequence[NewMessage],
+        now_us: int,
+        claimed_until: int | None,
+    ) -> None:
+        self._q = q
+        self._environment = environment
+        self._messages = messages
+        self._now_us = now_us
+        self._claimed_until = claimed_until
+        self._publish = partial(
+            publish_messages,
+            q=q,
+            environment=environment,
+            messages=messages,
+            now_us=now_us,
+            claimed_until=claimed_until,
+            locks=lock_names(schema, environment, messages),
+        )
+
+    async def in_caller_transaction(
+        self, connection: Any, error: Callable[[BaseException], RunlaneError]
+    ) -> list[PublishOutcome]:
+        """Publish on the caller's psycopg connection (sync or async), joining its open
+        transaction in a savepoint: a refused message id takes back this call only."""
+        session, own_transaction = caller_session(connection)
+        try:
+            if not own_transaction and connection.info.transaction_status == TransactionStatus.IDLE:
+                # Idle outside autocommit: open the caller's transaction as their next
+                # statement would, so the savepoint below sits inside it (a transaction
+                # block begun here would commit at its end).
+                await session.fetch(self._q["open_caller_transaction"], {})
+            try:
+                async with session.transaction():
+                    return await self._publish(session)
+            except pg_errors.UniqueViolation:
+                # Only the bulk statement raises it (an id taken meanwhile): its
+                # savepoint is gone; publish again the general way.
+                async with session.transaction():
+                    return await self._publish(session, bulk=False)
+        except psycopg.Error as failure:
+            raise error(failure) from None
+
+    async def on_connection(self, conn: DriverConnection) -> list[PublishOutcome]:
+        """Publish on the driver's autocommit ``conn``: a plain message, or a group of
+        them, in one autocommitted statement; anything else in one transaction."""
+        messages, q, environment = self._messages, self._q, self._environment
+        session = AsyncSession(conn)
+        if is_plain(messages):
+            outcome = await publish_plain_message(
+                session, q, environment, messages[0], self._now_us, self._claimed_until
+            )
+            if outcome is not None:
+                return [outcome]
+        elif len(bulk_positions(messages)) == len(messages):
+            # A group of plain publishes: one autocommitted statement, as for concurrent
+            # triggers. A stored id writes nothing, a taken one fails it whole: then the
+            # general way, which compares or names it.
+            try:
+                outcomes = await publish_plain_messages(
+                    session, q, environment, messages, self._now_us, self._claimed_until
+                )
+            except pg_errors.UniqueViolation:
+                outcomes = None
+            if outcomes is not None:
+                return outcomes
+        async with conn.transaction():
+            return await self._publish(session, bulk=False)
 
 
 def lock_names(schema: str, environment: str, messages: Sequence[NewMessage]) -> list[str]:

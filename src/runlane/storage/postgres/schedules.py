@@ -8,11 +8,12 @@ for the other insert to commit) and only the first creates the run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from runlane.ports.storage import ScheduleOccurrence
 from runlane.storage.postgres.creation import create_keyed_run
 from runlane.storage.postgres.params import creation_batch
-from runlane.storage.postgres.sessions import Queries, Session
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries, Session
 from runlane.storage.sql.schedules import occurrence_scope
 from runlane.types.runs import Run
 
@@ -39,3 +40,23 @@ async def materialize_occurrences(
         if outcome.created:
             created.append(outcome.run)
     return created
+
+
+async def mark_seen(q: Queries, params: list[dict[str, Any]], conn: DriverConnection) -> None:
+    """Record the first-seen point of each schedule in ``params`` that has none."""
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.executemany(q["mark_schedule_seen"], params)
+
+
+async def materialize(
+    q: Queries,
+    environment: str,
+    occurrences: Sequence[ScheduleOccurrence],
+    now_us: int,
+    conn: DriverConnection,
+) -> list[Run]:
+    """:func:`materialize_occurrences` in one transaction on the driver's ``conn``."""
+    async with conn.transaction():
+        return await materialize_occurrences(
+            AsyncSession(conn), q, environment, occurrences, now_us
+        )

@@ -20,10 +20,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from runlane.storage.sql.rows import RUN_COLUMNS, RunDecoder
+from runlane.ports.storage import Standby
+from runlane.storage.postgres.connections import execute
+from runlane.storage.sql.rows import RUN_COLUMNS, RunDecoder, runs_from_rows
+from runlane.types.ids import new_token
 from runlane.types.runs import Run
+
+if TYPE_CHECKING:
+    from runlane.storage.postgres.connections import PostgresConnection
+    from runlane.storage.postgres.listener import HandoffAddress, WorkListener
+    from runlane.storage.postgres.sessions import Queries
+
+#: Seconds a worker standing by waits for the listening connection to be made.
+STANDBY_CONNECT_WITHIN = 1.0
 
 logger = logging.getLogger("runlane.postgres")
 
@@ -61,3 +74,91 @@ class Offer:
     def lost(self) -> None:
         """The listening connection was lost: runs may have been handed over unheard."""
         self.arrived.set()
+
+
+def offer_params(
+    offer: Offer,
+    environment: str,
+    worker_id: str,
+    queues: Sequence[str],
+    slots: int,
+    lease_duration: float,
+    address: HandoffAddress,
+) -> dict[str, Any]:
+    """Parameters of ``stand_by``: the offer's slots, queues, lease and where it listens."""
+    return {
+        "environment": environment,
+        "lease_token": offer.token,
+        "worker_id": worker_id,
+        "queues": list(queues),
+        "free": slots,
+        "lease_micros": round(lease_duration * 1_000_000),
+        "channel": address.channel,
+        "lock_key": address.lock_key,
+    }
+
+
+class HandOffCalls:
+    """The driver's ``HandsOff`` methods (see ``runlane.ports.storage``), apart from the
+    rest of :class:`~.driver.PostgresStorage`, which supplies what is declared here."""
+
+    _db: PostgresConnection
+    _q: Queries
+    _listener: WorkListener | None
+
+    if TYPE_CHECKING:
+
+        def _work_listener(self) -> WorkListener: ...
+
+        async def _fetch(self, query: str, params: dict[str, Any]) -> list[Any]: ...
+
+        async def _count(self, query: str, params: dict[str, Any]) -> int: ...
+
+    async def stand_by(
+        self,
+        environment: str,
+        worker_id: str,
+        queues: Sequence[str],
+        slots: int,
+        lease_duration: float,
+        start: Callable[[list[Run]], None],
+    ) -> Standby | None:
+        """Offer ``slots`` free slots on ``queues`` to lone triggers of due runs, which
+        go to ``start``; None while the listening connection (which hears hand-offs)
+        cannot be made."""
+        if not queues or slots < 1:
+            return None
+        listener = self._work_listener()
+        address = await listener.address(STANDBY_CONNECT_WITHIN)
+        if address is None:
+            return None
+        offer = Offer(new_token(), start)
+        params = offer_params(offer, environment, worker_id, queues, slots, lease_duration, address)
+        # Heard from before the offer is visible: a hand-off may follow at once.
+        listener.receive(offer.token, offer)
+        try:
+            await self._db.run(partial(execute, self._q["stand_by"], params))
+        except BaseException:
+            listener.forget(offer.token)
+            raise
+        return offer
+
+    async def stand_down(self, environment: str, standby: Standby) -> list[Run]:
+        """Withdraw ``standby``; the runs handed to it that it has not given out yet."""
+        if not isinstance(standby, Offer):
+            raise TypeError("stand_down takes an offer this storage made")
+        params = {"environment": environment, "lease_token": standby.token}
+        try:
+            rows = await self._fetch("stand_down", params)
+        finally:
+            # Heard no more either way: the worker may be gone by the next notification.
+            if self._listener is not None:
+                self._listener.forget(standby.token)
+        missing = [run_id for run_id in rows[0]["handed"] if run_id not in standby.seen]
+        if not missing:
+            return []
+        return runs_from_rows(await self._fetch("handed_runs", {**params, "ids": missing}))
+
+    async def remove_dead_offers(self, environment: str) -> int:
+        """Remove the offers of workers whose listening connection is gone."""
+        return await self._count("remove_dead_offers", {"environment": environment})

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.ports.storage import Transition
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
 from runlane.storage.sql.encoding import dumps, micros_or_none
 
 
@@ -70,3 +71,32 @@ def transition_params(
         "transitions": dumps(rows),
         "events": dumps(events),
     }
+
+
+async def apply_transitions(
+    q: Queries,
+    environment: str,
+    transitions: Sequence[Transition],
+    now_us: int,
+    conn: DriverConnection,
+) -> list[bool]:
+    """Compare-and-set each transition on the driver's autocommit ``conn``: one statement
+    per round of distinct runs (:func:`transition_rounds`), a transaction when several."""
+    rounds = transition_rounds(transitions)
+    applied = [False] * len(transitions)
+
+    async def apply_round(indexes: list[int]) -> None:
+        params = transition_params(environment, [transitions[i] for i in indexes], now_us)
+        done = {row["id"] for row in await AsyncSession(conn).fetch(
+            q["apply_transitions"], params
+        )}  # fmt: skip
+        for i in indexes:
+            applied[i] = transitions[i].run_id in done
+
+    if len(rounds) == 1:
+        await apply_round(rounds[0])
+    else:
+        async with conn.transaction():
+            for indexes in rounds:
+                await apply_round(indexes)
+    return applied
