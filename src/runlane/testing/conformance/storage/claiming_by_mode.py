@@ -46,7 +46,7 @@ from runlane.testing.conformance.storage.methods import NOW, storage
 from runlane.testing.conformance.storage.support import TransportFactory, make_transport_runtime
 from runlane.testing.conformance.storage.topics import delivery, message
 from runlane.topics.claiming import claim_batch, claimable_deliveries
-from runlane.topics.states import DeliveryState, DeliveryStatus
+from runlane.topics.states import delivery_state
 from runlane.types.runs import Run, RunEventType, RunFailure, SubscriptionMode
 
 __all__ = [
@@ -599,22 +599,6 @@ _MODES = (EXCLUSIVE, ORDERED, NONE)
 _KEYS = ("k1", "k2", None)
 
 
-def _state(run: Run) -> DeliveryState:
-    assert run.mode is not None and run.message_sequence is not None
-    lease = run.lease
-    return DeliveryState(
-        id=run.id,
-        subscription=run.task_id,
-        status=DeliveryStatus(run.status.value),
-        mode=run.mode,
-        key=run.partition_key,
-        sequence=run.message_sequence,
-        run_at=run.run_at,
-        lease_token=None if lease is None else lease.token,
-        lease_expires_at=None if lease is None else lease.expires_at,
-    )
-
-
 async def _run_history(store: Storage, environment: str, steps: list[_Step]) -> None:
     now = NOW
     ids: list[str] = []
@@ -638,7 +622,7 @@ async def _run_history(store: Storage, environment: str, steps: list[_Step]) -> 
             continue
         if step.kind == "claim":
             runs = (await store.list_runs(environment, RunFilter(), 200, None)).data
-            expected = claim_batch([_state(r) for r in runs], now, step.arg)
+            expected = claim_batch([delivery_state(r) for r in runs], now, step.arg)
             claimed = await store.claim_due_runs(
                 environment, [MAIN], step.arg, _lease(now, f"w{number}"), now
             )
@@ -658,7 +642,7 @@ async def _act(store: Storage, environment: str, run: Run, step: _Step, now: dat
     transition: Transition | None = None
     if step.kind == "claim_run":
         runs = (await store.list_runs(environment, RunFilter(), 200, None)).data
-        alone = {d.id for d in claimable_deliveries([_state(r) for r in runs], now)}
+        alone = {d.id for d in claimable_deliveries([delivery_state(r) for r in runs], now)}
         claimed = await store.claim_run(environment, run.id, _lease(now), now)
         assert (claimed is not None) == (run.id in alone), (run.id, now, runs)
         return
