@@ -40,9 +40,10 @@ from runlane import (
     task,
     topic,
 )
-from runlane.core.delivering import Ended, settle_delivery_attempt
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.testing.conformance.storage.support import MAIN, OTHER, Factory, make_runtime
+from runlane.topics.outcomes import Complete
+from runlane.topics.states import delivery_state, settle_delivery
 
 Handler = Callable[[Message[Any], DeliveryContext], Awaitable[Any]]
 #: One attempt, no backoff to wait for: failures dead-letter at once.
@@ -301,7 +302,8 @@ async def test_C07_a_stale_lease_token_is_fenced(make_runtime: Factory) -> None:
     clock.advance("1s")
     fresh = await _claim(rl, "worker-b")
     assert fresh.id == stale.id and fresh.attempt == 2
-    late = settle_delivery_attempt(stale, Ended(None, raised=False), sub.retry, clock.now())
+    # The settle worker-a would write had its handler returned: fenced by the new lease.
+    late = settle_delivery(delivery_state(stale), Complete(), clock.now())
     assert await rl.storage.apply_transitions(rl.environment, [late], clock.now()) == [False]
     current = await rl.runs.get(stale.id)
     assert current.status is RunStatus.RUNNING and current.lease is not None

@@ -27,7 +27,6 @@ from runlane import (
     subscription,
     topic,
 )
-from runlane.core.delivery import DeliveryOutcome, IgnoredReason
 from runlane.model.transitions import request_cancellation
 from runlane.ports.storage import (
     LeaseRequest,
@@ -41,7 +40,7 @@ from runlane.ports.storage import (
     StoresMessages,
     Transition,
 )
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage, DeliveryOutcome, IgnoredReason
 from runlane.testing.conformance.storage.methods import NOW, storage
 from runlane.testing.conformance.storage.support import TransportFactory, make_transport_runtime
 from runlane.testing.conformance.storage.topics import delivery, message
