@@ -31,9 +31,8 @@ from runlane import (
     sqlite_lane,
     task,
 )
-from runlane.core.delivery import DeliveryOutcome
 from runlane.ports.storage import LeaseRequest
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage, DeliveryOutcome
 from runlane.types.runs import Run
 
 MAIN = queue("main", default=True)

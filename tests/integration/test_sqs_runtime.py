@@ -25,8 +25,7 @@ from runlane import (
     sqlite_lane,
     task,
 )
-from runlane.core.delivery import DeliveryOutcome, DeliveryResult, IgnoredReason
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage, DeliveryOutcome, DeliveryResult, IgnoredReason
 from runlane.sqs import (
     SqsDeliveryConsumer,
     SqsFifo,

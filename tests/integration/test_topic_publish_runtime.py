@@ -25,9 +25,8 @@ from runlane import (
     subscription,
     topic,
 )
-from runlane.core.delivery import IgnoredReason
 from runlane.ports.storage import LeaseRequest
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage, IgnoredReason
 from runlane.transport.memory import MemoryTransport
 
 MAIN = queue("main", default=True)

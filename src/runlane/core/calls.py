@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from runlane.core.delivery import DeliveryResult, execute_delivery
+from runlane.core.delivery import execute_delivery
 from runlane.core.execution import AttemptRunner, LeaseSettings
 from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL, Maintenance
 from runlane.core.observing import Observers
@@ -23,7 +23,7 @@ from runlane.model.context import Signal
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
 from runlane.ports.lane import LaneConnection
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import DeliveryMessage, DeliveryResult
 from runlane.topics.definitions import TopicDef
 from runlane.topics.records import PublishReceipt
 from runlane.types.durations import Duration, parse_duration, parse_optional_duration

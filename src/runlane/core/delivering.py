@@ -24,8 +24,7 @@ from runlane.topics.definitions import SubscriptionDef
 from runlane.topics.messages import DeliveryContext, Message
 from runlane.topics.outcomes import decide_delivery
 from runlane.topics.publishing import payload_owner
-from runlane.topics.runs import delivery_state, storage_transition
-from runlane.topics.states import expire_delivery_lease, settle_delivery
+from runlane.topics.states import delivery_state, expire_delivery_lease, settle_delivery
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import Transition
 from runlane.types.retry import RetryPolicy
@@ -148,12 +147,10 @@ def settle_delivery_attempt(
         policy=policy,
         describe=describe,
     )
-    transition = settle_delivery(delivery_state(run), decision, now)
-    return storage_transition(transition, cancel_reason=run.cancel_reason)
+    return settle_delivery(delivery_state(run), decision, now)
 
 
 def expire_delivery(run: Run, policy: RetryPolicy, now: datetime) -> Transition:
     """Maintenance found the delivery's lease expired: retry while the budget lasts,
     else dead-letter with ``lease_expired`` (a cancelled one ends CANCELLED)."""
-    transition = expire_delivery_lease(delivery_state(run), now, policy)
-    return storage_transition(transition, cancel_reason=run.cancel_reason, lease_expired_by=now)
+    return expire_delivery_lease(delivery_state(run), now, policy)

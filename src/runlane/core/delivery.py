@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, cast
 
 from runlane.model.context import Signal
-from runlane.ports.transport import DeliveryMessage
+from runlane.ports.transport import (
+    DeliveryMessage,
+    DeliveryOutcome,
+    DeliveryResult,
+    IgnoredReason,
+)
 from runlane.types.ids import could_be_run_id
 from runlane.types.runs import LEASED_STATUSES, Run
 
@@ -18,42 +21,6 @@ if TYPE_CHECKING:
     from runlane.core.store import StoreScope
     from runlane.ports.storage import StoresMessages
     from runlane.types.records import QueuePolicy
-
-
-class DeliveryOutcome(StrEnum):
-    """Whether a delivery executed an attempt."""
-
-    EXECUTED = "executed"
-    IGNORED = "ignored"
-
-
-class IgnoredReason(StrEnum):
-    """Why a wakeup was acknowledged without executing anything (all ack-safe)."""
-
-    NOT_FOUND = "not_found"
-    TERMINAL = "terminal"
-    NOT_DUE = "not_due"
-    ALREADY_LEASED = "already_leased"
-    WRONG_QUEUE = "wrong_queue"
-    ENVIRONMENT_MISMATCH = "environment_mismatch"
-    CAPACITY_UNAVAILABLE = "capacity_unavailable"
-    #: A delivery whose key is busy (EXCLUSIVE) or not yet at its head (ORDERED); it
-    #: is woken again once claimable.
-    KEY_UNAVAILABLE = "key_unavailable"
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryResult:
-    """What ``execute_delivery`` did with one wakeup."""
-
-    outcome: DeliveryOutcome
-    run: Run | None = None
-    reason: IgnoredReason | None = None
-
-    @property
-    def executed(self) -> bool:
-        """Whether an attempt ran."""
-        return self.outcome is DeliveryOutcome.EXECUTED
 
 
 def _ignored(reason: IgnoredReason, run: Run | None) -> DeliveryResult:

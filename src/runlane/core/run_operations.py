@@ -13,8 +13,7 @@ from runlane.core.maintenance import prune_finished_runs
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
 from runlane.model.transitions import project, request_cancellation
-from runlane.topics.runs import delivery_state
-from runlane.topics.states import RunsOperation, refuse_runs_operation
+from runlane.topics.states import RunsOperation, delivery_state, refuse_runs_operation
 from runlane.types.clock import aware_utc
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error

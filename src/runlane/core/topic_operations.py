@@ -21,16 +21,21 @@ from runlane.topics.definitions import SubscriptionDef, SubscriptionMode, TopicD
 from runlane.topics.messages import Message
 from runlane.topics.records import DeadLetter, SubscriptionStats
 from runlane.topics.registration import TopicRegistry
-from runlane.topics.runs import delivery_state, storage_transition
 from runlane.topics.states import (
-    DeliveryTransition,
     check_operator_reason,
+    delivery_state,
     discard_dead_letter,
     replay_dead_letter,
 )
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import could_be_run_id, validate_optional_identifier
-from runlane.types.records import DeadLetterFilter, HaltedKey, StoredDeadLetter, StoredMessage
+from runlane.types.records import (
+    DeadLetterFilter,
+    HaltedKey,
+    StoredDeadLetter,
+    StoredMessage,
+    Transition,
+)
 from runlane.types.runs import Page, Run, RunStatus
 
 #: Connects the lane (``Runlane.open``): safe to call more than once.
@@ -259,13 +264,12 @@ class DeadLetters:
             run, discard_dead_letter(delivery_state(run), reason=reason, actor=actor)
         )
 
-    async def _apply(self, run: Run, transition: DeliveryTransition) -> Run:
+    async def _apply(self, run: Run, transition: Transition) -> Run:
         store = self._store
-        changes = storage_transition(transition, cancel_reason=run.cancel_reason)
         now = store.now()
-        (applied,) = await store.storage.apply_transitions(store.environment, [changes], now)
+        (applied,) = await store.storage.apply_transitions(store.environment, [transition], now)
         if applied:
-            return project(run, changes, now)
+            return project(run, transition, now)
         # Another operator (or a claim) changed it since it was read: compare-and-set lost.
         fresh = await store.storage.get_run(store.environment, run.id)
         status = fresh.status.value if fresh is not None else "gone"

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from runlane.model.queue_defs import QueueDef
+from runlane.types.runs import Run
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,43 @@ class DeliveryMessage:
     queue: str
     requested_at: datetime | None = None
     trace_carrier: dict[str, str] | None = None
+
+
+class DeliveryOutcome(StrEnum):
+    """Whether a delivery executed an attempt."""
+
+    EXECUTED = "executed"
+    IGNORED = "ignored"
+
+
+class IgnoredReason(StrEnum):
+    """Why a wakeup was acknowledged without executing anything (all ack-safe)."""
+
+    NOT_FOUND = "not_found"
+    TERMINAL = "terminal"
+    NOT_DUE = "not_due"
+    ALREADY_LEASED = "already_leased"
+    WRONG_QUEUE = "wrong_queue"
+    ENVIRONMENT_MISMATCH = "environment_mismatch"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+    #: A delivery whose key is busy (EXCLUSIVE) or not yet at its head (ORDERED); it
+    #: is woken again once claimable.
+    KEY_UNAVAILABLE = "key_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """What ``Runlane.execute_delivery`` did with one wakeup; a consumer acknowledges the
+    wakeup either way (a storage or framework failure raises instead)."""
+
+    outcome: DeliveryOutcome
+    run: Run | None = None
+    reason: IgnoredReason | None = None
+
+    @property
+    def executed(self) -> bool:
+        """Whether an attempt ran."""
+        return self.outcome is DeliveryOutcome.EXECUTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any
 from runlane.core.runtime import Runlane
 from runlane.testing.assertions import ANY_PAYLOAD, all_triggered, assert_triggered
 from runlane.testing.draining import DEFAULT_DRAIN_LIMIT, drain
+from runlane.testing.limits import MAX_TRACEBACK_CHARS, TRIGGER_BATCH_SIZE
 from runlane.testing.rebinding import on_lane
 from runlane.types.clock import ManualClock
 from runlane.types.runs import Run
@@ -39,6 +40,8 @@ async def wait_for_status(rl: Runlane, run_id: str, *statuses: Any, within: floa
 __all__ = [
     "ANY_PAYLOAD",
     "DEFAULT_DRAIN_LIMIT",
+    "MAX_TRACEBACK_CHARS",
+    "TRIGGER_BATCH_SIZE",
     "ManualClock",
     "all_triggered",
     "assert_triggered",

@@ -18,12 +18,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from runlane.topics.definitions import SubscriptionMode
-from runlane.topics.states import (
-    CLAIMABLE_DELIVERY_STATUSES,
-    UNFINISHED_DELIVERY_STATUSES,
-    DeliveryState,
-    DeliveryStatus,
-)
+from runlane.topics.states import DeliveryState
+from runlane.types.runs import CLAIMABLE_STATUSES, UNFINISHED_STATUSES, RunStatus
 
 KeyGroup = tuple[str, str]
 """(subscription, key): the unit exclusivity and order apply to."""
@@ -38,7 +34,7 @@ def key_group(delivery: DeliveryState) -> KeyGroup | None:
 
 def is_due(delivery: DeliveryState, now: datetime) -> bool:
     """Claimable by status and ``run_at``, before any key rule."""
-    return delivery.status in CLAIMABLE_DELIVERY_STATUSES and delivery.run_at <= now
+    return delivery.status in CLAIMABLE_STATUSES and delivery.run_at <= now
 
 
 def claimable_deliveries(deliveries: Iterable[DeliveryState], now: datetime) -> list[DeliveryState]:
@@ -56,7 +52,7 @@ def claimable_deliveries(deliveries: Iterable[DeliveryState], now: datetime) -> 
             continue
         if delivery.holds_lease(now):
             leased.add(group)
-        if delivery.status in UNFINISHED_DELIVERY_STATUSES:
+        if delivery.status in UNFINISHED_STATUSES:
             current = lowest_unfinished.get(group)
             if current is None or delivery.sequence < current:
                 lowest_unfinished[group] = delivery.sequence
@@ -105,12 +101,10 @@ def halted_keys(deliveries: Iterable[DeliveryState]) -> dict[KeyGroup, DeliveryS
         if (
             group is None
             or delivery.mode is not SubscriptionMode.ORDERED
-            or delivery.status not in UNFINISHED_DELIVERY_STATUSES
+            or delivery.status not in UNFINISHED_STATUSES
         ):
             continue
         head = heads.get(group)
         if head is None or delivery.sequence < head.sequence:
             heads[group] = delivery
-    return {
-        group: head for group, head in heads.items() if head.status is DeliveryStatus.DEAD_LETTERED
-    }
+    return {group: head for group, head in heads.items() if head.status is RunStatus.DEAD_LETTERED}

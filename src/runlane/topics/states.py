@@ -1,21 +1,22 @@
 """The delivery state machine (contract 5.6) as pure compare-and-set transitions.
 
-A delivery is a run, so it uses the run statuses and events, plus two statuses
-and three events tasks lack. They are defined here until the run vocabulary in
-``core`` gains them (the storage-facing enums change in the wiring step); the
-values are the ones storage will hold.
+A delivery is a run: its statuses are :class:`~runlane.types.runs.RunStatus`
+(all but ``FAILED``) and its events :class:`~runlane.types.runs.RunEventType`, so
+what the rules decide is what storage holds, with nothing to translate.
 
-Every function takes a :class:`DeliveryState` as read and returns the
-:class:`DeliveryTransition` to apply only if the delivery's ``event_sequence`` is
-still ``expected_sequence``: of two writers racing from one read, one wins and
-the other is refused. :func:`apply_transition` is that rule over plain data, the
-reference the drivers' transition SQL and ``project()`` must agree with.
+Every function takes a :class:`DeliveryState` as read (:func:`delivery_state` reads
+one from a stored run) and returns the storage
+:class:`~runlane.types.records.Transition` to apply only if the delivery's
+``event_sequence`` is still ``expected_sequence``: of two writers racing from one
+read, one wins and the other is refused. :func:`apply_transition` is that rule over
+plain data, the reference the drivers' transition SQL and ``project()`` must agree
+with.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -32,65 +33,16 @@ from runlane.topics.outcomes import (
 )
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import validate_optional_identifier
+from runlane.types.records import NewEvent, RunChanges, Transition
 from runlane.types.retry import RetryPolicy
-from runlane.types.runs import RunFailure
+from runlane.types.runs import LEASED_STATUSES, Run, RunEventType, RunFailure, RunStatus
 from runlane.types.storable_text import unstorable
 
-
-class DeliveryStatus(StrEnum):
-    """The statuses a delivery run can have; values are the stored run statuses.
-
-    ``FAILED`` is absent on purpose: a delivery never fails, it is dead-lettered.
-    """
-
-    QUEUED = "queued"
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    RETRYING = "retrying"
-    RELEASED = "released"
-    CANCELLATION_REQUESTED = "cancellation_requested"
-    SUCCEEDED = "succeeded"
-    CANCELLED = "cancelled"
-    #: Parked for an operator: not terminal, not claimable, holds no lease.
-    DEAD_LETTERED = "dead_lettered"
-    #: An operator gave up on a dead letter: terminal.
-    DISCARDED = "discarded"
-
-
-class DeliveryEventType(StrEnum):
-    """The run events only deliveries append (the others are the run events of tasks)."""
-
-    DEAD_LETTERED = "run.dead_lettered"
-    REPLAYED = "run.replayed"
-    DISCARDED = "run.discarded"
-
-
-#: The run events deliveries share with tasks, by their stored names.
-SUCCEEDED_EVENT = "run.succeeded"
-RETRY_SCHEDULED_EVENT = "run.retry_scheduled"
-RELEASED_EVENT = "run.released"
-CANCELLED_EVENT = "run.cancelled"
-LEASE_EXPIRED_EVENT = "run.lease_expired"
-
-#: A worker may claim these once ``run_at`` has passed (and the key rules allow).
-CLAIMABLE_DELIVERY_STATUSES = frozenset(
-    {
-        DeliveryStatus.QUEUED,
-        DeliveryStatus.SCHEDULED,
-        DeliveryStatus.RETRYING,
-        DeliveryStatus.RELEASED,
-    }
-)
-#: A worker holds the delivery's lease in these.
-LEASED_DELIVERY_STATUSES = frozenset(
-    {DeliveryStatus.RUNNING, DeliveryStatus.CANCELLATION_REQUESTED}
-)
-#: Nothing changes a delivery in these any more.
-TERMINAL_DELIVERY_STATUSES = frozenset(
-    {DeliveryStatus.SUCCEEDED, DeliveryStatus.CANCELLED, DeliveryStatus.DISCARDED}
-)
-#: An ORDERED key's head is its unfinished delivery of lowest sequence (5.7).
-UNFINISHED_DELIVERY_STATUSES = frozenset(DeliveryStatus) - TERMINAL_DELIVERY_STATUSES
+#: The run statuses a delivery can have, in the run vocabulary's order: every one
+#: but ``FAILED`` (a delivery never fails, it is dead-lettered). Which of them are
+#: claimable, leased, unfinished or terminal is the run vocabulary's to say
+#: (``runlane.types.runs``).
+DELIVERY_STATUSES = tuple(status for status in RunStatus if status is not RunStatus.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +51,7 @@ class DeliveryState:
 
     id: str
     subscription: str
-    status: DeliveryStatus
+    status: RunStatus
     #: Stored at publish (5.7.2): later changes of the subscription apply to later messages.
     mode: SubscriptionMode = SubscriptionMode.NONE
     key: str | None = None
@@ -122,44 +74,41 @@ class DeliveryState:
     def holds_lease(self, now: datetime) -> bool:
         """Whether a worker holds an unexpired lease on this delivery at ``now``."""
         return (
-            self.status in LEASED_DELIVERY_STATUSES
+            self.status in LEASED_STATUSES
             and self.lease_expires_at is not None
             and self.lease_expires_at > now
         )
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveryEvent:
-    """One event a transition appends: its stored type and JSON data."""
+def delivery_state(run: Run) -> DeliveryState:
+    """The delivery rules' view of a stored delivery run.
 
-    type: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryTransition:
-    """A compare-and-set write: apply only while ``event_sequence == expected_sequence``.
-
-    Fields left ``None`` keep the stored value, except the lease, which every
-    transition here ends (none keeps a delivery leased).
+    ``ValueError`` for a task run, or a FAILED one: neither is a delivery
+    (``INVALID_STATE`` for a delivery in the wrong status is the rules' to raise).
     """
-
-    run_id: str
-    expected_sequence: int
-    status: DeliveryStatus
-    events: tuple[DeliveryEvent, ...]
-    run_at: datetime | None = None
-    #: The failure stored on the run after the write (``None`` clears it).
-    failure: RunFailure | None = None
-    add_failure: bool = False
-    #: Replay: the retry budget restarts.
-    reset_failures: bool = False
-    #: Replay: the new count of replays.
-    replays: int | None = None
-    dead_letter_reason: str | None = None
-    dead_lettered_at: datetime | None = None
-    #: Settles are fenced: only the lease holder's token may apply them.
-    lease_token: str | None = None
+    if run.mode is None or run.status not in DELIVERY_STATUSES:
+        raise ValueError(f"run {run.id} is not a delivery (status {run.status.value})")
+    lease = run.lease
+    return DeliveryState(
+        id=run.id,
+        subscription=run.task_id,
+        status=run.status,
+        mode=run.mode,
+        key=run.partition_key,
+        sequence=run.message_sequence or 0,
+        run_at=run.run_at,
+        event_sequence=run.event_sequence,
+        attempt=run.attempt,
+        failure_count=run.failure_count,
+        replays=run.replays,
+        lease_token=lease.token if lease is not None else None,
+        lease_owner=lease.owner if lease is not None else None,
+        lease_expires_at=lease.expires_at if lease is not None else None,
+        failure=run.failure,
+        cancel_reason=run.cancel_reason,
+        dead_letter_reason=run.dead_letter_reason,
+        dead_lettered_at=run.dead_lettered_at,
+    )
 
 
 def settle_delivery(
@@ -168,52 +117,53 @@ def settle_delivery(
     now: datetime,
     *,
     lease_expired: bool = False,
-) -> DeliveryTransition:
+) -> Transition:
     """The transition that ends the attempt a leased ``delivery`` is in.
 
     A delivery whose cancellation was requested ends CANCELLED however the
     attempt ended (it is never retried or dead-lettered, 5.7.1). With
-    ``lease_expired`` the events start with ``run.lease_expired``.
+    ``lease_expired`` the events start with ``run.lease_expired`` and the write
+    also requires the lease to have expired by ``now`` (``tick`` recovering it).
     """
-    if delivery.status not in LEASED_DELIVERY_STATUSES or delivery.lease_token is None:
+    if delivery.status not in LEASED_STATUSES or delivery.lease_token is None:
         raise RunlaneError(
             ErrorCode.INVALID_STATE,
             f"delivery {delivery.id} holds no lease (status {delivery.status.value}); "
             "no attempt to settle.",
             meta={"run_id": delivery.id, "status": delivery.status.value},
         )
-    events: list[DeliveryEvent] = []
+    events: list[NewEvent] = []
     if lease_expired:
         expiry = {"attempt": delivery.attempt, "worker_id": delivery.lease_owner}
-        events.append(DeliveryEvent(LEASE_EXPIRED_EVENT, expiry))
+        events.append(NewEvent(RunEventType.LEASE_EXPIRED, expiry))
     attempt = delivery.attempt
     fields: dict[str, Any] = {}
-    if delivery.status is DeliveryStatus.CANCELLATION_REQUESTED:
-        status = DeliveryStatus.CANCELLED
+    if delivery.status is RunStatus.CANCELLATION_REQUESTED:
+        status = RunStatus.CANCELLED
         fields["failure"] = delivery.failure
         events.append(
-            DeliveryEvent(CANCELLED_EVENT, {"reason": delivery.cancel_reason, "attempt": attempt})
+            NewEvent(RunEventType.CANCELLED, {"reason": delivery.cancel_reason, "attempt": attempt})
         )
     elif isinstance(decision, Complete):
-        status = DeliveryStatus.SUCCEEDED
-        events.append(DeliveryEvent(SUCCEEDED_EVENT, {"attempt": attempt}))
+        status = RunStatus.SUCCEEDED
+        events.append(NewEvent(RunEventType.SUCCEEDED, {"attempt": attempt}))
     elif isinstance(decision, ReleaseFor):
-        status = DeliveryStatus.RELEASED
+        status = RunStatus.RELEASED
         run_at = now + timedelta(seconds=decision.delay)
         fields.update(run_at=run_at, failure=delivery.failure)
         events.append(
-            DeliveryEvent(
-                RELEASED_EVENT,
+            NewEvent(
+                RunEventType.RELEASED,
                 {"attempt": attempt, "reason": decision.reason, "run_at": run_at.isoformat()},
             )
         )
     elif isinstance(decision, RetryAfter):
-        status = DeliveryStatus.RETRYING
+        status = RunStatus.RETRYING
         run_at = now + timedelta(seconds=decision.delay)
         fields.update(run_at=run_at, failure=decision.failure, add_failure=True)
         events.append(
-            DeliveryEvent(
-                RETRY_SCHEDULED_EVENT,
+            NewEvent(
+                RunEventType.RETRY_SCHEDULED,
                 {
                     "attempt": attempt,
                     "failure": decision.failure.to_json(),
@@ -222,7 +172,7 @@ def settle_delivery(
             )
         )
     else:
-        status = DeliveryStatus.DEAD_LETTERED
+        status = RunStatus.DEAD_LETTERED
         failure = decision.failure
         fields.update(
             failure=failure,
@@ -231,8 +181,8 @@ def settle_delivery(
             dead_lettered_at=now,
         )
         events.append(
-            DeliveryEvent(
-                DeliveryEventType.DEAD_LETTERED.value,
+            NewEvent(
+                RunEventType.DEAD_LETTERED,
                 {
                     "attempt": attempt,
                     "reason": decision.reason,
@@ -240,13 +190,13 @@ def settle_delivery(
                 },
             )
         )
-    return DeliveryTransition(
+    return Transition(
         run_id=delivery.id,
         expected_sequence=delivery.event_sequence,
-        status=status,
+        changes=RunChanges(status=status, cancel_reason=delivery.cancel_reason, **fields),
         events=tuple(events),
         lease_token=delivery.lease_token,
-        **fields,
+        lease_expired_by=now if lease_expired else None,
     )
 
 
@@ -263,7 +213,7 @@ def expire_delivery_lease(
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
-) -> DeliveryTransition:
+) -> Transition:
     """``tick`` found the lease expired: retry while the budget lasts, else dead-letter."""
     failures = delivery.failure_count + 1
     if policy.has_budget(failures):
@@ -301,7 +251,7 @@ def check_operator_reason(reason: object, *, required: bool, action: str) -> str
 
 def replay_dead_letter(
     delivery: DeliveryState, now: datetime, *, reason: str | None = None, actor: str | None = None
-) -> DeliveryTransition:
+) -> Transition:
     """DEAD_LETTERED → QUEUED: same run, fresh retry budget, same place in its key's order.
 
     The failure stays on the run until the next attempt ends.
@@ -310,46 +260,49 @@ def replay_dead_letter(
     checked_actor = validate_optional_identifier(actor, name="actor")
     _require_dead_lettered(delivery, "replay")
     replays = delivery.replays + 1
-    return DeliveryTransition(
+    return Transition(
         run_id=delivery.id,
         expected_sequence=delivery.event_sequence,
-        status=DeliveryStatus.QUEUED,
+        changes=RunChanges(
+            status=RunStatus.QUEUED,
+            run_at=now,
+            failure=delivery.failure,
+            cancel_reason=delivery.cancel_reason,
+            reset_failures=True,
+            replays=replays,
+        ),
         events=(
-            DeliveryEvent(
-                DeliveryEventType.REPLAYED.value,
+            NewEvent(
+                RunEventType.REPLAYED,
                 {"reason": checked_reason, "actor": checked_actor, "replays": replays},
             ),
         ),
-        run_at=now,
-        failure=delivery.failure,
-        reset_failures=True,
-        replays=replays,
     )
 
 
 def discard_dead_letter(
     delivery: DeliveryState, *, reason: str, actor: str | None = None
-) -> DeliveryTransition:
+) -> Transition:
     """DEAD_LETTERED → DISCARDED (terminal); an ORDERED key moves on to its next delivery."""
     checked_reason = check_operator_reason(reason, required=True, action="discard")
     checked_actor = validate_optional_identifier(actor, name="actor")
     _require_dead_lettered(delivery, "discard")
-    return DeliveryTransition(
+    return Transition(
         run_id=delivery.id,
         expected_sequence=delivery.event_sequence,
-        status=DeliveryStatus.DISCARDED,
-        events=(
-            DeliveryEvent(
-                DeliveryEventType.DISCARDED.value,
-                {"reason": checked_reason, "actor": checked_actor},
-            ),
+        changes=RunChanges(
+            status=RunStatus.DISCARDED,
+            failure=delivery.failure,
+            cancel_reason=delivery.cancel_reason,
         ),
-        failure=delivery.failure,
+        events=(
+            NewEvent(RunEventType.DISCARDED, {"reason": checked_reason, "actor": checked_actor}),
+        ),
     )
 
 
 def _require_dead_lettered(delivery: DeliveryState, action: str) -> None:
-    if delivery.status is not DeliveryStatus.DEAD_LETTERED:
+    if delivery.status is not RunStatus.DEAD_LETTERED:
         raise RunlaneError(
             ErrorCode.INVALID_STATE,
             f"delivery {delivery.id} is {delivery.status.value}, not dead-lettered; only a "
@@ -359,7 +312,7 @@ def _require_dead_lettered(delivery: DeliveryState, action: str) -> None:
 
 
 def apply_transition(
-    delivery: DeliveryState, transition: DeliveryTransition, now: datetime
+    delivery: DeliveryState, transition: Transition, now: datetime
 ) -> DeliveryState:
     """The delivery after storage applied ``transition`` at ``now``, or ``INVALID_STATE``.
 
@@ -378,20 +331,22 @@ def apply_transition(
             "read it again before changing it.",
             meta={"run_id": delivery.id, "status": delivery.status.value},
         )
-    failure_count = 0 if transition.reset_failures else delivery.failure_count
+    changes = transition.changes
+    failure_count = 0 if changes.reset_failures else delivery.failure_count
     return replace(
         delivery,
-        status=transition.status,
-        run_at=transition.run_at or delivery.run_at,
+        status=changes.status,
+        run_at=changes.run_at or delivery.run_at,
         event_sequence=delivery.event_sequence + len(transition.events),
-        failure_count=failure_count + int(transition.add_failure),
-        replays=delivery.replays if transition.replays is None else transition.replays,
+        failure_count=failure_count + int(changes.add_failure),
+        replays=delivery.replays if changes.replays is None else changes.replays,
         lease_token=None,
         lease_owner=None,
         lease_expires_at=None,
-        failure=transition.failure,
-        dead_letter_reason=transition.dead_letter_reason or delivery.dead_letter_reason,
-        dead_lettered_at=transition.dead_lettered_at or delivery.dead_lettered_at,
+        failure=changes.failure,
+        cancel_reason=changes.cancel_reason,
+        dead_letter_reason=changes.dead_letter_reason or delivery.dead_letter_reason,
+        dead_lettered_at=changes.dead_lettered_at or delivery.dead_lettered_at,
     )
 
 
@@ -405,7 +360,7 @@ class RunsOperation(StrEnum):
 
 def refuse_runs_operation(operation: RunsOperation, delivery: DeliveryState) -> None:
     """Raise what ``rl.runs`` raises when ``operation`` is asked of a delivery; else nothing."""
-    if operation is RunsOperation.CANCEL and delivery.status is not DeliveryStatus.DEAD_LETTERED:
+    if operation is RunsOperation.CANCEL and delivery.status is not RunStatus.DEAD_LETTERED:
         return
     raise RunlaneError(
         ErrorCode.INVALID_STATE,

@@ -20,28 +20,31 @@ from runlane.topics.claiming import claim_batch, claimable_deliveries, halted_ke
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import Complete, DeadLetterWith, RetryAfter
 from runlane.topics.states import (
-    LEASED_DELIVERY_STATUSES,
-    TERMINAL_DELIVERY_STATUSES,
-    UNFINISHED_DELIVERY_STATUSES,
+    DELIVERY_STATUSES,
     DeliveryState,
-    DeliveryStatus,
     apply_transition,
     discard_dead_letter,
     expire_delivery_lease,
     replay_dead_letter,
     settle_delivery,
 )
-from runlane.types.runs import RunFailure
+from runlane.types.runs import (
+    LEASED_STATUSES,
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    RunFailure,
+    RunStatus,
+)
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
-S = DeliveryStatus
+S = RunStatus
 _ids = count(1)
 
 
 def _delivery(
     sequence: int,
-    status: DeliveryStatus = S.QUEUED,
+    status: RunStatus = S.QUEUED,
     *,
     mode: SubscriptionMode = SubscriptionMode.ORDERED,
     key: str | None = "k",
@@ -49,7 +52,7 @@ def _delivery(
     run_at: datetime = NOW,
     leased_until: datetime | None = None,
 ) -> DeliveryState:
-    if status in LEASED_DELIVERY_STATUSES and leased_until is None:
+    if status in LEASED_STATUSES and leased_until is None:
         leased_until = NOW + LEASE
     return DeliveryState(
         id=f"d{sequence:03d}",
@@ -79,7 +82,7 @@ NONE = SubscriptionMode.NONE
 
 
 def test_only_waiting_statuses_are_claimable() -> None:
-    for status in DeliveryStatus:
+    for status in DELIVERY_STATUSES:
         claimable = _claimable(_delivery(1, status, mode=NONE, key=None))
         expected = status in {S.QUEUED, S.SCHEDULED, S.RETRYING, S.RELEASED}
         assert (claimable == ["d001"]) is expected, status
@@ -206,9 +209,9 @@ def test_ordered_a_cancelled_head_frees_its_key() -> None:
 
 
 def test_ordered_every_unfinished_status_of_a_lower_sequence_blocks() -> None:
-    for status in DeliveryStatus:
+    for status in DELIVERY_STATUSES:
         blocked = _claimable(_delivery(1, status, run_at=NOW + timedelta(days=1)), _delivery(2))
-        assert (blocked == []) is (status in UNFINISHED_DELIVERY_STATUSES), status
+        assert (blocked == []) is (status in UNFINISHED_STATUSES), status
 
 
 def test_ordered_a_running_head_with_an_expired_lease_still_holds_its_key() -> None:
@@ -254,7 +257,7 @@ def test_halted_keys_are_ordered_keys_whose_head_is_dead_lettered() -> None:
 
 # --- properties ---
 
-statuses = st.sampled_from(list(DeliveryStatus))
+statuses = st.sampled_from(DELIVERY_STATUSES)
 modes = st.sampled_from(list(SubscriptionMode))
 
 
@@ -264,7 +267,7 @@ def delivery_sets(draw: Any) -> list[DeliveryState]:
     for sequence in range(1, draw(st.integers(1, 12)) + 1):
         status = draw(statuses)
         mode = draw(modes)
-        leased = status in LEASED_DELIVERY_STATUSES
+        leased = status in LEASED_STATUSES
         deliveries.append(
             DeliveryState(
                 id=f"d{sequence:03d}",
@@ -304,8 +307,7 @@ def test_a_claim_obeys_every_rule_of_5_7(deliveries: list[DeliveryState], limit:
         assert not any(d.holds_lease(NOW) for d in same_key)
         if delivery.mode is SubscriptionMode.ORDERED:
             assert not any(
-                d.sequence < delivery.sequence and d.status in UNFINISHED_DELIVERY_STATUSES
-                for d in same_key
+                d.sequence < delivery.sequence and d.status in UNFINISHED_STATUSES for d in same_key
             )
 
 
@@ -360,10 +362,10 @@ def test_simulated_workers_never_overlap_a_key_and_ordered_keys_finish_in_order(
     def write(delivery: DeliveryState, transition: Any) -> None:
         after = apply_transition(delivery, transition, now)
         store[delivery.id] = after
-        if after.status in TERMINAL_DELIVERY_STATUSES:
+        if after.status in TERMINAL_STATUSES:
             finished[after.key or ""].append(after.sequence)
 
-    def first(status: DeliveryStatus) -> DeliveryState | None:
+    def first(status: RunStatus) -> DeliveryState | None:
         return next((d for d in store.values() if d.status is status), None)
 
     for step in [*steps, *["tick", "claim", "complete", "replay"] * 3 * len(keys)]:
@@ -400,4 +402,4 @@ def test_simulated_workers_never_overlap_a_key_and_ordered_keys_finish_in_order(
         for sequences in finished.values():
             assert sequences == sorted(sequences), "an ORDERED key finished out of order"
     # Nothing is lost: with operators replaying, every delivery eventually finishes.
-    assert all(d.status in TERMINAL_DELIVERY_STATUSES for d in store.values())
+    assert all(d.status in TERMINAL_STATUSES for d in store.values())

@@ -1,6 +1,6 @@
-"""Deliveries as stored runs: the delivery rules (5.6) applied to a run through
-``delivery_state`` and ``storage_transition`` leave exactly what ``project()`` (and so
-the drivers' transition SQL) holds."""
+"""Deliveries as stored runs: the storage transitions the delivery rules (5.6) compute
+from a run read through ``delivery_state`` leave exactly what ``project()`` (and so the
+drivers' transition SQL) holds."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ from runlane.topics.outcomes import (
     ReleaseFor,
     RetryAfter,
 )
-from runlane.topics.runs import delivery_state, storage_transition
 from runlane.topics.states import (
-    DeliveryTransition,
     apply_transition,
+    delivery_state,
     discard_dead_letter,
     expire_delivery_lease,
     replay_dead_letter,
     settle_delivery,
 )
+from runlane.types.records import Transition
 from runlane.types.runs import (
     Lease,
     Run,
@@ -78,13 +78,8 @@ def _dead() -> Run:
     )
 
 
-def _agree(
-    run: Run, transition: DeliveryTransition, lease_expired_by: datetime | None = None
-) -> Run:
-    write = storage_transition(
-        transition, cancel_reason=run.cancel_reason, lease_expired_by=lease_expired_by
-    )
-    stored = project(run, write, NOW)
+def _agree(run: Run, transition: Transition) -> Run:
+    stored = project(run, transition, NOW)
     assert delivery_state(stored) == apply_transition(delivery_state(run), transition, NOW)
     return stored
 
@@ -108,13 +103,12 @@ def test_a_dead_letter_is_stored_with_its_reason_time_and_counted_failure() -> N
 def test_a_lease_expiring_on_the_last_attempt_dead_letters_and_requires_the_expiry() -> None:
     run = _run(failure_count=0)
     transition = expire_delivery_lease(delivery_state(run), NOW, SPENT)
-    write = storage_transition(transition, lease_expired_by=NOW)
-    assert write.lease_expired_by == NOW and write.lease_token == "token-1"
-    assert [e.type for e in write.events] == [
+    assert transition.lease_expired_by == NOW and transition.lease_token == "token-1"
+    assert [e.type for e in transition.events] == [
         RunEventType.LEASE_EXPIRED,
         RunEventType.DEAD_LETTERED,
     ]
-    stored = _agree(run, transition, lease_expired_by=NOW)
+    stored = _agree(run, transition)
     assert stored.status is RunStatus.DEAD_LETTERED and stored.dead_letter_reason == "lease_expired"
 
 

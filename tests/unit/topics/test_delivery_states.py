@@ -12,12 +12,9 @@ from runlane import ErrorCode, RetryPolicy, RunlaneError
 from runlane.topics.definitions import SubscriptionMode
 from runlane.topics.outcomes import Complete, DeadLetterWith, ReleaseFor, RetryAfter
 from runlane.topics.states import (
+    DELIVERY_STATUSES,
     LEASE_EXPIRED_FAILURE,
-    TERMINAL_DELIVERY_STATUSES,
-    UNFINISHED_DELIVERY_STATUSES,
-    DeliveryEventType,
     DeliveryState,
-    DeliveryStatus,
     RunsOperation,
     apply_transition,
     discard_dead_letter,
@@ -26,7 +23,13 @@ from runlane.topics.states import (
     replay_dead_letter,
     settle_delivery,
 )
-from runlane.types.runs import TERMINAL_STATUSES, RunEventType, RunFailure, RunStatus
+from runlane.types.runs import (
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    RunEventType,
+    RunFailure,
+    RunStatus,
+)
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 BOOM = RunFailure(code="task_failed", message="Task raised ValueError.", retryable=True)
@@ -37,7 +40,7 @@ def _leased(**changes: Any) -> DeliveryState:
     delivery = DeliveryState(
         id="run-1",
         subscription="orders.email",
-        status=DeliveryStatus.RUNNING,
+        status=RunStatus.RUNNING,
         mode=SubscriptionMode.ORDERED,
         key="customer-1",
         sequence=7,
@@ -66,35 +69,22 @@ def _events(transition: Any) -> list[tuple[str, dict[str, Any]]]:
 # --- vocabulary ---
 
 
-def test_every_delivery_status_is_a_stored_run_status_and_only_failed_is_missing() -> None:
-    assert {s.value for s in DeliveryStatus} == {s.value for s in RunStatus} - {
-        RunStatus.FAILED.value
-    }
-
-
-def test_the_run_vocabulary_agrees_on_which_delivery_statuses_are_terminal() -> None:
-    assert {s.value for s in TERMINAL_DELIVERY_STATUSES} == {s.value for s in TERMINAL_STATUSES} - {
-        RunStatus.FAILED.value
-    }
-
-
-def test_a_delivery_never_fails() -> None:
-    assert "failed" not in {s.value for s in DeliveryStatus}
+def test_a_delivery_can_have_every_run_status_but_failed() -> None:
+    assert set(DELIVERY_STATUSES) == set(RunStatus) - {RunStatus.FAILED}
 
 
 def test_dead_lettered_is_unfinished_and_discarded_is_terminal() -> None:
-    assert DeliveryStatus.DEAD_LETTERED in UNFINISHED_DELIVERY_STATUSES
-    assert DeliveryStatus.DISCARDED in TERMINAL_DELIVERY_STATUSES
-    assert DeliveryStatus.DEAD_LETTERED not in TERMINAL_DELIVERY_STATUSES
+    assert RunStatus.DEAD_LETTERED in UNFINISHED_STATUSES
+    assert RunStatus.DISCARDED in TERMINAL_STATUSES
+    assert RunStatus.DEAD_LETTERED not in TERMINAL_STATUSES
 
 
-def test_the_new_events_are_named_as_the_contract_says_and_are_run_events() -> None:
-    assert {e.value for e in DeliveryEventType} == {
+def test_the_delivery_events_are_named_as_the_contract_says() -> None:
+    assert (RunEventType.DEAD_LETTERED, RunEventType.REPLAYED, RunEventType.DISCARDED) == (
         "run.dead_lettered",
         "run.replayed",
         "run.discarded",
-    }
-    assert {e.value for e in DeliveryEventType} <= {e.value for e in RunEventType}
+    )
 
 
 # --- settling an attempt ---
@@ -103,7 +93,7 @@ def test_the_new_events_are_named_as_the_contract_says_and_are_run_events() -> N
 def test_complete_succeeds_and_appends_run_succeeded() -> None:
     transition = settle_delivery(_leased(), Complete(), NOW)
 
-    assert transition.status is DeliveryStatus.SUCCEEDED
+    assert transition.changes.status is RunStatus.SUCCEEDED
     assert _events(transition) == [("run.succeeded", {"attempt": 2})]
     assert (transition.expected_sequence, transition.lease_token) == (4, "token-1")
 
@@ -112,9 +102,9 @@ def test_a_retry_waits_until_its_run_at_and_counts_a_failure() -> None:
     transition = settle_delivery(_leased(), RetryAfter(30.0, BOOM), NOW)
     retry_at = NOW + timedelta(seconds=30)
 
-    assert transition.status is DeliveryStatus.RETRYING
-    assert transition.run_at == retry_at
-    assert transition.add_failure is True
+    assert transition.changes.status is RunStatus.RETRYING
+    assert transition.changes.run_at == retry_at
+    assert transition.changes.add_failure is True
     assert _events(transition) == [
         (
             "run.retry_scheduled",
@@ -126,17 +116,17 @@ def test_a_retry_waits_until_its_run_at_and_counts_a_failure() -> None:
 def test_a_release_keeps_the_failure_and_spends_no_budget() -> None:
     transition = settle_delivery(_leased(failure=BOOM), ReleaseFor(60.0, "not yet"), NOW)
 
-    assert transition.status is DeliveryStatus.RELEASED
-    assert transition.add_failure is False
-    assert transition.failure == BOOM
+    assert transition.changes.status is RunStatus.RELEASED
+    assert transition.changes.add_failure is False
+    assert transition.changes.failure == BOOM
     assert _events(transition)[0][0] == "run.released"
 
 
 def test_a_dead_letter_parks_with_reason_time_and_a_run_dead_lettered_event() -> None:
     transition = settle_delivery(_leased(), DeadLetterWith("max_attempts_exceeded", BOOM), NOW)
 
-    assert transition.status is DeliveryStatus.DEAD_LETTERED
-    assert (transition.dead_letter_reason, transition.dead_lettered_at) == (
+    assert transition.changes.status is RunStatus.DEAD_LETTERED
+    assert (transition.changes.dead_letter_reason, transition.changes.dead_lettered_at) == (
         "max_attempts_exceeded",
         NOW,
     )
@@ -150,8 +140,8 @@ def test_a_dead_letter_parks_with_reason_time_and_a_run_dead_lettered_event() ->
 
 def test_outcome_dead_letter_stores_no_failure() -> None:
     transition = settle_delivery(_leased(), DeadLetterWith("bad data", None), NOW)
-    assert transition.failure is None
-    assert transition.add_failure is False
+    assert transition.changes.failure is None
+    assert transition.changes.add_failure is False
     assert _events(transition)[0][1]["failure"] is None
 
 
@@ -161,15 +151,15 @@ def test_outcome_dead_letter_stores_no_failure() -> None:
 def test_a_requested_cancellation_ends_cancelled_whatever_the_handler_decided(
     decision: Any,
 ) -> None:
-    delivery = _leased(status=DeliveryStatus.CANCELLATION_REQUESTED, cancel_reason="stop")
+    delivery = _leased(status=RunStatus.CANCELLATION_REQUESTED, cancel_reason="stop")
     transition = settle_delivery(delivery, decision, NOW)
 
-    assert transition.status is DeliveryStatus.CANCELLED
+    assert transition.changes.status is RunStatus.CANCELLED
     assert _events(transition) == [("run.cancelled", {"reason": "stop", "attempt": 2})]
 
 
-@pytest.mark.parametrize("status", [DeliveryStatus.QUEUED, DeliveryStatus.DEAD_LETTERED])
-def test_only_a_leased_delivery_can_be_settled(status: DeliveryStatus) -> None:
+@pytest.mark.parametrize("status", [RunStatus.QUEUED, RunStatus.DEAD_LETTERED])
+def test_only_a_leased_delivery_can_be_settled(status: RunStatus) -> None:
     with pytest.raises(RunlaneError) as raised:
         settle_delivery(_leased(status=status), Complete(), NOW)
     assert raised.value.code is ErrorCode.INVALID_STATE
@@ -178,8 +168,8 @@ def test_only_a_leased_delivery_can_be_settled(status: DeliveryStatus) -> None:
 def test_an_expired_lease_with_budget_left_retries_after_lease_expired() -> None:
     transition = expire_delivery_lease(_leased(failure_count=0), NOW, NO_JITTER)
 
-    assert transition.status is DeliveryStatus.RETRYING
-    assert transition.failure == LEASE_EXPIRED_FAILURE
+    assert transition.changes.status is RunStatus.RETRYING
+    assert transition.changes.failure == LEASE_EXPIRED_FAILURE
     assert [event.type for event in transition.events] == [
         "run.lease_expired",
         "run.retry_scheduled",
@@ -189,8 +179,8 @@ def test_an_expired_lease_with_budget_left_retries_after_lease_expired() -> None
 def test_an_expired_lease_on_the_last_attempt_dead_letters_with_reason_lease_expired() -> None:
     transition = expire_delivery_lease(_leased(failure_count=2), NOW, NO_JITTER)
 
-    assert transition.status is DeliveryStatus.DEAD_LETTERED
-    assert transition.dead_letter_reason == "lease_expired"
+    assert transition.changes.status is RunStatus.DEAD_LETTERED
+    assert transition.changes.dead_letter_reason == "lease_expired"
     assert [event.type for event in transition.events] == [
         "run.lease_expired",
         "run.dead_lettered",
@@ -198,9 +188,9 @@ def test_an_expired_lease_on_the_last_attempt_dead_letters_with_reason_lease_exp
 
 
 def test_a_cancelled_delivery_whose_lease_expired_ends_cancelled_not_dead_lettered() -> None:
-    delivery = _leased(status=DeliveryStatus.CANCELLATION_REQUESTED, failure_count=2)
+    delivery = _leased(status=RunStatus.CANCELLATION_REQUESTED, failure_count=2)
     transition = expire_delivery_lease(delivery, NOW, NO_JITTER)
-    assert transition.status is DeliveryStatus.CANCELLED
+    assert transition.changes.status is RunStatus.CANCELLED
 
 
 # --- replay and discard ---
@@ -212,7 +202,7 @@ def test_replay_queues_the_same_run_now_with_a_fresh_budget_and_its_place_kept()
     transition = replay_dead_letter(parked, later, reason="fixed upstream", actor="ops.alice")
     replayed = apply_transition(parked, transition, later)
 
-    assert replayed.status is DeliveryStatus.QUEUED
+    assert replayed.status is RunStatus.QUEUED
     assert replayed.run_at == later
     assert replayed.failure_count == 0
     assert replayed.replays == 1
@@ -231,15 +221,15 @@ def test_replay_reason_and_actor_are_optional() -> None:
 def test_discard_is_terminal_and_keeps_the_reason_in_its_event() -> None:
     transition = discard_dead_letter(_dead_letter(), reason="bad batch", actor="ops.bob")
 
-    assert transition.status is DeliveryStatus.DISCARDED
+    assert transition.changes.status is RunStatus.DISCARDED
     assert _events(transition) == [("run.discarded", {"reason": "bad batch", "actor": "ops.bob"})]
 
 
 @pytest.mark.parametrize(
     "status",
-    [s for s in DeliveryStatus if s is not DeliveryStatus.DEAD_LETTERED],
+    [s for s in DELIVERY_STATUSES if s is not RunStatus.DEAD_LETTERED],
 )
-def test_only_a_dead_letter_can_be_replayed_or_discarded(status: DeliveryStatus) -> None:
+def test_only_a_dead_letter_can_be_replayed_or_discarded(status: RunStatus) -> None:
     delivery = _dead_letter(status=status)
     for act in (
         lambda: replay_dead_letter(delivery, NOW),
@@ -269,7 +259,7 @@ def test_bad_reasons_and_actors_are_refused_before_the_state_is_looked_at(
     act: Any, says: str
 ) -> None:
     # Even on a delivery that is not dead-lettered, the arguments are checked first.
-    not_parked = _dead_letter(status=DeliveryStatus.SUCCEEDED)
+    not_parked = _dead_letter(status=RunStatus.SUCCEEDED)
     with pytest.raises(RunlaneError) as raised:
         act(not_parked)
     assert raised.value.code is ErrorCode.CONFIGURATION_INVALID
@@ -277,7 +267,8 @@ def test_bad_reasons_and_actors_are_refused_before_the_state_is_looked_at(
 
 
 def test_a_reason_of_1000_characters_is_allowed() -> None:
-    assert discard_dead_letter(_dead_letter(), reason="x" * 1000).status is DeliveryStatus.DISCARDED
+    transition = discard_dead_letter(_dead_letter(), reason="x" * 1000)
+    assert transition.changes.status is RunStatus.DISCARDED
 
 
 # --- compare-and-set ---
@@ -332,13 +323,13 @@ def test_cancel_of_a_dead_letter_points_to_rl_dead_letters() -> None:
 
 def test_cancel_of_a_waiting_or_running_delivery_is_allowed() -> None:
     refuse_runs_operation(RunsOperation.CANCEL, _leased())
-    refuse_runs_operation(RunsOperation.CANCEL, _leased(status=DeliveryStatus.QUEUED))
+    refuse_runs_operation(RunsOperation.CANCEL, _leased(status=RunStatus.QUEUED))
 
 
 @pytest.mark.parametrize("operation", [RunsOperation.RETRY, RunsOperation.RERUN])
-@pytest.mark.parametrize("status", list(DeliveryStatus))
+@pytest.mark.parametrize("status", DELIVERY_STATUSES)
 def test_retry_and_rerun_of_any_delivery_are_refused(
-    operation: RunsOperation, status: DeliveryStatus
+    operation: RunsOperation, status: RunStatus
 ) -> None:
     with pytest.raises(RunlaneError) as raised:
         refuse_runs_operation(operation, _leased(status=status))

@@ -29,10 +29,10 @@ from runlane import (
     schedule,
     task,
 )
-from runlane.core.delivery import DeliveryOutcome
 from runlane.operator import tick_report_view
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.ports.transport import (
+    DeliveryOutcome,
     PublishFailure,
     PublishOutcome,
     WakeupAttempt,

@@ -29,9 +29,9 @@ from runlane import (
     WorkerMode,
     task,
 )
-from runlane.core.execution import MAX_TRACEBACK_CHARS
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.ports.transport import DeliveryMessage
+from runlane.testing import MAX_TRACEBACK_CHARS
 from runlane.testing.conformance.storage.support import Factory, make_runtime
 
 #: Set by the recording observer around each attempt; tasks read it.

@@ -31,11 +31,9 @@ from runlane import (
     TaskDef,
     task,
 )
-from runlane.core.delivery import DeliveryOutcome, IgnoredReason
-from runlane.core.producing import TRIGGER_BATCH_SIZE
 from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
-from runlane.ports.transport import DeliveryMessage
-from runlane.testing import drain
+from runlane.ports.transport import DeliveryMessage, DeliveryOutcome, IgnoredReason
+from runlane.testing import TRIGGER_BATCH_SIZE, drain
 from runlane.testing.conformance.storage.support import MAIN, OTHER, make_runtime
 
 Factory = Callable[..., Awaitable[Runlane]]

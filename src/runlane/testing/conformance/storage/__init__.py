@@ -11,8 +11,11 @@ expect pytest-asyncio in ``auto`` mode.
 
 One module per concern (producing, claiming and executing, leases, cancellation,
 idempotency, operating, schedules, leadership, capacity, outbox, ...) tests through
-the runtime; :mod:`.methods` calls each storage method directly for its edges, so a
-broken driver names the method that broke.
+the runtime; :mod:`.methods` and :mod:`.methods_maintenance` call each storage method
+directly for its edges, so a broken driver names the method that broke. The topics
+methods are called the same way (:mod:`.topics`, :mod:`.dead_letters`,
+:mod:`.retention`), and claims per subscription mode are tested at the storage
+boundary (:mod:`.claiming_by_mode`, :mod:`.key_wakeups`, :mod:`.claiming_model`).
 """
 
 from __future__ import annotations
@@ -24,14 +27,19 @@ from runlane.testing.conformance.storage import (
     cancellation,
     capacity,
     claiming_by_mode,
+    claiming_model,
+    dead_letters,
     executing,
     idempotency,
+    key_wakeups,
     leadership,
     leases,
     methods,
+    methods_maintenance,
     operating,
     outbox,
     producing,
+    retention,
     schedules,
     settle_and_claim,
     topics,
@@ -40,14 +48,19 @@ from runlane.testing.conformance.storage.bad_input import *  # noqa: F403
 from runlane.testing.conformance.storage.cancellation import *  # noqa: F403
 from runlane.testing.conformance.storage.capacity import *  # noqa: F403
 from runlane.testing.conformance.storage.claiming_by_mode import *  # noqa: F403
+from runlane.testing.conformance.storage.claiming_model import *  # noqa: F403
+from runlane.testing.conformance.storage.dead_letters import *  # noqa: F403
 from runlane.testing.conformance.storage.executing import *  # noqa: F403
 from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
+from runlane.testing.conformance.storage.key_wakeups import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
 from runlane.testing.conformance.storage.methods import *  # noqa: F403
+from runlane.testing.conformance.storage.methods_maintenance import *  # noqa: F403
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
+from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
 from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
@@ -67,8 +80,13 @@ _MODULES = (
     settle_and_claim,
     outbox,
     methods,
+    methods_maintenance,
     topics,
+    dead_letters,
+    retention,
     claiming_by_mode,
+    key_wakeups,
+    claiming_model,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

@@ -18,8 +18,8 @@ from runlane import (
     WorkerMode,
     task,
 )
-from runlane.core.delivery import IgnoredReason
 from runlane.ports.storage import LeaseRequest, QueuePolicy
+from runlane.ports.transport import IgnoredReason
 from runlane.testing.conformance.storage.support import (
     Factory,
     _all_runs,

@@ -2,7 +2,10 @@
 
 The other modules test behaviour through the runtime; these call one
 :class:`~runlane.ports.storage.Storage` method at a time, with rows made by a
-small factory, so a driver that breaks fails a test named after the method.
+small factory, so a driver that breaks fails a test named after the method. This
+module holds the methods of runs (creating, reading, listing, claiming, settling,
+pruning, counting) and the ``storage`` fixture; :mod:`.methods_maintenance` holds
+the ones maintenance calls.
 """
 
 from __future__ import annotations
@@ -19,16 +22,13 @@ from runlane.ports.storage import (
     LeaseRequest,
     NewEvent,
     NewRun,
-    OutboxResult,
     QueuePolicy,
     RunChanges,
     RunFilter,
-    ScheduleOccurrence,
-    ScheduleState,
     Storage,
     Transition,
 )
-from runlane.types.runs import RunEventType, RunSource, RunSourceType
+from runlane.types.runs import RunEventType, RunSource
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = LeaseRequest("worker-1", NOW + timedelta(minutes=5))
@@ -60,12 +60,14 @@ async def storage(lane_factory: Callable[[], Lane]) -> AsyncIterator[Storage]:
     await store.close()
 
 
-async def _create(storage: Storage, environment: str, *ids: str) -> None:
+async def create_named(storage: Storage, environment: str, *ids: str) -> None:
+    """Create one :func:`new_run` per id, each of which must be new."""
     outcomes = await storage.create_runs(environment, [new_run(i) for i in ids], NOW)
     assert [o.created for o in outcomes] == [True] * len(ids)
 
 
-async def _succeed(storage: Storage, environment: str, run_id: str, at: datetime) -> None:
+async def succeed_run(storage: Storage, environment: str, run_id: str, at: datetime) -> None:
+    """Claim ``run_id`` at ``at`` and settle it as succeeded."""
     run = await storage.claim_run(environment, run_id, LEASE, at)
     assert run is not None and run.lease is not None
     done = Transition(
@@ -150,7 +152,7 @@ async def test_get_run_of_an_unknown_id_is_none(storage: Storage, environment: s
 
 
 async def test_get_run_sees_only_its_own_environment(storage: Storage, environment: str) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     assert await storage.get_run(f"{environment}-other", "a") is None
 
 
@@ -160,7 +162,7 @@ async def test_get_run_sees_only_its_own_environment(storage: Storage, environme
 async def test_list_runs_pages_newest_first_and_ends_without_a_cursor(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "r1", "r2", "r3")
+    await create_named(storage, environment, "r1", "r2", "r3")
     first = await storage.list_runs(environment, RunFilter(), 2, None)
     assert [r.id for r in first.data] == ["r3", "r2"]
     assert first.next_cursor == "r2"
@@ -172,7 +174,7 @@ async def test_list_runs_pages_newest_first_and_ends_without_a_cursor(
 async def test_list_runs_with_limit_zero_is_an_empty_last_page(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "r1")
+    await create_named(storage, environment, "r1")
     page = await storage.list_runs(environment, RunFilter(), 0, None)
     assert (page.data, page.next_cursor) == ([], None)
 
@@ -180,7 +182,7 @@ async def test_list_runs_with_limit_zero_is_an_empty_last_page(
 async def test_list_runs_past_the_last_cursor_is_an_empty_page(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "r1", "r2")
+    await create_named(storage, environment, "r1", "r2")
     page = await storage.list_runs(environment, RunFilter(), 10, "r0")
     assert (page.data, page.next_cursor) == ([], None)
 
@@ -193,7 +195,7 @@ async def test_list_runs_filters_by_status_task_and_queue(
         [new_run("a"), new_run("b", queue="other"), new_run("c", task_id="other.task")],
         NOW,
     )
-    await _succeed(storage, environment, "a", NOW)
+    await succeed_run(storage, environment, "a", NOW)
 
     async def ids(run_filter: RunFilter) -> list[str]:
         return [r.id for r in (await storage.list_runs(environment, run_filter, 10, None)).data]
@@ -225,7 +227,7 @@ async def test_list_runs_pages_a_filtered_listing_behind_its_cursor(
 async def test_claim_due_runs_with_limit_zero_or_no_queues_claims_nothing(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     assert await storage.claim_due_runs(environment, [QUEUE], 0, LEASE, NOW) == []
     assert await storage.claim_due_runs(environment, [], 5, LEASE, NOW) == []
     run = await storage.get_run(environment, "a")
@@ -266,7 +268,7 @@ async def test_claim_run_on_a_full_bounded_partition_is_none(
     storage: Storage, environment: str
 ) -> None:
     bounded = QueuePolicy("main", concurrency_limit=1)
-    await _create(storage, environment, "a", "b")
+    await create_named(storage, environment, "a", "b")
     assert await storage.claim_run(environment, "a", LEASE, NOW, queue=bounded) is not None
     assert await storage.claim_run(environment, "b", LEASE, NOW, queue=bounded) is None
 
@@ -277,7 +279,7 @@ async def test_claim_run_on_a_full_bounded_partition_is_none(
 async def test_heartbeat_with_a_foreign_token_or_after_expiry_is_lost(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     run = await storage.claim_run(environment, "a", LEASE, NOW)
     assert run is not None and run.lease is not None
     later = NOW + timedelta(minutes=10)
@@ -309,7 +311,7 @@ async def test_apply_transitions_of_nothing_is_nothing(storage: Storage, environ
 async def test_apply_transitions_refuses_a_stale_sequence_and_changes_nothing(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     before = await storage.get_run(environment, "a")
     assert before is not None
     stale = _release("a", before.event_sequence - 1)
@@ -322,7 +324,7 @@ async def test_apply_transitions_refuses_a_stale_sequence_and_changes_nothing(
 async def test_apply_transitions_refuses_a_foreign_lease_token(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     run = await storage.claim_run(environment, "a", LEASE, NOW)
     assert run is not None
     fenced = _release("a", run.event_sequence, token="not-the-token")
@@ -334,7 +336,7 @@ async def test_apply_transitions_refuses_a_foreign_lease_token(
 async def test_apply_transitions_naming_one_run_twice_applies_them_in_order(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
+    await create_named(storage, environment, "a")
     run = await storage.get_run(environment, "a")
     assert run is not None
     first = _release("a", run.event_sequence)
@@ -349,7 +351,7 @@ async def test_apply_transitions_naming_one_run_twice_applies_them_in_order(
 async def test_apply_transitions_reports_each_of_a_mixed_batch(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a", "b")
+    await create_named(storage, environment, "a", "b")
     a, b = await storage.get_run(environment, "a"), await storage.get_run(environment, "b")
     assert a is not None and b is not None
     batch = [_release("a", a.event_sequence), _release("b", b.event_sequence + 5)]
@@ -362,7 +364,7 @@ async def test_apply_transitions_reports_each_of_a_mixed_batch(
 async def test_list_expired_leases_counts_a_lease_expired_at_its_end_and_is_bounded(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a", "b", "c")
+    await create_named(storage, environment, "a", "b", "c")
     assert len(await storage.claim_due_runs(environment, [QUEUE], 3, LEASE, NOW)) == 3
     before, after = LEASE.expires_at - timedelta(seconds=1), LEASE.expires_at
     assert await storage.list_expired_leases(environment, before, 10) == []
@@ -376,9 +378,9 @@ async def test_list_expired_leases_counts_a_lease_expired_at_its_end_and_is_boun
 async def test_prune_runs_deletes_at_most_its_limit_of_old_finished_runs(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a", "b", "c", "live")
+    await create_named(storage, environment, "a", "b", "c", "live")
     for run_id in ("a", "b", "c"):
-        await _succeed(storage, environment, run_id, NOW)
+        await succeed_run(storage, environment, run_id, NOW)
     cutoff = NOW + timedelta(seconds=1)
     finished = [RunStatus.SUCCEEDED]
     assert await storage.prune_runs(environment, NOW, finished, 10) == 0
@@ -393,123 +395,11 @@ async def test_prune_runs_deletes_at_most_its_limit_of_old_finished_runs(
 async def test_prune_runs_leaves_statuses_it_was_not_given(
     storage: Storage, environment: str
 ) -> None:
-    await _create(storage, environment, "a")
-    await _succeed(storage, environment, "a", NOW)
+    await create_named(storage, environment, "a")
+    await succeed_run(storage, environment, "a", NOW)
     later = NOW + timedelta(days=1)
     assert await storage.prune_runs(environment, later, [RunStatus.FAILED], 10) == 0
     assert await storage.get_run(environment, "a") is not None
-
-
-# -- request_due_deliveries, claim_outbox, settle_outbox, outbox_backlog -------------
-
-
-async def test_request_due_deliveries_with_limit_zero_or_no_queues_requests_nothing(
-    storage: Storage, environment: str
-) -> None:
-    await _create(storage, environment, "a")
-    assert await storage.request_due_deliveries(environment, [QUEUE], NOW, 0) == 0
-    assert await storage.request_due_deliveries(environment, [], NOW, 5) == 0
-    assert await storage.outbox_backlog(environment) == {}
-
-
-async def test_request_due_deliveries_requests_each_due_run_once(
-    storage: Storage, environment: str
-) -> None:
-    await storage.create_runs(
-        environment,
-        [new_run("a"), new_run("b"), new_run("later", run_at=NOW + timedelta(1))],
-        NOW,
-    )
-    assert await storage.request_due_deliveries(environment, [QUEUE], NOW, 1) == 1
-    assert await storage.request_due_deliveries(environment, [QUEUE], NOW, 5) == 1
-    assert await storage.request_due_deliveries(environment, [QUEUE], NOW, 5) == 0
-    assert await storage.outbox_backlog(environment) == {"main": 2}
-
-
-async def test_request_due_deliveries_on_a_bounded_queue_stays_within_free_capacity(
-    storage: Storage, environment: str
-) -> None:
-    bounded = QueuePolicy("main", concurrency_limit=1, reservation_window=30)
-    await _create(storage, environment, "a", "b")
-    assert await storage.request_due_deliveries(environment, [bounded], NOW, 5) == 1
-    assert await storage.request_due_deliveries(environment, [bounded], NOW, 5) == 0
-    (stats,) = await storage.queue_stats(environment, [bounded], NOW)
-    assert stats.occupied == 1
-    # An unclaimed reservation expires at the end of its window and frees the slot.
-    window_end = NOW + timedelta(seconds=30)
-    assert await storage.expire_dispatch_reservations(environment, window_end - timedelta(1)) == 0
-    assert await storage.expire_dispatch_reservations(environment, window_end) == 1
-    assert await storage.request_due_deliveries(environment, [bounded], window_end, 5) == 1
-
-
-async def test_claim_outbox_with_limit_zero_or_nothing_pending_claims_nothing(
-    storage: Storage, environment: str
-) -> None:
-    until = NOW + timedelta(seconds=30)
-    assert await storage.claim_outbox(environment, NOW, 5, until) == []
-    await _create(storage, environment, "a")
-    assert await storage.request_due_deliveries(environment, [QUEUE], NOW, 5) == 1
-    assert await storage.claim_outbox(environment, NOW, 0, until) == []
-
-
-async def test_claim_outbox_holds_a_claim_until_it_expires(
-    storage: Storage, environment: str
-) -> None:
-    await _create(storage, environment, "a")
-    await storage.request_due_deliveries(environment, [QUEUE], NOW, 5)
-    until = NOW + timedelta(seconds=30)
-    (message,) = await storage.claim_outbox(environment, NOW, 5, until)
-    assert (message.run_id, message.queue, message.attempts) == ("a", "main", 0)
-    assert await storage.claim_outbox(environment, until - timedelta(seconds=1), 5, until) == []
-    assert await storage.outbox_backlog(environment) == {"main": 1}
-    later = until + timedelta(seconds=30)
-    (again,) = await storage.claim_outbox(environment, until, 5, later)
-    assert again.id == message.id
-
-
-async def test_settle_outbox_published_leaves_the_backlog_and_is_not_claimed_again(
-    storage: Storage, environment: str
-) -> None:
-    await _create(storage, environment, "a")
-    await storage.request_due_deliveries(environment, [QUEUE], NOW, 5)
-    until = NOW + timedelta(seconds=30)
-    (message,) = await storage.claim_outbox(environment, NOW, 5, until)
-    await storage.settle_outbox(environment, [], NOW)
-    await storage.settle_outbox(environment, [OutboxResult("missing", published=True)], NOW)
-    await storage.settle_outbox(environment, [OutboxResult(message.id, True, "m-1")], NOW)
-    assert await storage.outbox_backlog(environment) == {}
-    far = NOW + timedelta(days=1)
-    assert await storage.claim_outbox(environment, far, 5, far + timedelta(seconds=30)) == []
-
-
-async def test_settle_outbox_failed_waits_for_its_retry_time_and_counts_the_attempt(
-    storage: Storage, environment: str
-) -> None:
-    await _create(storage, environment, "a")
-    await storage.request_due_deliveries(environment, [QUEUE], NOW, 5)
-    until = NOW + timedelta(seconds=30)
-    (message,) = await storage.claim_outbox(environment, NOW, 5, until)
-    retry_at = NOW + timedelta(seconds=10)
-    failed = OutboxResult(message.id, False, error={"message": "down"}, retry_at=retry_at)
-    await storage.settle_outbox(environment, [failed], NOW)
-    assert await storage.outbox_backlog(environment) == {"main": 1}
-    before = retry_at - timedelta(seconds=1)
-    assert await storage.claim_outbox(environment, before, 5, until) == []
-    (again,) = await storage.claim_outbox(environment, retry_at, 5, until)
-    assert (again.id, again.attempts) == (message.id, 1)
-
-
-async def test_settle_outbox_of_a_message_not_claimed_changes_nothing(
-    storage: Storage, environment: str
-) -> None:
-    await _create(storage, environment, "a")
-    await storage.request_due_deliveries(environment, [QUEUE], NOW, 5)
-    until = NOW + timedelta(seconds=30)
-    (message,) = await storage.claim_outbox(environment, NOW, 5, until)
-    await storage.settle_outbox(environment, [OutboxResult(message.id, True, "m-1")], NOW)
-    late_failure = OutboxResult(message.id, False, error={"message": "x"}, retry_at=NOW)
-    await storage.settle_outbox(environment, [late_failure], NOW)
-    assert await storage.outbox_backlog(environment) == {}
 
 
 # -- queue_stats and count_finished_runs ---------------------------------------------
@@ -545,107 +435,10 @@ async def test_count_finished_runs_counts_from_since_on_and_leaves_out_empty_que
     storage: Storage, environment: str
 ) -> None:
     assert await storage.count_finished_runs(environment, NOW) == {}
-    await _create(storage, environment, "a", "live")
-    await _succeed(storage, environment, "a", NOW)
+    await create_named(storage, environment, "a", "live")
+    await succeed_run(storage, environment, "a", NOW)
     assert await storage.count_finished_runs(environment, NOW) == {"main": {RunStatus.SUCCEEDED: 1}}
     assert await storage.count_finished_runs(environment, NOW + timedelta(seconds=1)) == {}
-
-
-# -- hold_maintenance_lead and release_maintenance_lead ------------------------------
-
-
-async def test_hold_maintenance_lead_gives_one_holder_the_lead_and_lets_it_renew(
-    storage: Storage, environment: str
-) -> None:
-    assert await storage.hold_maintenance_lead(environment, "h1", NOW, 30) is True
-    assert await storage.hold_maintenance_lead(environment, "h2", NOW, 30) is False
-    assert await storage.hold_maintenance_lead(environment, "h1", NOW, 30) is True
-    other_environment = f"{environment}-other"
-    assert await storage.hold_maintenance_lead(other_environment, "h2", NOW, 30) is True
-    await storage.release_maintenance_lead(other_environment, "h2")
-
-
-async def test_release_maintenance_lead_by_a_non_holder_keeps_the_lead(
-    storage: Storage, environment: str
-) -> None:
-    await storage.release_maintenance_lead(environment, "nobody")
-    assert await storage.hold_maintenance_lead(environment, "h1", NOW, 30) is True
-    await storage.release_maintenance_lead(environment, "h2")
-    assert await storage.hold_maintenance_lead(environment, "h2", NOW, 30) is False
-    await storage.release_maintenance_lead(environment, "h1")
-    assert await storage.hold_maintenance_lead(environment, "h2", NOW, 30) is True
-    await storage.release_maintenance_lead(environment, "h2")
-
-
-# -- schedule states -----------------------------------------------------------------
-
-
-def _occurrence(schedule_id: str, slot: datetime) -> ScheduleOccurrence:
-    run_id = f"{schedule_id}-{slot:%H%M}"
-    source = RunSource(RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot)
-    return ScheduleOccurrence(schedule_id, slot, new_run(run_id, run_at=slot, source=source))
-
-
-async def test_get_schedule_states_of_a_new_environment_is_empty(
-    storage: Storage, environment: str
-) -> None:
-    assert await storage.get_schedule_states(environment) == {}
-
-
-async def test_set_schedule_paused_remembers_the_flag_of_an_unseen_schedule(
-    storage: Storage, environment: str
-) -> None:
-    await storage.set_schedule_paused(environment, "nightly", True, NOW)
-    assert await storage.get_schedule_states(environment) == {
-        "nightly": ScheduleState("nightly", None, True, None)
-    }
-    await storage.set_schedule_paused(environment, "nightly", False, NOW)
-    (state,) = (await storage.get_schedule_states(environment)).values()
-    assert state.paused is False
-    assert await storage.get_schedule_states(f"{environment}-other") == {}
-
-
-async def test_mark_schedules_seen_keeps_the_first_point_seen(
-    storage: Storage, environment: str
-) -> None:
-    await storage.mark_schedules_seen(environment, [], NOW)
-    assert await storage.get_schedule_states(environment) == {}
-    await storage.set_schedule_paused(environment, "paused-first", True, NOW)
-    await storage.mark_schedules_seen(environment, ["nightly", "paused-first"], NOW)
-    await storage.mark_schedules_seen(environment, ["nightly"], NOW + timedelta(hours=1))
-    states = await storage.get_schedule_states(environment)
-    assert states["nightly"] == ScheduleState("nightly", None, False, NOW)
-    assert states["paused-first"] == ScheduleState("paused-first", None, True, NOW)
-
-
-async def test_materialize_schedule_occurrences_creates_each_slot_once(
-    storage: Storage, environment: str
-) -> None:
-    assert await storage.materialize_schedule_occurrences(environment, [], NOW) == []
-    first, second = NOW - timedelta(minutes=2), NOW - timedelta(minutes=1)
-    created = await storage.materialize_schedule_occurrences(
-        environment, [_occurrence("nightly", first)], NOW
-    )
-    assert [r.id for r in created] == ["nightly-1158"]
-    again = await storage.materialize_schedule_occurrences(
-        environment, [_occurrence("nightly", first), _occurrence("nightly", second)], NOW
-    )
-    assert [r.id for r in again] == ["nightly-1159"]
-    (state,) = (await storage.get_schedule_states(environment)).values()
-    assert state.last_slot == second
-
-
-async def test_materialize_schedule_occurrences_moves_last_slot_even_when_all_were_claimed(
-    storage: Storage, environment: str
-) -> None:
-    slot = NOW - timedelta(minutes=1)
-    await storage.materialize_schedule_occurrences(environment, [_occurrence("n", slot)], NOW)
-    assert (
-        await storage.materialize_schedule_occurrences(environment, [_occurrence("n", slot)], NOW)
-        == []
-    )
-    (state,) = (await storage.get_schedule_states(environment)).values()
-    assert state.last_slot == slot
 
 
 __all__ = [name for name in dir() if name.startswith("test_")] + ["storage"]

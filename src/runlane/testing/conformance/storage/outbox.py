@@ -21,8 +21,8 @@ from runlane import (
     queue,
     task,
 )
-from runlane.core.delivery import DeliveryOutcome, IgnoredReason
 from runlane.ports.storage import LeaseRequest
+from runlane.ports.transport import DeliveryOutcome, IgnoredReason
 from runlane.testing.conformance.storage.support import (
     MAIN,
     OTHER,

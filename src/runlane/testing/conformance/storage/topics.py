@@ -1,16 +1,16 @@
-"""Topics at the storage boundary (contract 5.12): each method of
-:class:`~runlane.ports.storage.StoresMessages` called directly, and the
-delivery transitions (dead letter, replay, discard) through ``apply_transitions``.
+"""Topics at the storage boundary (contract 5.12): ``publish_messages`` and
+``get_messages`` of :class:`~runlane.ports.storage.StoresMessages` called directly,
+and the messages, deliveries and transitions the other topics modules build on.
 
 Claims per subscription mode are not here: the key rules of claiming are tested
-with the claim statements.
+with the claim statements (:mod:`.claiming_by_mode`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -18,22 +18,18 @@ import pytest
 from runlane import ErrorCode, RunlaneError, RunStatus
 from runlane.model.transitions import project
 from runlane.ports.storage import (
-    DeadLetterFilter,
     NewDelivery,
     NewEvent,
     NewMessage,
-    QueuePolicy,
     RunChanges,
     RunFilter,
     Storage,
     StoresMessages,
     Transition,
 )
-from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run, storage
+from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run
 from runlane.topics.publishing import canonical_envelope
 from runlane.types.runs import Run, RunEventType, RunFailure, RunSourceType, SubscriptionMode
-
-_ = storage  # the fixture, shared with the methods module
 
 WINDOW = timedelta(hours=1)
 BOOM = RunFailure("task_failed", "it broke", retryable=True)
@@ -78,17 +74,19 @@ def message(
     )
 
 
-def _topics(store: Storage) -> StoresMessages:
+def message_store(store: Storage) -> StoresMessages:
+    """``store`` as the topics methods' protocol; the driver must have ``stores_messages``."""
     assert store.capabilities.stores_messages
     assert isinstance(store, StoresMessages)
     return cast(StoresMessages, store)
 
 
-async def _all_runs(store: Storage, environment: str) -> list[Run]:
+async def all_runs(store: Storage, environment: str) -> list[Run]:
+    """Every run of ``environment`` (the cases here store fewer than a hundred)."""
     return (await store.list_runs(environment, RunFilter(), 100, None)).data
 
 
-async def _dead_letter(
+async def dead_letter_run(
     store: Storage, environment: str, run_id: str, *, at: Any = NOW, reason: str = "max_attempts"
 ) -> Run:
     """Claim ``run_id`` and dead-letter it as a spent retry budget does."""
@@ -113,13 +111,14 @@ async def _dead_letter(
     return stored
 
 
-def _replay(run: Run, replays: int | None = None) -> Transition:
+def replay_transition(run: Run, replays: int | None = None, *, at: datetime = NOW) -> Transition:
+    """The replay of dead letter ``run`` as read: queued at ``at`` with a fresh budget."""
     return Transition(
         run.id,
         run.event_sequence,
         RunChanges(
             RunStatus.QUEUED,
-            run_at=NOW,
+            run_at=at,
             failure=run.failure,
             replays=run.replays + 1 if replays is None else replays,
             reset_failures=True,
@@ -128,7 +127,8 @@ def _replay(run: Run, replays: int | None = None) -> Transition:
     )
 
 
-def _discard(run: Run) -> Transition:
+def discard_transition(run: Run) -> Transition:
+    """The discard of dead letter ``run`` as read."""
     return Transition(
         run.id,
         run.event_sequence,
@@ -143,7 +143,7 @@ def _discard(run: Run) -> Transition:
 async def test_publish_messages_stores_the_message_and_one_queued_run_per_delivery(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     published = message(
         "m1",
         delivery("d-audit"),
@@ -181,7 +181,7 @@ async def test_publish_messages_stores_the_message_and_one_queued_run_per_delive
 async def test_publish_messages_draws_increasing_sequences_in_publish_order(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     first = await topics.publish_messages(environment, [message("a"), message("b")], NOW)
     (second,) = await topics.publish_messages(environment, [message("c")], NOW)
     sequences = [o.message.sequence for o in [*first, second]]
@@ -191,7 +191,7 @@ async def test_publish_messages_draws_increasing_sequences_in_publish_order(
 async def test_publish_messages_with_no_deliveries_still_stores_the_message(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     (outcome,) = await topics.publish_messages(environment, [message("lonely")], NOW)
     assert outcome.runs == [] and not outcome.duplicate
     (again,) = await topics.publish_messages(environment, [message("lonely")], NOW)
@@ -201,11 +201,11 @@ async def test_publish_messages_with_no_deliveries_still_stores_the_message(
 async def test_publish_messages_of_a_known_id_with_equal_content_is_the_originals_duplicate(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     (original,) = await topics.publish_messages(
         environment, [message("m1", delivery("d1"), attributes={"b": "2", "a": "1"})], NOW
     )
-    await _dead_letter(storage, environment, "d1")
+    await dead_letter_run(storage, environment, "d1")
     later = NOW + timedelta(minutes=5)
     (again,) = await topics.publish_messages(
         environment,
@@ -214,13 +214,13 @@ async def test_publish_messages_of_a_known_id_with_equal_content_is_the_original
     )
     assert again.duplicate and again.message == original.message and again.outbox == ()
     assert [(r.id, r.status) for r in again.runs] == [("d1", RunStatus.DEAD_LETTERED)]
-    assert [r.id for r in await _all_runs(storage, environment)] == ["d1"]
+    assert [r.id for r in await all_runs(storage, environment)] == ["d1"]
 
 
 async def test_publish_messages_of_a_known_id_with_other_content_is_refused_writing_nothing(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
     for changed in (
         message("m1", payload={"order": "other"}),
@@ -233,7 +233,7 @@ async def test_publish_messages_of_a_known_id_with_other_content_is_refused_writ
             )
         assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
         assert refused.value.meta == {"message_id": "m1"}
-    assert [r.id for r in await _all_runs(storage, environment)] == ["d1"]
+    assert [r.id for r in await all_runs(storage, environment)] == ["d1"]
     # The batch's first message was taken back too: its id is still free.
     (fresh,) = await topics.publish_messages(environment, [message("fresh", payload=1)], NOW)
     assert not fresh.duplicate
@@ -242,7 +242,7 @@ async def test_publish_messages_of_a_known_id_with_other_content_is_refused_writ
 async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_writing_nothing(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     await storage.create_runs(environment, [new_run("taken")], NOW)
     for batch in (
         [message("m1", delivery("d1"), delivery("d1", "ship"))],
@@ -254,7 +254,7 @@ async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_w
         with pytest.raises(RunlaneError) as refused:
             await topics.publish_messages(environment, batch, NOW)
         assert refused.value.code is ErrorCode.STORAGE_CONFLICT
-    assert [r.id for r in await _all_runs(storage, environment)] == ["taken"]
+    assert [r.id for r in await all_runs(storage, environment)] == ["taken"]
     (fresh,) = await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
     assert not fresh.duplicate
 
@@ -262,7 +262,7 @@ async def test_publish_messages_refuses_a_delivery_run_id_named_twice_or_taken_w
 async def test_publish_messages_sees_message_ids_of_its_own_environment_only(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     await topics.publish_messages(environment, [message("m1")], NOW)
     (elsewhere,) = await topics.publish_messages(
         f"{environment}-other", [message("m1", payload=2)], NOW
@@ -273,7 +273,7 @@ async def test_publish_messages_sees_message_ids_of_its_own_environment_only(
 async def test_publish_messages_with_a_held_deduplication_key_is_a_duplicate_whatever_it_carries(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     (original,) = await topics.publish_messages(
         environment, [message("m1", delivery("d1"), deduplication_key="k")], NOW
     )
@@ -306,7 +306,7 @@ async def test_publish_messages_with_a_held_deduplication_key_is_a_duplicate_wha
 async def test_publish_messages_checks_the_deduplication_key_before_the_message_id(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     await topics.publish_messages(environment, [message("m1", deduplication_key="k")], NOW)
     await topics.publish_messages(environment, [message("m2")], NOW)
     (outcome,) = await topics.publish_messages(
@@ -316,7 +316,7 @@ async def test_publish_messages_checks_the_deduplication_key_before_the_message_
 
 
 async def test_publish_messages_dedupes_within_one_call(storage: Storage, environment: str) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     first, second = await topics.publish_messages(
         environment,
         [
@@ -335,7 +335,7 @@ async def test_publish_messages_answers_stored_and_repeated_ids_of_one_call_as_d
     # Concurrent publishes share one call (one statement on PostgreSQL): a message whose
     # id is stored, or repeats an earlier message of the call, is that one's duplicate,
     # and the others of the call are written beside it.
-    topics = _topics(storage)
+    topics = message_store(storage)
     (stored,) = await topics.publish_messages(environment, [message("s", delivery("d-s"))], NOW)
     fresh, again, repeated, other = await topics.publish_messages(
         environment,
@@ -358,12 +358,12 @@ async def test_publish_messages_answers_stored_and_repeated_ids_of_one_call_as_d
     assert other.runs == [] and other.message.attributes == {"kind": "a"}
     sequences = [stored.message.sequence, fresh.message.sequence, other.message.sequence]
     assert sequences == sorted(set(sequences))
-    assert sorted(r.id for r in await _all_runs(storage, environment)) == [
+    assert sorted(r.id for r in await all_runs(storage, environment)) == [
         "d-new", "d-new-2", "d-s",
     ]  # fmt: skip
     by_id = await topics.get_messages(environment, ["new", "other"])
     assert by_id["new"] == fresh.message and by_id["other"] == other.message
-    (run,) = [r for r in await _all_runs(storage, environment) if r.id == "d-new"]
+    (run,) = [r for r in await all_runs(storage, environment) if r.id == "d-new"]
     assert run == fresh.runs[0]
     # Distinct ids, one of them stored: the stored one is a duplicate, the other written.
     again, third = await topics.publish_messages(
@@ -373,13 +373,13 @@ async def test_publish_messages_answers_stored_and_repeated_ids_of_one_call_as_d
     assert not third.duplicate and [r.id for r in third.runs] == ["d-3"]
     assert third.message.sequence is not None and other.message.sequence is not None
     assert third.message.sequence > other.message.sequence
-    assert "d-z" not in {r.id for r in await _all_runs(storage, environment)}
+    assert "d-z" not in {r.id for r in await all_runs(storage, environment)}
 
 
 async def test_publish_messages_requests_delivery_only_for_deliveries_claimable_at_once(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     ordered = SubscriptionMode.ORDERED
     exclusive = SubscriptionMode.EXCLUSIVE
     (first,) = await topics.publish_messages(
@@ -430,7 +430,7 @@ async def test_publish_messages_requests_delivery_only_for_deliveries_claimable_
 async def test_publish_messages_writes_claimed_requests_when_the_caller_publishes_them(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     until = NOW + timedelta(seconds=30)
     (outcome,) = await topics.publish_messages(
         environment, [message("m1", delivery("d1", request=True))], NOW, outbox_claimed_until=until
@@ -445,7 +445,7 @@ async def test_publish_messages_writes_claimed_requests_when_the_caller_publishe
 async def test_concurrent_publishes_of_one_deduplication_key_fan_out_once(
     storage: Storage, environment: str
 ) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     outcomes = await asyncio.gather(
         *(
             topics.publish_messages(
@@ -457,14 +457,14 @@ async def test_concurrent_publishes_of_one_deduplication_key_fan_out_once(
     fresh = [o for (o,) in outcomes if not o.duplicate]
     assert len(fresh) == 1
     assert all(o.message.id == fresh[0].message.id for (o,) in outcomes)
-    assert [r.id for r in await _all_runs(storage, environment)] == [fresh[0].runs[0].id]
+    assert [r.id for r in await all_runs(storage, environment)] == [fresh[0].runs[0].id]
 
 
 # -- get_messages ----------------------------------------------------------------------------
 
 
 async def test_get_messages_reads_stored_messages_by_id(storage: Storage, environment: str) -> None:
-    topics = _topics(storage)
+    topics = message_store(storage)
     published = await topics.publish_messages(
         environment,
         [message("m1", attributes={"kind": "new"}), message("m2", payload=[1, 2.5, None])],
@@ -474,339 +474,6 @@ async def test_get_messages_reads_stored_messages_by_id(storage: Storage, enviro
     assert found == {o.message.id: o.message for o in published}
     assert await topics.get_messages(environment, []) == {}
     assert await topics.get_messages(f"{environment}-other", ["m1"]) == {}
-
-
-# -- dead letter, replay and discard through apply_transitions ------------------------------
-
-
-async def test_a_dead_letter_keeps_its_reason_time_and_failure_and_is_not_claimable(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
-    dead = await _dead_letter(storage, environment, "d1", reason="handler_refused")
-    assert dead.status is RunStatus.DEAD_LETTERED and dead.lease is None
-    assert (dead.dead_letter_reason, dead.dead_lettered_at) == ("handler_refused", NOW)
-    assert dead.failure == BOOM and dead.failure_count == 1 and dead.attempt == 1
-    later = NOW + timedelta(hours=1)
-    assert await storage.claim_run(environment, "d1", LEASE, later) is None
-    assert await storage.claim_due_runs(environment, [QueuePolicy("main")], 5, LEASE, later) == []
-    assert await storage.list_expired_leases(environment, later, 10) == []
-    types = [e.type for e in await storage.list_run_events(environment, "d1")]
-    assert types == [RunEventType.CREATED, RunEventType.STARTED, RunEventType.DEAD_LETTERED]
-
-
-async def test_a_replay_queues_the_dead_letter_again_with_a_fresh_budget(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
-    dead = await _dead_letter(storage, environment, "d1")
-    replay = _replay(dead)
-    assert await storage.apply_transitions(environment, [replay], NOW) == [True]
-    replayed = await storage.get_run(environment, "d1")
-    assert replayed == project(dead, replay, NOW)
-    assert replayed is not None and replayed.status is RunStatus.QUEUED
-    assert (replayed.failure_count, replayed.replays, replayed.failure) == (0, 1, BOOM)
-    assert replayed.message_sequence == dead.message_sequence
-    again = await storage.claim_run(environment, "d1", LEASE, NOW)
-    assert again is not None and again.attempt == 2 and again.replays == 1
-    events = await storage.list_run_events(environment, "d1")
-    assert events[3].type is RunEventType.REPLAYED and events[4].type is RunEventType.STARTED
-
-
-async def test_a_discard_ends_the_dead_letter_for_good(storage: Storage, environment: str) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
-    dead = await _dead_letter(storage, environment, "d1")
-    discard = _discard(dead)
-    assert await storage.apply_transitions(environment, [discard], NOW) == [True]
-    discarded = await storage.get_run(environment, "d1")
-    assert discarded == project(dead, discard, NOW)
-    assert discarded is not None and discarded.status is RunStatus.DISCARDED
-    assert discarded.is_terminal and discarded.dead_letter_reason == "max_attempts"
-
-
-async def test_of_a_replay_and_a_discard_from_one_read_exactly_one_applies(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(environment, [message("m1", delivery("d1"))], NOW)
-    dead = await _dead_letter(storage, environment, "d1")
-    results = await asyncio.gather(
-        storage.apply_transitions(environment, [_replay(dead)], NOW),
-        storage.apply_transitions(environment, [_discard(dead)], NOW),
-    )
-    assert sorted(r for (r,) in results) == [False, True]
-    final = await storage.get_run(environment, "d1")
-    assert final is not None
-    assert final.status is (RunStatus.QUEUED if results[0] == [True] else RunStatus.DISCARDED)
-
-
-# -- list_dead_letters -------------------------------------------------------------------
-
-
-async def _three_dead_letters(storage: Storage, environment: str) -> None:
-    topics = _topics(storage)
-    ordered = SubscriptionMode.ORDERED
-    await topics.publish_messages(
-        environment,
-        [
-            message("m1", delivery("a1", "ship", mode=ordered, key="k1")),
-            # EXCLUSIVE (published after a mode change, 5.7.2): a2 may run, and be
-            # dead-lettered, while the ORDERED a1 before it still waits.
-            message(
-                "m2",
-                delivery("a2", "ship", mode=SubscriptionMode.EXCLUSIVE, key="k1"),
-                topic="invoices",
-            ),
-            message(
-                "m3",
-                delivery("b3", "bill", mode=SubscriptionMode.EXCLUSIVE, key="k1"),
-                attributes={"x": "y"},
-            ),
-        ],
-        NOW,
-    )
-    # a2 is dead-lettered first, but a1 (before it in k1's order) is its key's head.
-    await _dead_letter(storage, environment, "a2", at=NOW)
-    await _dead_letter(storage, environment, "b3", at=NOW + timedelta(seconds=1))
-    await _dead_letter(storage, environment, "a1", at=NOW + timedelta(seconds=2))
-
-
-async def test_list_dead_letters_lists_oldest_first_with_message_and_head(
-    storage: Storage, environment: str
-) -> None:
-    await _three_dead_letters(storage, environment)
-    page = await _topics(storage).list_dead_letters(environment, DeadLetterFilter(), 10, None)
-    assert page.next_cursor is None
-    assert [(d.run.id, d.blocks_key) for d in page.data] == [
-        ("a2", False), ("b3", False), ("a1", True),
-    ]  # fmt: skip
-    b3 = page.data[1]
-    assert (b3.message.id, b3.message.topic, b3.message.attributes) == ("m3", "orders", {"x": "y"})
-    assert b3.message.payload == {"order": "m3"} and b3.message.published_at == NOW
-    assert b3.message.sequence == b3.run.message_sequence
-    assert b3.run.dead_lettered_at == NOW + timedelta(seconds=1)
-    assert b3.run.dead_letter_reason == "max_attempts" and b3.run.failure == BOOM
-
-
-async def test_list_dead_letters_filters_by_topic_subscription_and_key(
-    storage: Storage, environment: str
-) -> None:
-    await _three_dead_letters(storage, environment)
-    topics = _topics(storage)
-
-    async def ids(**filters: Any) -> list[str]:
-        page = await topics.list_dead_letters(environment, DeadLetterFilter(**filters), 10, None)
-        return [d.run.id for d in page.data]
-
-    assert await ids(topic="invoices") == ["a2"]
-    assert await ids(subscription="ship") == ["a2", "a1"]
-    assert await ids(subscription="ship", topic="orders") == ["a1"]
-    assert await ids(partition_key="k1") == ["a2", "b3", "a1"]
-    assert await ids(partition_key="k2") == []
-    assert await ids(topic="unknown") == []
-    assert await ids(run_id="b3") == ["b3"]
-    assert await ids(run_id="b3", subscription="ship") == []
-    assert await ids(run_id="missing") == []
-
-
-async def test_list_dead_letters_pages_with_its_cursor_and_refuses_a_foreign_one(
-    storage: Storage, environment: str
-) -> None:
-    await _three_dead_letters(storage, environment)
-    topics = _topics(storage)
-    first = await topics.list_dead_letters(environment, DeadLetterFilter(), 2, None)
-    assert [d.run.id for d in first.data] == ["a2", "b3"] and first.next_cursor is not None
-    second = await topics.list_dead_letters(environment, DeadLetterFilter(), 2, first.next_cursor)
-    assert ([d.run.id for d in second.data], second.next_cursor) == (["a1"], None)
-    for foreign in ("a1", "nope:a1", ":", "12:"):
-        with pytest.raises(RunlaneError) as refused:
-            await topics.list_dead_letters(environment, DeadLetterFilter(), 2, foreign)
-        assert refused.value.code is ErrorCode.CONFIGURATION_INVALID
-
-
-async def test_list_dead_letters_leaves_out_replayed_and_discarded_deliveries(
-    storage: Storage, environment: str
-) -> None:
-    await _three_dead_letters(storage, environment)
-    b3 = await storage.get_run(environment, "b3")
-    a1 = await storage.get_run(environment, "a1")
-    assert b3 is not None and a1 is not None
-    assert await storage.apply_transitions(environment, [_replay(b3), _discard(a1)], NOW) == [
-        True, True,
-    ]  # fmt: skip
-    page = await _topics(storage).list_dead_letters(environment, DeadLetterFilter(), 10, None)
-    # a1 is discarded; a2, an EXCLUSIVE delivery, blocks nothing either way.
-    assert [(d.run.id, d.blocks_key) for d in page.data] == [("a2", False)]
-
-
-# -- subscription_stats and list_halted_keys ------------------------------------------------
-
-
-async def test_subscription_stats_counts_deliveries_per_status_and_halted_keys(
-    storage: Storage, environment: str
-) -> None:
-    await _three_dead_letters(storage, environment)
-    topics = _topics(storage)
-    await topics.publish_messages(
-        environment,
-        [message("m4", delivery("a4", "ship", mode=SubscriptionMode.ORDERED, key="k2"))],
-        NOW,
-    )
-    await storage.create_runs(
-        environment,
-        [
-            # A task run named like a subscription is not a delivery.
-            new_run("task-run", task_id="ship")
-        ],
-        NOW,
-    )
-    ship, bill, none = await topics.subscription_stats(environment, ["ship", "bill", "none"])
-    assert (ship.subscription, ship.counts, ship.halted_keys) == (
-        "ship", {RunStatus.DEAD_LETTERED: 2, RunStatus.QUEUED: 1}, 1,
-    )  # fmt: skip
-    assert (bill.counts, bill.halted_keys) == ({RunStatus.DEAD_LETTERED: 1}, 0)
-    assert (none.subscription, none.counts, none.halted_keys) == ("none", {}, 0)
-    assert await topics.subscription_stats(environment, []) == []
-
-
-async def test_list_halted_keys_lists_ordered_keys_whose_head_is_dead_lettered(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    ordered = SubscriptionMode.ORDERED
-    await topics.publish_messages(
-        environment,
-        [
-            message(f"m{i}", delivery(f"{key}{i}", "ship", mode=ordered, key=key))
-            for i, key in enumerate(["b", "a", "b", "c", "b"])
-        ],
-        NOW,
-    )
-    for run_id in ("b0", "a1", "c3"):
-        await _dead_letter(storage, environment, run_id)
-    page = await topics.list_halted_keys(environment, "ship", 2, None)
-    assert [(h.key, h.dead_letter_id, h.waiting) for h in page.data] == [
-        ("a", "a1", 0),
-        ("b", "b0", 2),
-    ]
-    assert page.data[0].subscription == "ship" and page.data[0].dead_lettered_at == NOW
-    assert page.next_cursor == "b"
-    rest = await topics.list_halted_keys(environment, "ship", 2, page.next_cursor)
-    assert ([h.key for h in rest.data], rest.next_cursor) == (["c"], None)
-    a1 = await storage.get_run(environment, "a1")
-    assert a1 is not None
-    await storage.apply_transitions(environment, [_replay(a1)], NOW)
-    assert [h.key for h in (await topics.list_halted_keys(environment, "ship", 10, None)).data] == [
-        "b", "c",
-    ]  # fmt: skip
-    assert (await topics.list_halted_keys(environment, "bill", 10, None)).data == []
-
-
-async def test_list_halted_keys_is_empty_for_exclusive_and_none_subscriptions(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(
-        environment,
-        [message("m1", delivery("x1", "bill", mode=SubscriptionMode.EXCLUSIVE, key="k"))],
-        NOW,
-    )
-    await _dead_letter(storage, environment, "x1")
-    assert (await topics.list_halted_keys(environment, "bill", 10, None)).data == []
-    (bill,) = await topics.subscription_stats(environment, ["bill"])
-    assert bill.halted_keys == 0
-
-
-# -- release_expired_deduplication_keys ------------------------------------------------------
-
-
-async def test_release_expired_deduplication_keys_drops_entries_whose_window_ended(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(
-        environment,
-        [
-            message("m1", deduplication_key="k1"),
-            message("m2", deduplication_key="k2", at=NOW + timedelta(minutes=30)),
-            message("m3"),
-        ],
-        NOW,
-    )
-    release = topics.release_expired_deduplication_keys
-    assert await release(environment, NOW + WINDOW - timedelta(microseconds=1)) == 0
-    assert await release(environment, NOW + WINDOW) == 1
-    assert await release(environment, NOW + WINDOW) == 0
-    assert await release(environment, NOW + WINDOW + timedelta(minutes=30)) == 1
-
-
-# -- prune_runs, listing and stats with the delivery statuses --------------------------------
-
-
-async def test_prune_runs_deletes_discarded_deliveries_and_messages_left_without_runs(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(
-        environment,
-        [message("m1", delivery("d1")), message("m2", delivery("d2")), message("m3")],
-        NOW,
-    )
-    for run_id in ("d1", "d2"):
-        await _dead_letter(storage, environment, run_id)
-    d1 = await storage.get_run(environment, "d1")
-    assert d1 is not None
-    await storage.apply_transitions(environment, [_discard(d1)], NOW)
-    finished = [RunStatus.DISCARDED, RunStatus.SUCCEEDED]
-    later = NOW + WINDOW + timedelta(days=1)
-    assert await storage.prune_runs(environment, later, finished, 10) == 1
-    assert await storage.get_run(environment, "d1") is None
-    dead = await storage.get_run(environment, "d2")
-    assert dead is not None and dead.status is RunStatus.DEAD_LETTERED
-    # m1 and m3 are gone (their ids are free again); m2 still has its dead letter.
-    for message_id in ("m1", "m3"):
-        (again,) = await topics.publish_messages(
-            environment, [message(message_id, payload="new", at=later)], later
-        )
-        assert not again.duplicate
-    with pytest.raises(RunlaneError) as refused:
-        await topics.publish_messages(environment, [message("m2", payload="new", at=later)], later)
-    assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
-
-
-async def test_prune_runs_keeps_messages_within_their_window(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(environment, [message("m1")], NOW)
-    assert await storage.prune_runs(environment, NOW + WINDOW, [RunStatus.DISCARDED], 10) == 0
-    with pytest.raises(RunlaneError) as refused:
-        await topics.publish_messages(environment, [message("m1", payload="new")], NOW + WINDOW)
-    assert refused.value.code is ErrorCode.MESSAGE_ID_CONFLICT
-
-
-async def test_listing_and_stats_count_dead_lettered_and_discarded_deliveries(
-    storage: Storage, environment: str
-) -> None:
-    topics = _topics(storage)
-    await topics.publish_messages(
-        environment, [message("m1", delivery("d1")), message("m2", delivery("d2"))], NOW
-    )
-    for run_id in ("d1", "d2"):
-        await _dead_letter(storage, environment, run_id)
-    d1 = await storage.get_run(environment, "d1")
-    assert d1 is not None
-    await storage.apply_transitions(environment, [_discard(d1)], NOW)
-    (stats,) = await storage.queue_stats(environment, [QueuePolicy("main")], NOW)
-    assert stats.counts == {RunStatus.DISCARDED: 1, RunStatus.DEAD_LETTERED: 1}
-    assert (stats.waiting, stats.running, stats.occupied, stats.due) == (0, 0, 0, 0)
-    dead = RunFilter(statuses=[RunStatus.DEAD_LETTERED])
-    assert [r.id for r in (await storage.list_runs(environment, dead, 10, None)).data] == ["d2"]
-    finished = await storage.count_finished_runs(environment, NOW)
-    assert finished == {"main": {RunStatus.DISCARDED: 1}}
 
 
 __all__ = [name for name in dir() if name.startswith("test_")]
