@@ -7,14 +7,16 @@ import math
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from runlane import Context, ErrorCode, RunlaneError, TaskDef, task
 from runlane.model.payloads import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_VALIDATION_PROBLEMS,
     encode_payload,
     prepare_payload,
     validate_payload,
+    validation_problems,
 )
 
 
@@ -93,6 +95,24 @@ def test_an_invalid_payload_is_payload_invalid_with_the_problems_in_meta() -> No
     assert error.meta["errors"][0]["loc"] == ["order_id"]
     # The rejected input is not echoed back: it may hold personal data.
     assert "seven" not in json.dumps(error.meta)
+
+
+def test_validation_problems_name_each_location_and_at_most_the_first_five() -> None:
+    class Wide(BaseModel):
+        amounts: list[int]
+
+    with pytest.raises(ValidationError) as raised:
+        Wide.model_validate({"amounts": ["a"] * 8})
+    problems = validation_problems(raised.value)
+    assert len(problems) == MAX_VALIDATION_PROBLEMS == 5
+    assert (
+        problems[0]
+        == "amounts.0: Input should be a valid integer, unable to parse string as an integer"
+    )
+    with pytest.raises(ValidationError) as at_root:
+        Order.model_validate(7)
+    assert validation_problems(at_root.value)[0].startswith("<root>: ")
+    assert validation_problems(at_root.value, root="<body>")[0].startswith("<body>: ")
 
 
 def test_a_missing_field_is_payload_invalid() -> None:

@@ -19,6 +19,8 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 #: recursion limit, so a payload one process accepts every other process can decode,
 #: however deep in its stack it does so.
 MAX_PAYLOAD_DEPTH = 64
+#: An error message names at most this many of the problems pydantic found (the first).
+MAX_VALIDATION_PROBLEMS = 5
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _STR_ONLY = frozenset({str})
 
@@ -159,10 +161,7 @@ def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
         else:
             instance = schema.model_validate(payload)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in issue['loc']) or '<root>'}: {issue['msg']}"
-            for issue in error.errors()[:5]
-        )
+        problems = "; ".join(validation_problems(error))
         raise RunlaneError(
             ErrorCode.PAYLOAD_INVALID,
             f"payload for task {task.id!r} is invalid: {problems}",
@@ -178,6 +177,19 @@ def validate_payload(task: TaskDef[Any], payload: Any) -> tuple[Any, Any]:
     value = _dump_model(task.id, instance)
     _check_shape(task.id, value)
     return instance, value
+
+
+def validation_problems(error: ValidationError, *, root: str = "<root>") -> list[str]:
+    """The first problems pydantic found, each as ``location: message`` (``root`` names
+    the value itself), for an error message a reader can act on.
+
+    >>> validation_problems(error)
+    ['amount: Input should be greater than 0', 'currency: Field required']
+    """
+    return [
+        f"{'.'.join(str(part) for part in issue['loc']) or root}: {issue['msg']}"
+        for issue in error.errors()[:MAX_VALIDATION_PROBLEMS]
+    ]
 
 
 def _dump_model(task_id: str, model: BaseModel) -> Any:

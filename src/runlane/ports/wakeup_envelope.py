@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from runlane.model.payloads import validation_problems
 from runlane.ports.transport import DeliveryMessage
 from runlane.types.errors import ErrorCode, RunlaneError
 
@@ -95,13 +96,11 @@ def parse_wakeup_body(body: str | bytes) -> DeliveryMessage:
 
 def _not_an_envelope(error: Exception, message: str) -> RunlaneError:
     problems = (
-        [f"{'.'.join(str(p) for p in e['loc']) or '<body>'}: {e['msg']}" for e in error.errors()]
+        validation_problems(error, root="<body>")
         if isinstance(error, ValidationError)
         else [type(error).__name__]
     )
-    return RunlaneError(
-        ErrorCode.ADAPTER_CONTRACT_VIOLATION, message, meta={"problems": problems[:5]}
-    )
+    return RunlaneError(ErrorCode.ADAPTER_CONTRACT_VIOLATION, message, meta={"problems": problems})
 
 
 def _dumps(value: Any) -> str:

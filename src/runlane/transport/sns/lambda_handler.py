@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runlane.model.context import Signal, SignalReason
+from runlane.model.payloads import validation_problems
 from runlane.model.transitions import sanitize_exception
 from runlane.ports.message_envelope import SnsEnvelope, parse_sns_envelope
 from runlane.topics.constants import RECEIVE_GUARD_EXTRA_ATTEMPTS, SQS_MAX_VISIBILITY_S
@@ -373,10 +374,7 @@ def _payload_for(sub: SubscriptionDef, message: Message[Any]) -> Any:
         return schema.model_validate(message.payload)
     except (ValidationError, ValueError, TypeError, RecursionError) as error:
         problems = (
-            "; ".join(
-                f"{'.'.join(str(p) for p in issue['loc']) or '<root>'}: {issue['msg']}"
-                for issue in error.errors()[:5]
-            )
+            "; ".join(validation_problems(error))
             if isinstance(error, ValidationError)
             else type(error).__name__
         )
