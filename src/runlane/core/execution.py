@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -18,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from runlane.core.batching import TransitionBatcher
 from runlane.core.delivering import (
     Ended,
-    HandlerCall,
     HandlerEnd,
     Subscriptions,
     settle_delivery_attempt,
 )
 from runlane.core.observing import OUTCOME_BY_STATUS, Attempt, Outcome
 from runlane.model.context import Context, Release, Signal, SignalReason
+from runlane.model.handler_calls import HandlerEnds, being_cancelled, call_handler
 from runlane.model.payloads import MAX_PAYLOAD_DEPTH, payload_for_handler
 from runlane.model.transitions import (
     AttemptOutcome,
@@ -244,20 +243,27 @@ class AttemptRunner:
                         outcome = prepared
                     elif task.is_async and time_limit is None:
                         # The common case, awaited right here: no frame or task of its own.
+                        # It is call_handler's first branch, inlined on the worker's
+                        # per-attempt path (bench/README.md); the rule is the same.
                         try:
                             outcome = _outcome(run, await task.fn(*prepared))
                         except Exception as error:
                             outcome = _raised(run, error)
                         except asyncio.CancelledError as error:
-                            if _being_cancelled():
+                            if being_cancelled():
                                 raise  # a real cancellation of this attempt (a shutdown)
                             outcome = _raised(run, error)
                     else:
-                        called = await self._call(
-                            task.fn, task.is_async, run, signal, prepared, time_limit
+                        outcome = await call_handler(
+                            task.fn,
+                            prepared,
+                            is_async=task.is_async,
+                            time_limit=time_limit,
+                            signal=signal,
+                            threads=self._threads,
+                            subject=run,
+                            ends=_TASK_ENDS,
                         )
-                        assert not isinstance(called, Ended)
-                        outcome = called
                 except (SystemExit, KeyboardInterrupt) as error:
                     outcome, exiting = _raised(run, error), error
                 finally:
@@ -303,7 +309,16 @@ class AttemptRunner:
                 if isinstance(prepared, Ended):
                     outcome = prepared
                 else:
-                    outcome = await self._call_handler(run, signal, prepared, max_attempt_duration)
+                    outcome = await call_handler(
+                        prepared.fn,
+                        prepared.args,
+                        is_async=prepared.is_async,
+                        time_limit=_min_or_none(prepared.timeout, max_attempt_duration),
+                        signal=signal,
+                        threads=self._threads,
+                        subject=run,
+                        ends=_DELIVERY_ENDS,
+                    )
             except (SystemExit, KeyboardInterrupt) as error:
                 outcome, exiting = Ended(error, raised=True), error
             finally:
@@ -322,83 +337,6 @@ class AttemptRunner:
             finally:
                 raise exiting
         return outcome, policy
-
-    async def _call_handler(
-        self, run: Run, signal: Signal, call: HandlerCall, max_attempt_duration: float | None
-    ) -> Ended:
-        """Call a subscription handler; how it ended, undigested (decide_delivery reads it)."""
-        time_limit = _min_or_none(call.timeout, max_attempt_duration)
-        if call.is_async and time_limit is None:
-            try:
-                return Ended(await call.fn(*call.args), raised=False)
-            except Exception as error:
-                return Ended(error, raised=True)
-            except asyncio.CancelledError as error:
-                if _being_cancelled():
-                    raise
-                return Ended(error, raised=True)
-        ended = await self._call(
-            call.fn, call.is_async, run, signal, call.args, time_limit, _ended, _ended_by
-        )
-        if isinstance(ended, Failed):  # the time limit
-            failure = ended.failure
-            timeout = RunlaneError(ErrorCode(failure.code), failure.message, retryable=True)
-            return Ended(timeout, raised=True)
-        assert isinstance(ended, Ended)
-        return ended
-
-    async def _call(
-        self,
-        fn: Callable[..., Any],
-        is_async: bool,
-        run: Run,
-        signal: Signal,
-        prepared: tuple[Any, Context],
-        time_limit: float | None,
-        returned: Callable[[Run, Any], AttemptOutcome | Ended] | None = None,
-        raised: Callable[[Run, BaseException], AttemptOutcome | Ended] | None = None,
-    ) -> AttemptOutcome | Ended:
-        """A sync handler (in the thread pool) or a handler with a time limit (as a
-        task); ``returned`` and ``raised`` say what its end means (a task's, by default)."""
-        on_return = returned or _outcome
-        on_raise = raised or _raised
-        loop = asyncio.get_running_loop()
-        job: asyncio.Future[Any]
-        if is_async:
-            job = asyncio.ensure_future(_guarded(fn(*prepared)))
-        else:
-            # In a copy of the caller's context: a span or log context set around the
-            # attempt (an observer's, or the app's) is visible inside the sync task too.
-            job = loop.run_in_executor(
-                self._threads(), contextvars.copy_context().run, fn, *prepared
-            )
-        try:
-            done, _ = await asyncio.wait({job}, timeout=time_limit)
-            if not done:
-                # Signal first so the task's cleanup sees why it is being stopped; a sync
-                # task's thread cannot be interrupted and is left to notice the signal.
-                signal.set(SignalReason.TIMEOUT)
-                job.cancel()
-                with contextlib.suppress(BaseException):
-                    await job
-                return Failed(
-                    RunFailure(
-                        ErrorCode.TASK_TIMEOUT.value,
-                        f"Task {run.task_id!r} ran longer than its {time_limit:g}s time limit.",
-                        retryable=True,
-                    )
-                )
-            value = job.result()
-            if isinstance(value, _Escaped):
-                raise value.error
-            return on_return(run, value)
-        except asyncio.CancelledError as error:
-            if _being_cancelled():
-                job.cancel()
-                raise
-            return on_raise(run, error)  # the task cancelled itself: its own failure
-        except Exception as error:
-            return on_raise(run, error)
 
     async def settle(
         self,
@@ -750,38 +688,25 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
         await task
 
 
-@dataclass(frozen=True, slots=True)
-class _Escaped:
-    """A BaseException a time-limited task raised, carried out of its asyncio task: raised
-    there, SystemExit and KeyboardInterrupt would end the event loop before settling."""
-
-    error: BaseException
-
-
-async def _guarded(call: Awaitable[Any]) -> Any:
-    try:
-        return await call
-    except (SystemExit, KeyboardInterrupt) as error:
-        return _Escaped(error)
-    except asyncio.CancelledError as error:
-        if _being_cancelled():
-            raise
-        return _Escaped(error)
-
-
-def _being_cancelled() -> bool:
-    """Whether the current asyncio task was asked to stop (not a CancelledError that
-    task code raised on its own)."""
-    current = asyncio.current_task()
-    return current is not None and current.cancelling() > 0
-
-
 def _ended(run: Run, value: Any) -> Ended:
     return Ended(value, raised=False)
 
 
 def _ended_by(run: Run, error: BaseException) -> Ended:
     return Ended(error, raised=True)
+
+
+def _ended_late(run: Run, time_limit: float) -> Ended:
+    timeout = RunlaneError(
+        ErrorCode.TASK_TIMEOUT, _time_limit_message(run, time_limit), retryable=True
+    )
+    return Ended(timeout, raised=True)
+
+
+#: A subscription handler's end, undigested (decide_delivery reads it when it settles).
+_DELIVERY_ENDS: HandlerEnds[Run, Ended] = HandlerEnds(
+    returned=_ended, raised=_ended_by, timed_out=_ended_late
+)
 
 
 def _describe_delivery_failure(error: BaseException) -> RunFailure:
@@ -796,6 +721,18 @@ def _describe_delivery_failure(error: BaseException) -> RunFailure:
     return RunFailure(
         failure.code, failure.message, failure.retryable, {**failure.meta, "traceback": text}
     )
+
+
+def _timed_out(run: Run, time_limit: float) -> Failed:
+    return Failed(
+        RunFailure(
+            ErrorCode.TASK_TIMEOUT.value, _time_limit_message(run, time_limit), retryable=True
+        )
+    )
+
+
+def _time_limit_message(run: Run, time_limit: float) -> str:
+    return f"Task {run.task_id!r} ran longer than its {time_limit:g}s time limit."
 
 
 def _raised(run: Run, error: BaseException) -> Failed:
@@ -992,6 +929,12 @@ def _unstorable(run: Run, problem: str) -> Failed:
             retryable=False,
         )
     )
+
+
+#: What a task handler's end means for the run it was called for.
+_TASK_ENDS: HandlerEnds[Run, AttemptOutcome] = HandlerEnds(
+    returned=_outcome, raised=_raised, timed_out=_timed_out
+)
 
 
 def _min_or_none(first: float | None, second: float | None) -> float | None:

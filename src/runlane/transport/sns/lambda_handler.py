@@ -10,8 +10,6 @@ acknowledges only once the copy is sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import logging
 import math
 import os
@@ -24,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runlane.model.context import Signal, SignalReason
+from runlane.model.handler_calls import HandlerEnds, call_handler
 from runlane.model.payloads import validation_problems
 from runlane.model.transitions import sanitize_exception
 from runlane.ports.message_envelope import SnsEnvelope, parse_sns_envelope
@@ -223,7 +222,16 @@ class SnsRecordConsumer:
             else None
         )
         try:
-            ended_with, raised = await _call(sub, message, ctx, signal)
+            ended_with, raised = await call_handler(
+                sub.handler,
+                (message, ctx),
+                is_async=sub.is_async,
+                time_limit=sub.timeout,
+                signal=signal,
+                threads=None,
+                subject=sub,
+                ends=_ENDS,
+            )
         finally:
             if timer is not None:
                 timer.cancel()
@@ -331,38 +339,32 @@ class SnsRecordConsumer:
             ) from None
 
 
-async def _call(
-    sub: SubscriptionDef, message: Message[Any], ctx: DeliveryContext, signal: Signal
-) -> tuple[object, bool]:
-    """Run the handler: ``(what it returned or raised, whether it raised)``."""
-    if sub.is_async and sub.timeout is None:
-        try:
-            return await sub.handler(message, ctx), False
-        except Exception as error:
-            return error, True
-    loop = asyncio.get_running_loop()
-    job: asyncio.Future[Any]
-    if sub.is_async:
-        job = asyncio.ensure_future(sub.handler(message, ctx))
-    else:
-        job = loop.run_in_executor(None, contextvars.copy_context().run, sub.handler, message, ctx)
-    done, _ = await asyncio.wait({job}, timeout=sub.timeout)
-    if not done:
-        # Signal first so the handler's cleanup sees why; a thread cannot be interrupted.
-        signal.set(SignalReason.TIMEOUT)
-        job.cancel()
-        with contextlib.suppress(BaseException):
-            await job
-        timeout = RunlaneError(
-            ErrorCode.TASK_TIMEOUT,
-            f"subscription {sub.name!r} ran longer than its {sub.timeout:g}s time limit.",
-            retryable=True,
-        )
-        return timeout, True
-    try:
-        return job.result(), False
-    except Exception as error:
-        return error, True
+def _returned(sub: SubscriptionDef, value: object) -> tuple[object, bool]:
+    return value, False
+
+
+def _raised(sub: SubscriptionDef, error: BaseException) -> tuple[object, bool]:
+    if isinstance(error, asyncio.CancelledError):
+        # A CancelledError the handler raised on its own ends the invocation here, as it
+        # always has (SQS then delivers the whole batch again); a worker counts it as
+        # the handler's failure instead.
+        raise error
+    return error, True
+
+
+def _timed_out(sub: SubscriptionDef, time_limit: float) -> tuple[object, bool]:
+    timeout = RunlaneError(
+        ErrorCode.TASK_TIMEOUT,
+        f"subscription {sub.name!r} ran longer than its {time_limit:g}s time limit.",
+        retryable=True,
+    )
+    return timeout, True
+
+
+#: A handler's end as ``(what it returned or raised, whether it raised)``.
+_ENDS: HandlerEnds[SubscriptionDef, tuple[object, bool]] = HandlerEnds(
+    returned=_returned, raised=_raised, timed_out=_timed_out
+)
 
 
 def _payload_for(sub: SubscriptionDef, message: Message[Any]) -> Any:
