@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runlane import Context, Observer, Runlane, WorkerMode, queue, sqlite_lane, task
-from runlane.core.execution import LeaseSettings
+from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.observing import Attempt
 
 MAIN = queue("main", default=True)

@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from runlane.core.attempts import AttemptRunner
 from runlane.core.delivery import execute_delivery
-from runlane.core.execution import AttemptRunner, LeaseSettings
+from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL, Maintenance
 from runlane.core.observing import Observers
 from runlane.core.producing import Producer

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runlane.core.attempt_outcomes import time_limit_message
 from runlane.core.store import StoreScope
 from runlane.model.context import Release, Signal
+from runlane.model.handler_calls import HandlerEnds
 from runlane.model.payloads import payload_for_handler
 from runlane.model.transitions import Released, sanitize_exception
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
@@ -42,6 +44,28 @@ class Ended:
 
 #: What a delivery attempt ends with: the handler's end, or a release (worker shutdown).
 HandlerEnd = Ended | Released
+
+
+def _returned(run: Run, value: Any) -> Ended:
+    return Ended(value, raised=False)
+
+
+def _raised(run: Run, error: BaseException) -> Ended:
+    return Ended(error, raised=True)
+
+
+def _timed_out(run: Run, time_limit: float) -> Ended:
+    timeout = RunlaneError(
+        ErrorCode.TASK_TIMEOUT, time_limit_message(run, time_limit), retryable=True
+    )
+    return Ended(timeout, raised=True)
+
+
+#: A subscription handler's end, undigested (:func:`decide_delivery` reads it when it
+#: settles), for :func:`runlane.model.handler_calls.call_handler`.
+DELIVERY_ENDS: HandlerEnds[Run, Ended] = HandlerEnds(
+    returned=_returned, raised=_raised, timed_out=_timed_out
+)
 
 
 @dataclass(frozen=True, slots=True)

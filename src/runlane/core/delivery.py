@@ -17,7 +17,8 @@ from runlane.types.runs import LEASED_STATUSES, Run
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from runlane.core.execution import AttemptRunner, LeaseSettings
+    from runlane.core.attempts import AttemptRunner
+    from runlane.core.lease_keeping import LeaseSettings
     from runlane.core.store import StoreScope
     from runlane.ports.storage import StoresMessages
     from runlane.types.records import QueuePolicy

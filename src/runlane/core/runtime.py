@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from runlane.core.attempts import AttemptRunner
 from runlane.core.brokered import BrokeredTopics, split_topics
 from runlane.core.calls import ExecutingCalls, OperatingCalls, ProducingCalls
 from runlane.core.delivering import Subscriptions
 from runlane.core.dispatch import Dispatcher, check_transport_bindings
-from runlane.core.execution import DEFAULT_LEASE_DURATION, AttemptRunner
+from runlane.core.lease_keeping import DEFAULT_LEASE_DURATION
 from runlane.core.maintenance import (
     Duty,
     Maintenance,

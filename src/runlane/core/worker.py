@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from runlane.core.batching import TransitionBatcher
-from runlane.core.execution import LeaseSettings
+from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
 from runlane.core.worker_idling import ERROR_BACKOFF_INITIAL, ERROR_BACKOFF_MAX, WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
@@ -23,7 +23,7 @@ from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
 if TYPE_CHECKING:
-    from runlane.core.execution import AttemptRunner
+    from runlane.core.attempts import AttemptRunner
     from runlane.core.observing import Observers
     from runlane.core.store import StoreScope
     from runlane.types.runs import TickReport

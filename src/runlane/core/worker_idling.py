@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from runlane.ports.storage import HandsOff, Standby, WorkNotifier
 
 if TYPE_CHECKING:
-    from runlane.core.execution import LeaseSettings
+    from runlane.core.lease_keeping import LeaseSettings
     from runlane.core.store import StoreScope
     from runlane.model.context import Signal
     from runlane.types.records import QueuePolicy

@@ -11,8 +11,9 @@ from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from runlane.core.attempts import OpenAttempt
 from runlane.core.batching import ClaimRequest, TransitionBatcher
-from runlane.core.execution import LeaseSettings, OpenAttempt
+from runlane.core.lease_keeping import LeaseSettings
 from runlane.model.transitions import Released
 from runlane.types.records import QueuePolicy
 from runlane.types.retry import DEFAULT_RETRY_POLICY
@@ -21,7 +22,7 @@ from runlane.types.runs import Run
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from runlane.core.execution import AttemptRunner
+    from runlane.core.attempts import AttemptRunner
     from runlane.core.observing import Observers
     from runlane.core.store import StoreScope
     from runlane.model.context import Signal
