@@ -51,30 +51,6 @@ def test_an_old_path_warns_once_and_hands_out_the_new_modules_objects(old: str, 
 
 
 #: The public names of the attempt runner's old module, and where each went.
-EXECUTION_NAMES = {
-    "AttemptRunner": "runlane.core.attempts",
-    "OpenAttempt": "runlane.core.attempts",
-    "MAX_SETTLE_ATTEMPTS": "runlane.core.attempts",
-    "LeaseSettings": "runlane.core.lease_keeping",
-    "DEFAULT_LEASE_DURATION": "runlane.core.lease_keeping",
-    "MAX_RESULT_DEPTH": "runlane.core.attempt_outcomes",
-    "MAX_TRACEBACK_CHARS": "runlane.core.attempt_outcomes",
-    "format_traceback": "runlane.core.attempt_outcomes",
-}
-
-
-def test_the_split_execution_module_hands_out_its_names_from_their_new_homes() -> None:
-    sys.modules.pop("runlane.core.execution", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("runlane.core.execution")
-    # Quiet while runlane.testing, which the pytest plugin loads, still imports it.
-    assert caught == []
-    assert sorted(old.__all__) == sorted(EXECUTION_NAMES)
-    for name, home in EXECUTION_NAMES.items():
-        assert getattr(old, name) is getattr(importlib.import_module(home), name)
-
-
 def test_the_storage_protocol_a_third_party_driver_imports_is_the_port() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

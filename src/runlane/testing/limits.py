@@ -15,7 +15,7 @@ reaching into the engine, and follows it when it changes.
 
 from __future__ import annotations
 
-from runlane.core.execution import MAX_TRACEBACK_CHARS
+from runlane.core.attempt_outcomes import MAX_TRACEBACK_CHARS
 from runlane.core.producing import TRIGGER_BATCH_SIZE
 
 __all__ = ["MAX_TRACEBACK_CHARS", "TRIGGER_BATCH_SIZE"]
