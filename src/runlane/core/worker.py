@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from runlane.core.backoff import ErrorBackoff
 from runlane.core.batching import TransitionBatcher
 from runlane.core.execution import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
-from runlane.core.worker_idling import ERROR_BACKOFF_INITIAL, ERROR_BACKOFF_MAX, WorkerIdling
+from runlane.core.worker_idling import WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
 from runlane.model.context import Signal, SignalReason
 from runlane.types.errors import RunlaneError, configuration_error
@@ -183,7 +184,8 @@ class Worker(WorkerSlots, WorkerIdling):
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
-        backoff = ERROR_BACKOFF_INITIAL
+        #: Set while claims fail in a row (None, a plain store, on the hot path otherwise).
+        backoff: ErrorBackoff | None = None
         logger.info(
             "worker %s started: queues %s, concurrency %s, %s",
             self.worker_id,
@@ -221,19 +223,21 @@ class Worker(WorkerSlots, WorkerIdling):
                 except Exception as error:
                     # Storage errors arrive as RunlaneError; anything else is a bug, but a
                     # worker that crash-loops helps nobody: log it and back off the same way.
+                    if backoff is None:
+                        backoff = ErrorBackoff()
+                    delay = backoff.next_delay()
                     logger.warning(
                         "worker %s: claim failed (%s); retrying in %.1fs",
                         self.worker_id,
                         error,
-                        backoff,
+                        delay,
                         exc_info=not isinstance(error, RunlaneError),
                     )
-                    await self._wait_for(asyncio.Event(), backoff)
-                    backoff = min(backoff * 2, ERROR_BACKOFF_MAX)
+                    await self._wait_for(asyncio.Event(), delay)
                     continue
                 finally:
                     self._reserved -= free
-                backoff = ERROR_BACKOFF_INITIAL
+                backoff = None
                 self._more_due = len(claimed) >= free
                 self._start(claimed)
                 if claimed:

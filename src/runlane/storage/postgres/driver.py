@@ -284,14 +284,17 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
                 environment, new.queue
             ):
                 handed = await self._db.run(
-                    partial(creation.insert_handoff, self._insert_run_handoff, params)
+                    partial(creation.insert_handoff, self._insert_run_handoff, params),
+                    replay=False,
                 )
                 if handed is None:
                     self._no_offer_until[environment, new.queue] = (
                         time.monotonic() + HANDOFF_RECHECK
                     )
             else:
-                await self._db.run(partial(creation.insert_lone_run, self._insert_run, params))
+                await self._db.run(
+                    partial(creation.insert_lone_run, self._insert_run, params), replay=False
+                )
             return [lone_outcome(environment, new, now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
@@ -304,7 +307,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             return await creation.create_in_caller_transaction(
                 connection, self._q, batch, self._db.error
             )
-        return await self._db.run(partial(creation.create_batch, self._q, batch))
+        return await self._db.run(partial(creation.create_batch, self._q, batch), replay=False)
 
     def _may_find_offer(self, environment: str, queue: str) -> bool:
         until = self._no_offer_until.get((environment, queue))
@@ -324,7 +327,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         self, environment: str, batches: Iterable[Sequence[NewRun]], now_us: int, *, retry: bool
     ) -> list[Run]:
         stream = partial(creation.copy_stream, self._q, environment, batches, now_us)
-        return await self._db.run(stream, retry=retry)
+        return await self._db.run(stream, retry=retry, replay=False)
 
     async def claim_due_runs(
         self,
@@ -495,7 +498,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         )
         if connection is not None:
             return await call.in_caller_transaction(connection, self._db.error)
-        return await self._db.run(call.on_connection)
+        return await self._db.run(call.on_connection, replay=False)
 
     # -- dispatch and outbox -------------------------------------------------------
 
