@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from tests.support import worker_app
-from tests.support.app_processes import app_log, histories, processes, wait_until_finished
+from tests.support.app_processes import (
+    ROOT,
+    app_log,
+    histories,
+    processes,
+    wait_until_finished,
+)
+from tests.support.dashboard_client import dashboard_under_test
 from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_missing
 
-from runlane import ErrorCode, Runlane, RunlaneError, RunStatus
+from runlane import ErrorCode, Runlane, RunlaneError, RunStatus, postgres_lane
 
 pytestmark = pytest.mark.slow
 
@@ -221,3 +233,46 @@ async def test_the_listener_listens_again_after_a_restart(
     await asyncio.sleep(0.5)
     await app.trigger(worker_app.count, None)
     assert await waiting is True
+
+
+def test_the_cli_says_in_one_line_that_storage_is_unavailable(
+    dsn: str, cluster: PostgresServer, tmp_path: Path
+) -> None:
+    (tmp_path / "outage_app.py").write_text(
+        "from runlane import Runlane, postgres_lane, queue\n"
+        f"rl = Runlane(lane=postgres_lane({dsn!r}), queues=[queue('main', default=True)],"
+        " tasks=[])\n"
+    )
+    asyncio.run(worker_app.build_runtime(dsn, "cli").migrate())
+    cluster.halt()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "runlane", "runs", "list", "outage_app:rl"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=NEVER_HANGS,
+        check=False,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "storage_unavailable" in lines[0], done.stderr
+
+
+def test_the_dashboard_shows_storage_unavailable_and_recovers_by_itself(
+    dsn: str, cluster: PostgresServer, tmp_path: Path
+) -> None:
+    with dashboard_under_test(tmp_path, lanes=lambda: postgres_lane(dsn)) as dash:
+        assert dash.client.get("/").status_code == 200
+        cluster.halt()
+        page = dash.client.get("/")
+        assert page.status_code == 503
+        assert "Storage unavailable" in page.text
+        assert 'http-equiv="refresh"' in page.text  # it asks again by itself
+        cluster.resume()
+        for _ in range(60):
+            if dash.client.get("/").status_code == 200:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the dashboard did not recover once the server was back")
