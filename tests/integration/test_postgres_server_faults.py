@@ -276,3 +276,16 @@ def test_the_dashboard_shows_storage_unavailable_and_recovers_by_itself(
             time.sleep(0.5)
         else:
             raise AssertionError("the dashboard did not recover once the server was back")
+
+
+async def test_a_worker_started_during_an_outage_waits_for_the_server(
+    app: Runlane, dsn: str, environment: str, cluster: PostgresServer
+) -> None:
+    await app.trigger_many(worker_app.count, [None] * 50)
+    cluster.halt()
+    with processes("worker", 1, dsn, environment) as (proc,):
+        await asyncio.sleep(3)  # it starts, finds no server, and waits
+        assert proc.poll() is None, "the worker gave up instead of waiting"
+        cluster.resume()
+        await wait_until_finished(app, 50, within=120)
+        assert proc.poll() is None

@@ -121,7 +121,8 @@ async def _main(role: str) -> None:
         concurrency = int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8"))
         if os.environ.get("RUNLANE_APP_RECORD_HOST_CLOCK"):
             await _record_host_clock()
-        async with rl:
+        # Not opened first: the worker opens the lane, waiting if the server is down.
+        try:
             await rl.worker(
                 concurrency=concurrency,
                 mode=WorkerMode.POLL,
@@ -129,6 +130,8 @@ async def _main(role: str) -> None:
                 maintenance=os.environ.get("RUNLANE_APP_MAINTENANCE", "on") == "on",
                 maintenance_interval=os.environ.get("RUNLANE_APP_MAINTENANCE_INTERVAL", "5s"),
             ).run()
+        finally:
+            await rl.close()
     elif role == "ticker":
         seconds = float(os.environ.get("RUNLANE_APP_SECONDS", "4"))
         async with rl:
