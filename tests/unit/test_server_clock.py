@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 from time import monotonic
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -61,6 +62,20 @@ def test_a_host_clock_stepped_after_the_reading_changes_nothing() -> None:
     monotonic.now += 5
     # Only the monotonic clock counts between readings, whatever the wall clock does.
     assert clock.now() == SERVER + timedelta(seconds=5)
+
+
+def test_a_server_in_another_time_zone_gives_utc_times_across_a_dst_change() -> None:
+    monotonic = Monotonic()
+    clock = ServerClock(monotonic)
+    berlin = ZoneInfo("Europe/Berlin")
+    # The night the clocks in Berlin go forward: 01:30 local is 00:30 UTC.
+    server_now = datetime(2030, 3, 31, 1, 30, tzinfo=berlin)
+    clock.update([ClockReading(100.0, 100.0, server_now)], host_now=server_now)
+    monotonic.now += 7200
+    now = clock.now()
+    assert now.tzinfo is UTC
+    # Two hours on, whatever the wall clock in Berlin did meanwhile.
+    assert now == datetime(2030, 3, 31, 2, 30, tzinfo=UTC)
 
 
 def test_no_readings_keep_the_clock_as_it_was() -> None:

@@ -111,7 +111,9 @@ class ServerClock:
         if best is None:
             return
         midpoint = (best.sent + best.received) / 2
-        self._reference = best.server_now
+        # In UTC: a server in another time zone hands its zone over, and adding to a
+        # zoned datetime is wall-clock arithmetic (off by an hour across a DST change).
+        self._reference = best.server_now.astimezone(UTC)
         self._read_at = midpoint
         self.uncertainty = best.round_trip
         host = host_now if host_now is not None else datetime.now(UTC)
