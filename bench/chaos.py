@@ -20,6 +20,16 @@ recovers what the dead held, and counts:
     .venv/bin/python bench/chaos.py --driver postgres          # starts a throwaway server
     .venv/bin/python bench/chaos.py --driver sqlite --runs 200 --kills 3 --json
 
+With ``--server-fault`` (PostgreSQL, on a throwaway server of its own) the server
+misbehaves too, during the drain: ``restart-fast`` and ``restart-immediate`` run
+``pg_ctl restart -m fast|immediate`` ``--restarts`` times, ``terminate`` runs
+``pg_terminate_backend`` on every runlane connection every
+``--terminate-interval`` seconds (300 ms by default). The workers are not
+restarted for it; they must reconnect on their own:
+
+    .venv/bin/python bench/chaos.py --driver postgres --server-fault restart-immediate --kills 0
+    .venv/bin/python bench/chaos.py --driver postgres --server-fault terminate --kills 0
+
 The exit status is 0 when no run was lost or recorded twice as succeeded, and
 every kill landed; 1 otherwise.
 """
@@ -46,9 +56,11 @@ from typing import Any
 
 from runlane import (
     Context,
+    ErrorCode,
     RetryPolicy,
     Run,
     Runlane,
+    RunlaneError,
     RunStatus,
     postgres_lane,
     queue,
@@ -121,6 +133,8 @@ class Report:
     succeeded_without_an_execution: int
     kills: int
     kills_requested: int
+    server_fault: str
+    server_faults: int
     workers_started: int
     leases_recovered_by_tick: int
     seconds: float
@@ -133,7 +147,49 @@ class Report:
             and self.runs_recorded_twice_as_succeeded == 0
             and self.succeeded_without_an_execution == 0
             and self.kills == self.kills_requested
+            and (self.server_fault == "none" or self.server_faults > 0)
         )
+
+
+class ServerFaults:
+    """The server's misbehaviour during the drain: restarts, or terminated backends."""
+
+    def __init__(self, args: argparse.Namespace, server: Any, dsn: str) -> None:
+        self.kind: str = args.server_fault
+        self.restarts: int = args.restarts
+        self.interval: float = args.terminate_interval
+        self.server = server
+        self.dsn = dsn
+        self.count = 0
+
+    async def run(self, drained: asyncio.Event, rng: random.Random) -> None:
+        """Fault until ``drained`` (at most ``restarts`` restarts)."""
+        if self.kind == "none":
+            return
+        if self.kind == "terminate":
+            while not drained.is_set():
+                self.count += await asyncio.to_thread(self._terminate)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(drained.wait(), self.interval)
+            return
+        mode = self.kind.removeprefix("restart-")
+        for _ in range(self.restarts):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(drained.wait(), rng.uniform(1.0, 3.0))
+            if drained.is_set():
+                return
+            await asyncio.to_thread(self.server.restart, mode)
+            self.count += 1
+
+    def _terminate(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True, application_name="chaos") as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'runlane' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        return sum(1 for (done,) in rows if done)
 
 
 class Workers:
@@ -210,15 +266,27 @@ def _executing_pids(log: Path) -> set[int]:
     return {int(line.split()[2]) for line in log.read_text().splitlines() if line.count(" ") == 2}
 
 
-async def _open_runs(rl: Runlane) -> int:
-    stats = await rl.queue_stats()
+async def _open_runs(rl: Runlane) -> int | None:
+    """Runs not finished yet; None while the server is away (a --server-fault)."""
+    try:
+        stats = await rl.queue_stats()
+    except RunlaneError as error:
+        if error.code is not ErrorCode.STORAGE_UNAVAILABLE:
+            raise  # only the faults this script makes are expected
+        return None
     return sum(s.waiting + s.running for s in stats)
 
 
 async def _ticker(rl: Runlane, totals: Counter[str], stop: asyncio.Event) -> None:
     while not stop.is_set():
-        report = await rl.tick()
-        totals["leases_recovered"] += report.leases_recovered
+        try:
+            report = await rl.tick()
+        except RunlaneError as error:
+            # The server restarting under --server-fault: tick again on the next turn.
+            if error.code is not ErrorCode.STORAGE_UNAVAILABLE:
+                raise
+        else:
+            totals["leases_recovered"] += report.leases_recovered
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
 
@@ -234,7 +302,7 @@ async def _succeeded_events(rl: Runlane, runs: list[Run]) -> dict[str, int]:
     return dict(await asyncio.gather(*(count(run) for run in runs)))
 
 
-async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
+async def chaos(args: argparse.Namespace, store: str, workdir: Path, server: Any = None) -> Report:
     environment = f"chaos-{uuid.uuid4().hex[:10]}"
     log = workdir / "executions.log"
     env = os.environ | {
@@ -259,6 +327,9 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
         totals: Counter[str] = Counter()
         stop_ticking = asyncio.Event()
         ticker = asyncio.create_task(_ticker(rl, totals, stop_ticking))
+        faults = ServerFaults(args, server, store)
+        drained = asyncio.Event()
+        faulting = asyncio.create_task(faults.run(drained, rng))
         try:
             for _ in range(args.workers):
                 workers.start()
@@ -273,12 +344,14 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
                 workers.kill_one(rng, _executing_pids(log))
             # Let the survivors (and tick) finish everything, the dead's runs included.
             deadline = time.monotonic() + args.timeout
-            while await _open_runs(rl) and time.monotonic() < deadline:
+            while time.monotonic() < deadline and await _open_runs(rl) != 0:
                 workers.reap()
                 if not workers.alive:
                     workers.start()
                 await asyncio.sleep(0.5)
         finally:
+            drained.set()
+            await faulting
             workers.stop()
             stop_ticking.set()
             await ticker
@@ -313,6 +386,8 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
             succeeded_without_an_execution=sum(1 for run in succeeded if run.id not in executions),
             kills=workers.kills,
             kills_requested=args.kills,
+            server_fault=args.server_fault,
+            server_faults=faults.count,
             workers_started=workers.started,
             leases_recovered_by_tick=totals["leases_recovered"],
             seconds=round(time.monotonic() - started, 1),
@@ -320,15 +395,21 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path) -> Report:
 
 
 @contextlib.contextmanager
-def _store(args: argparse.Namespace, workdir: Path) -> Iterator[str]:
+def _store(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, Any]]:
+    """Where the runs live, and the server to fault (None: no faults, or SQLite)."""
     if args.driver == "sqlite":
-        yield str(workdir / "chaos.db")
+        yield str(workdir / "chaos.db"), None
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
-    from tests.support.postgres_server import bench_database
+    from tests.support.postgres_server import PostgresServer, bench_database
 
+    if args.server_fault != "none":
+        # Faults need a server this script controls: never a given one.
+        with PostgresServer() as server:
+            yield server.create_database("runlane_chaos"), server
+        return
     with bench_database("runlane_chaos", args.dsn) as dsn:
-        yield dsn
+        yield dsn, None
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -360,6 +441,19 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_TASK_SECONDS,
         help="the longest a task takes (slower tasks leave more attempts in flight)",
     )
+    parser.add_argument(
+        "--server-fault",
+        choices=["none", "restart-fast", "restart-immediate", "terminate"],
+        default="none",
+        help="PostgreSQL only: restart the server or terminate its backends during the drain",
+    )
+    parser.add_argument("--restarts", type=int, default=3, help="restarts of a restart fault")
+    parser.add_argument(
+        "--terminate-interval",
+        type=float,
+        default=0.3,
+        help="seconds between terminations of every runlane backend (terminate fault)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None, help="where the log (and SQLite file) go")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -374,8 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         workdir = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         workdir.mkdir(parents=True, exist_ok=True)
-        store = stack.enter_context(_store(args, workdir))
-        report = asyncio.run(chaos(args, store, workdir))
+        if args.server_fault != "none" and (args.driver != "postgres" or args.dsn):
+            print("chaos: --server-fault needs --driver postgres and no --dsn", file=sys.stderr)
+            return 2
+        store, server = stack.enter_context(_store(args, workdir))
+        report = asyncio.run(chaos(args, store, workdir, server))
     if args.json:
         print(json.dumps(asdict(report) | {"ok": report.ok}))
     else:

@@ -167,18 +167,6 @@ async def opened(postgres_dsn: str, environment: str) -> AsyncIterator[Runlane]:
         yield rl
 
 
-async def test_a_restarted_server_is_used_again_without_errors(
-    opened: Runlane, postgres_server: PostgresServer | None
-) -> None:
-    if postgres_server is None:
-        pytest.skip("needs the throwaway server to restart it")
-    before = await opened.trigger(noop, None)
-    postgres_server.restart()
-    after = await opened.trigger(noop, None)
-    assert {r.id for r in (await opened.runs.list()).data} == {before.id, after.id}
-    assert (await opened.execute_next()) is not None
-
-
 async def test_a_database_dropped_mid_run_gives_typed_errors(
     postgres_server: PostgresServer | None, environment: str
 ) -> None:

@@ -1,31 +1,20 @@
-"""Many processes on one PostgreSQL: exactly-once draining, restarts, capacity, schedules."""
+"""Many processes on one PostgreSQL: exactly-once draining, capacity, schedules (restarts:
+``test_postgres_server_faults.py``)."""
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
 import itertools
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from tests.support import worker_app
-from tests.support.postgres_server import PostgresServer
+from tests.support.app_processes import app_log, processes, wait_until_finished
 
-from runlane import Runlane, RunStatus
+from runlane import Runlane
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -39,107 +28,15 @@ async def app(postgres_dsn: str, environment: str) -> AsyncIterator[Runlane]:
         yield rl
 
 
-@contextmanager
-def processes(
-    role: str, count: int, dsn: str, environment: str, **extra: str
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "RUNLANE_APP_DSN": dsn,
-        "RUNLANE_APP_ENV": environment,
-        **extra,
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.support.worker_app", role], cwd=ROOT, env=env
-        )
-        for _ in range(count)
-    ]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-async def _wait_until_finished(rl: Runlane, total: int, within: float, tick: bool = False) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if tick:
-            # The server may be restarting; the next pass tries again.
-            with contextlib.suppress(Exception):
-                await rl.tick()
-        try:
-            stats = await rl.queue_stats()
-        except Exception:
-            await asyncio.sleep(0.5)
-            continue
-        done = sum(s.counts.get(RunStatus.SUCCEEDED, 0) for s in stats)
-        if done >= total:
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"runs did not finish within {within}s: {await rl.queue_stats()}")
-
-
-def _log(dsn: str, environment: str, kind: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT run_id, key, phase, at FROM app_log WHERE environment = %s AND kind = %s",
-            (environment, kind),
-        ).fetchall()
-
-
 async def test_four_worker_processes_drain_20000_runs_each_exactly_once(
     app: Runlane, postgres_dsn: str, environment: str
 ) -> None:
     runs = await app.trigger_many(worker_app.count, [None] * 20_000)
     with processes("worker", 4, postgres_dsn, environment):
-        await _wait_until_finished(app, 20_000, within=300)
-    starts = [row[0] for row in _log(postgres_dsn, environment, "count")]
+        await wait_until_finished(app, 20_000, within=300)
+    starts = [row[0] for row in app_log(postgres_dsn, environment, "count")]
     assert len(starts) == 20_000
     assert set(starts) == {run.id for run in runs}
-
-
-async def test_workers_reconnect_after_a_postgres_restart_and_lose_nothing(
-    app: Runlane, postgres_dsn: str, environment: str, postgres_server: PostgresServer | None
-) -> None:
-    if postgres_server is None:
-        pytest.skip(
-            "RUNLANE_TEST_DATABASE_URL names an external server that this test cannot restart"
-        )
-    runs = await app.trigger_many(worker_app.count, [None] * 4_000)
-    with processes("worker", 2, postgres_dsn, environment, RUNLANE_APP_CONCURRENCY="4"):
-        while len(_log(postgres_dsn, environment, "count")) < 500:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        postgres_server.restart()
-        await _wait_until_finished(app, 4_000, within=240, tick=True)
-    executed = [row[0] for row in _log(postgres_dsn, environment, "count")]
-    missing = {run.id for run in runs} - set(executed)
-    assert not missing, await _histories(app, missing)
-    # Only attempts in flight during the restart may have run twice (2 workers x 4 slots):
-    # a settle that fails while the server is down is written again once it is back.
-    twice = [run_id for run_id, n in collections.Counter(executed).items() if n > 1]
-    assert len(executed) - len(set(executed)) <= 8, await _histories(app, twice)
-
-
-async def _histories(rl: Runlane, run_ids: Iterable[str]) -> str:
-    """What storage says happened to ``run_ids``, for a failure message."""
-    lines = []
-    for run_id in sorted(run_ids)[:10]:
-        run = await rl.runs.get(run_id)
-        events = ", ".join(
-            f"{event.type.value}{event.data or ''}" for event in await rl.runs.events(run_id)
-        )
-        lines.append(f"{run_id} {run.status.value} attempt {run.attempt}: {events}")
-    return "\n".join(lines)
 
 
 async def test_a_bounded_queue_limit_holds_across_worker_processes(
@@ -149,12 +46,12 @@ async def test_a_bounded_queue_limit_holds_across_worker_processes(
     for key in keys:
         await app.trigger_many(worker_app.interval, [{"key": key}] * 400, concurrency_key=key)
     with processes("worker", 4, postgres_dsn, environment, RUNLANE_APP_CONCURRENCY="8"):
-        await _wait_until_finished(app, 2_000, within=300)
-    rows = _log(postgres_dsn, environment, "interval")
+        await wait_until_finished(app, 2_000, within=300)
+    rows = app_log(postgres_dsn, environment, "interval")
     assert len(rows) == 4_000
     peak_per_key: dict[str, int] = {}
     events = sorted(
-        ((at, 0 if phase == "end" else 1, key) for _, key, phase, at in rows),
+        ((at, 0 if phase == "end" else 1, key) for _, key, phase, at, _ in rows),
         key=lambda item: (item[0], item[1]),
     )
     current: dict[str, int] = dict.fromkeys(keys, 0)

@@ -184,13 +184,30 @@ class PostgresServer:
             raise
         self._running = True
 
-    def restart(self) -> None:
-        """``pg_ctl restart``: same data dir and port, all sessions dropped."""
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m MODE``: same data dir and port, all sessions dropped
+        (``immediate`` skips the shutdown checkpoint: the server recovers from its WAL)."""
         if not self._running:
             raise PostgresServerError("PostgresServer is not running")
-        result = self._pg_ctl("-m", "fast", "-o", self._server_options(self.port), "restart")
+        result = self._pg_ctl("-m", mode, "-o", self._server_options(self.port), "restart")
         if result.returncode != 0:
             raise PostgresServerError(self._failure("pg_ctl restart", result))
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server but keep its data dir and port, for :meth:`resume`: an outage."""
+        if not self._running:
+            raise PostgresServerError("PostgresServer is not running")
+        result = self._pg_ctl("-m", mode, "stop")
+        if result.returncode != 0:
+            raise PostgresServerError(self._failure("pg_ctl stop", result))
+
+    def resume(self) -> None:
+        """Start the server :meth:`halt` stopped, on the same port."""
+        if not self._running:
+            raise PostgresServerError("PostgresServer is not running")
+        result = self._pg_ctl("-o", self._server_options(self.port), "start")
+        if result.returncode != 0:
+            raise PostgresServerError(self._failure("pg_ctl start", result))
 
     def stop(self) -> None:
         """Stop the server and delete its directory. Safe to call repeatedly."""

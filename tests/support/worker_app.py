@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from typing import Any
 
 import psycopg
@@ -75,13 +76,32 @@ async def stall(payload: Any, ctx: Context) -> None:
         await asyncio.sleep(3600)
 
 
+@task("hold")
+async def hold(payload: Any, ctx: Context) -> None:
+    """Records its start, holds its lease for ``payload["seconds"]`` (longer than a
+    lease, so only heartbeats keep it), then records its end."""
+    await _record("hold", ctx.run_id, None, True)
+    await asyncio.sleep(payload["seconds"])
+    await _record("hold", ctx.run_id, None, False)
+
+
+async def _record_host_clock() -> None:
+    """Record this process's wall clock beside the server's (run id: its Unix time)."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO app_log (environment, kind, run_id, key, phase, at, pid) "
+            "VALUES (%s, 'host_clock', %s, NULL, 'start', clock_timestamp(), %s)",
+            (ENVIRONMENT, repr(time.time()), os.getpid()),
+        )
+
+
 def build_runtime(dsn: str, environment: str, sqlite_path: str = "") -> Runlane:
     """The app's runtime on ``dsn``, or on the SQLite file at ``sqlite_path`` when one is
     given (the test process builds the same one)."""
     return Runlane(
         lane=sqlite_lane(sqlite_path) if sqlite_path else postgres_lane(dsn),
         queues=[main, limited],
-        tasks=[count, interval, every_second, stall],
+        tasks=[count, interval, every_second, stall, hold],
         environment=environment,
         lease_duration="5s",
     )
@@ -99,13 +119,19 @@ async def _main(role: str) -> None:
     rl = build_runtime(DSN, ENVIRONMENT, os.environ.get("RUNLANE_APP_SQLITE", ""))
     if role == "worker":
         concurrency = int(os.environ.get("RUNLANE_APP_CONCURRENCY", "8"))
-        async with rl:
+        if os.environ.get("RUNLANE_APP_RECORD_HOST_CLOCK"):
+            await _record_host_clock()
+        # Not opened first: the worker opens the lane, waiting if the server is down.
+        try:
             await rl.worker(
                 concurrency=concurrency,
                 mode=WorkerMode.POLL,
                 poll_interval=os.environ.get("RUNLANE_APP_POLL_INTERVAL", "50ms"),
+                maintenance=os.environ.get("RUNLANE_APP_MAINTENANCE", "on") == "on",
                 maintenance_interval=os.environ.get("RUNLANE_APP_MAINTENANCE_INTERVAL", "5s"),
             ).run()
+        finally:
+            await rl.close()
     elif role == "ticker":
         seconds = float(os.environ.get("RUNLANE_APP_SECONDS", "4"))
         async with rl:

@@ -111,6 +111,8 @@ def worker(
             await running.run()
         return running.executed
 
-    executed = with_runtime(app, action)
+    # A polling worker opens the lane itself, waiting while the storage is unavailable
+    # (started during a database restart or outage); a drain fails at once instead.
+    executed = with_runtime(app, action, open_first=drain)
     if not as_json:
         print_notice(f"worker stopped after {executed} attempt{'s' if executed != 1 else ''}.")

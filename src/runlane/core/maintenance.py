@@ -28,6 +28,7 @@ from runlane.model.definitions import TaskDef
 from runlane.model.transitions import LeaseExpired, settle_attempt
 from runlane.ports.storage import HandsOff
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
+from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.types.runs import TERMINAL_STATUSES, RunStatus, TickReport
 
@@ -316,11 +317,19 @@ async def run_maintenance(duties: Sequence[Duty]) -> TickReport:
     A duty that raises is logged (with its traceback) and counted in
     ``report.failures[duty.name]``; the pass goes on with the next one, so one
     bad schedule or a failing publish never stops lease recovery or pruning.
+    Storage that is unavailable is not a duty's failure: the pass stops with its
+    STORAGE_UNAVAILABLE at once, rather than have each duty wait for the
+    connect timeout in turn.
     """
     report = TickReport()
     for duty in duties:
         try:
             await duty.run(report)
+        except RunlaneError as error:
+            if error.code is ErrorCode.STORAGE_UNAVAILABLE:
+                raise
+            logger.exception("tick: duty %s failed; the other duties still run", duty.name)
+            report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
         except Exception:
             logger.exception("tick: duty %s failed; the other duties still run", duty.name)
             report.failures[duty.name] = report.failures.get(duty.name, 0) + 1
@@ -368,8 +377,12 @@ async def maintain_while_leading(
                 leading = now_leading
             if leading:
                 # Through the runtime's tick, so observers see the leader's passes as
-                # ticks (the pass logs what it changed itself).
-                await tick()
+                # ticks (the pass logs what it changed itself). Its duties fail one by
+                # one, counted; a pass that fails whole (storage gone) is tried again.
+                try:
+                    await tick()
+                except Exception as error:
+                    logger.warning("%s: maintenance pass failed (%s); trying again", holder, error)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
     finally:

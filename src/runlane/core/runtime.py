@@ -36,6 +36,7 @@ from runlane.model.definitions import TaskDef
 from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.model.queue_defs import QueueDef
 from runlane.ports.lane import Lane, LaneConnection
+from runlane.ports.storage import KeepsServerTime
 from runlane.topics.definitions import SubscriptionDef, TopicDef
 from runlane.topics.registration import TopicRegistry, register_topics
 from runlane.types.clock import Clock, SystemClock
@@ -130,16 +131,25 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         self.observers = Observers(self)
         #: Wakes this process's idle workers when it creates runnable work.
         self.work_bell = WorkBell()
-        self.bind_lane(lane, clock or SystemClock())
+        #: The clock passed to the constructor; None: the lane's (see :meth:`bind_lane`).
+        self.given_clock = clock
+        self.bind_lane(lane, clock)
         self._sync: SyncRunlane | None = None
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
             self.observers.add(observer)
 
-    def bind_lane(self, lane: Lane, clock: Clock) -> None:
+    def bind_lane(self, lane: Lane, clock: Clock | None) -> None:
         """Wire this runtime to ``lane`` and ``clock``: its store scope, dispatcher and
         maintenance duties. The constructor calls it; ``runlane.testing.on_lane`` calls
-        it again on a closed runtime to point an app's runtime at a test lane."""
+        it again on a closed runtime to point an app's runtime at a test lane.
+
+        Without a ``clock``, the lane's: a storage whose server keeps the time (PostgreSQL,
+        ``KeepsServerTime``) gives its server's clock, any other the host's (SPEC-flow 10).
+        """
+        if clock is None:
+            storage = lane.storage
+            clock = storage.server_clock if isinstance(storage, KeepsServerTime) else SystemClock()
         if self.topic_registry.topics and not lane.storage.capabilities.stores_messages:
             # The same rule register_topics applies, for a lane swapped in later.
             register_topics(

@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from runlane.core.backoff import ErrorBackoff
 from runlane.core.batching import TransitionBatcher
 from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
-from runlane.core.worker_idling import ERROR_BACKOFF_INITIAL, ERROR_BACKOFF_MAX, WorkerIdling
+from runlane.core.worker_idling import WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
 from runlane.model.context import Signal, SignalReason
-from runlane.types.errors import RunlaneError, configuration_error
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
@@ -175,7 +176,8 @@ class Worker(WorkerSlots, WorkerIdling):
         environment's maintenance lead and runs the maintenance passes while it has it.
         """
         store, attempts, observers = self._store, self._attempts, self._observers
-        await self._connect()
+        if not await self._connect_when_reachable():
+            return
         loop = asyncio.get_running_loop()
         self._slot_freed = asyncio.Event()
         self._buffer_filled = asyncio.Event()
@@ -183,7 +185,8 @@ class Worker(WorkerSlots, WorkerIdling):
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
-        backoff = ERROR_BACKOFF_INITIAL
+        #: Set while claims fail in a row (None, a plain store, on the hot path otherwise).
+        backoff: ErrorBackoff | None = None
         logger.info(
             "worker %s started: queues %s, concurrency %s, %s",
             self.worker_id,
@@ -221,19 +224,21 @@ class Worker(WorkerSlots, WorkerIdling):
                 except Exception as error:
                     # Storage errors arrive as RunlaneError; anything else is a bug, but a
                     # worker that crash-loops helps nobody: log it and back off the same way.
+                    if backoff is None:
+                        backoff = ErrorBackoff()
+                    delay = backoff.next_delay()
                     logger.warning(
                         "worker %s: claim failed (%s); retrying in %.1fs",
                         self.worker_id,
                         error,
-                        backoff,
+                        delay,
                         exc_info=not isinstance(error, RunlaneError),
                     )
-                    await self._wait_for(asyncio.Event(), backoff)
-                    backoff = min(backoff * 2, ERROR_BACKOFF_MAX)
+                    await self._wait_for(asyncio.Event(), delay)
                     continue
                 finally:
                     self._reserved -= free
-                backoff = ERROR_BACKOFF_INITIAL
+                backoff = None
                 self._more_due = len(claimed) >= free
                 self._start(claimed)
                 if claimed:
@@ -284,6 +289,30 @@ class Worker(WorkerSlots, WorkerIdling):
         # Settles of finishing attempts may still start runs they claimed: wait for those too.
         while self._active:
             await asyncio.gather(*self._active.values(), return_exceptions=True)
+
+    async def _connect_when_reachable(self) -> bool:
+        """Open the lane, waiting (with back-off) while storage is unavailable, as a
+        worker started during a database restart or outage must; False if stopped
+        first. Any other error (bad settings, an old schema) raises at once."""
+        backoff = ErrorBackoff()
+        while True:
+            try:
+                await self._connect()
+                return True
+            except RunlaneError as error:
+                if error.code is not ErrorCode.STORAGE_UNAVAILABLE:
+                    raise
+                delay = backoff.next_delay()
+                logger.warning(
+                    "worker %s: storage unavailable at start (%s); trying again in %.1fs",
+                    self.worker_id,
+                    error,
+                    delay,
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            if self._stop.is_set():
+                return False
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():

@@ -8,6 +8,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from runlane.core.backoff import ErrorBackoff
 from runlane.ports.storage import HandsOff, Standby, WorkNotifier
 
 if TYPE_CHECKING:
@@ -18,10 +19,6 @@ if TYPE_CHECKING:
     from runlane.types.runs import Run
 
 logger = logging.getLogger("runlane.worker")
-
-#: After a storage error the worker waits this long, doubling up to the maximum.
-ERROR_BACKOFF_INITIAL = 0.5
-ERROR_BACKOFF_MAX = 30.0
 
 
 class WorkerIdling:
@@ -81,7 +78,7 @@ class WorkerIdling:
         (an offer left standing keeps taking runs nobody starts) or the worker stops."""
         storage = self._store.storage
         assert isinstance(storage, HandsOff)
-        backoff = ERROR_BACKOFF_INITIAL
+        backoff = ErrorBackoff()
         while True:
             try:
                 runs = await storage.stand_down(self._store.environment, offer)
@@ -94,14 +91,14 @@ class WorkerIdling:
                         error,
                     )
                     return
+                delay = backoff.next_delay()
                 logger.warning(
                     "worker %s: withdrawing its offer failed (%s); retrying in %.1fs",
                     self.worker_id,
                     error,
-                    backoff,
+                    delay,
                 )
-                await self._wait_for(asyncio.Event(), backoff)
-                backoff = min(backoff * 2, ERROR_BACKOFF_MAX)
+                await self._wait_for(asyncio.Event(), delay)
                 continue
             self._start(runs)
             return

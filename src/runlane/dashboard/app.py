@@ -23,6 +23,8 @@ from runlane.dashboard.templates import render
 #: Seconds between automatic refreshes of the overview and runs tables (with JavaScript).
 DEFAULT_REFRESH = 5.0
 STATIC_DIR = Path(__file__).parent / "static"
+#: Seconds after which the "storage unavailable" page asks again (and its Retry-After).
+STORAGE_RETRY_AFTER = 5
 
 
 def create_app(
@@ -95,6 +97,17 @@ async def _runlane_error(request: Request, exc: Exception) -> Response:
     status = runlane_error_status(exc)
     if is_api(request):
         return api_error(status, exc.code.value, exc.message, exc.meta)
+    if exc.code is ErrorCode.STORAGE_UNAVAILABLE:
+        # A server restarting or unreachable: say so plainly, and retry by itself.
+        context = {
+            "message": exc.message,
+            "status": status,
+            "title": "Storage unavailable",
+            "retry_after": STORAGE_RETRY_AFTER,
+        }
+        response = render(request, "error.html", context, status=status)
+        response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
+        return response
     return _error_page(request, status, exc.message)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from runlane.types.clock import Clock
 from runlane.types.records import (
     CreateOutcome as CreateOutcome,
 )
@@ -306,6 +307,18 @@ class WorkNotifier(Protocol):
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Return True when new runnable work was announced, False after ``timeout``."""
+
+
+@runtime_checkable
+class KeepsServerTime(Protocol):
+    """Optional: a driver whose server's clock, not the host's, is the time of its lane
+    (PostgreSQL: many hosts share one server). The runtime runs on ``server_clock``
+    unless it was given a clock of its own; the driver keeps it read while open."""
+
+    @property
+    def server_clock(self) -> Clock:
+        """The server's time on this host (see :class:`runlane.types.clock.ServerClock`)."""
+        ...
 
 
 class Standby(Protocol):

@@ -34,7 +34,8 @@ def on_lane(rl: Runlane, lane: Lane, *, clock: Clock | None = None) -> Iterator[
             "swaps its lane, so no connection to the old lane stays in use."
         )
     saved_lane, saved_clock = rl.lane, rl.clock
-    rl.bind_lane(lane, clock or saved_clock)
+    # A clock the app chose stays; otherwise the test lane's own (its server's or the host's).
+    rl.bind_lane(lane, clock or rl.given_clock)
     try:
         yield rl
     finally:

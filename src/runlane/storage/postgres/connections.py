@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import select
 import time
@@ -25,6 +26,7 @@ from runlane.types.errors import ErrorCode, RunlaneError
 
 T = TypeVar("T")
 Connection = DriverConnection
+logger = logging.getLogger("runlane.postgres")
 
 DEFAULT_APPLICATION_NAME = "runlane"
 DEFAULT_MIN_SIZE = 1
@@ -33,8 +35,12 @@ DEFAULT_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT = 5.0
 #: Seconds an operation waits for a pooled connection before STORAGE_UNAVAILABLE.
 DEFAULT_POOL_TIMEOUT = 5.0
-#: A transaction aborted by a deadlock or serialization failure is retried this often.
+#: A transaction aborted by a deadlock or serialization failure, or an operation whose
+#: connection the server closed under it, is tried this often.
 MAX_CONFLICT_ATTEMPTS = 3
+#: SQLSTATEs of a connection the server ended: terminated by an administrator
+#: (``pg_terminate_backend``), a crash or a shutdown of the server.
+LOST_CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 #: Seconds the spare connection waits after a failed opening before it tries again.
 SPARE_RETRY_AFTER = 1.0
 _SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -103,12 +109,18 @@ async def configure_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Pool check without a round trip in the common case.
+    """Check a pooled connection before use, without a round trip in the common case;
+    raise if it is gone.
 
     An idle connection has nothing to read. If its socket is readable, the server
     sent something (typically "terminating connection" before a restart) or hung
-    up: ask it properly, and the pool replaces it if it is gone. So after a server
-    restart, stale connections are dropped before anyone uses them.
+    up: ask it properly. So after a server restart, or backends terminated, stale
+    connections are dropped before anyone uses them.
+
+    :meth:`PostgresConnection.run` calls it, not the pool: the pool waits a second
+    (then two, four...) after each failed check before it hands out the next
+    connection, which with every connection terminated at once would outlast the
+    pool timeout; the driver closes the dead one and takes the next at once.
     """
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("connection closed")
@@ -218,6 +230,14 @@ class SpareConnection:
             task.add_done_callback(self._closing.discard)
 
 
+def lost(error: psycopg.Error) -> bool:
+    """Whether ``error`` says the connection is gone (the server ended it or the socket
+    broke), rather than that the statement failed."""
+    if error.sqlstate is not None:
+        return error.sqlstate in LOST_CONNECTION_SQLSTATES or error.sqlstate.startswith("08")
+    return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+
+
 class PostgresConnection:
     """The driver's connections to one server: a pool, the spare connection beside it,
     and fresh connections for migrating, listening and diagnosing.
@@ -263,7 +283,6 @@ class PostgresConnection:
             max_size=self._max_size,
             timeout=self._pool_timeout,
             configure=configure_pooled,
-            check=check_pooled,
             name=f"runlane-{self._schema}",
             open=False,
         )
@@ -304,13 +323,26 @@ class PostgresConnection:
     async def _connect_spare(self) -> Connection:
         return await DriverConnection.connect(self._dsn, **self._pooled_kwargs())
 
-    async def run(self, op: Callable[[Connection], Awaitable[T]], *, retry: bool = True) -> T:
+    async def run(
+        self,
+        op: Callable[[Connection], Awaitable[T]],
+        *,
+        retry: bool = True,
+        replay: bool = True,
+    ) -> T:
         """Run ``op`` on the spare connection when it is free, else on a pooled one (both
-        autocommit), retrying aborted conflicts unless ``retry`` is false.
+        autocommit), retrying aborted conflicts unless ``retry`` is false, and running it
+        again on another connection when the server ended its connection under it unless
+        ``replay`` is false.
 
         ``op`` is one statement or one transaction, so a deadlock or serialization
         failure rolled all of it back and it is safe to run again (when what it sends
-        can be sent again: a consumed iterator cannot).
+        can be sent again: a consumed iterator cannot). A lost connection leaves unknown
+        whether ``op`` committed: it is run again only when running it twice is
+        harmless (the compare-and-set transitions, heartbeats, claims, reads and
+        maintenance statements: a second run finds the first one's effect and changes
+        nothing, or at worst leaves runs claimed for a lease). Creating runs and
+        publishing pass ``replay=False``: the caller gets STORAGE_UNAVAILABLE.
         """
         pool = self.pool
         if pool is None:
@@ -329,6 +361,17 @@ class PostgresConnection:
                         return await op(own)
                     finally:
                         spare.give_back(own)
+                for _ in range(self._max_size + 1):
+                    async with pool.connection() as conn:
+                        try:
+                            await check_pooled(conn)
+                        except psycopg.Error:
+                            # Closed, it goes back to the pool, which drops it and
+                            # opens another in its place; the next one is taken now.
+                            await conn.close()
+                            continue
+                        return await op(conn)
+                # Every connection was dead: the last one (or the pool's wait) decides.
                 async with pool.connection() as conn:
                     return await op(conn)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as error:
@@ -337,7 +380,11 @@ class PostgresConnection:
             except PoolTimeout as error:
                 raise await self._diagnose(error) from None
             except psycopg.Error as error:
-                raise self.error(error) from None
+                # The pool and the spare drop a broken connection; the next attempt takes
+                # a live one from the pool, which waits for the server up to pool_timeout.
+                if not (replay and retry and attempt < MAX_CONFLICT_ATTEMPTS and lost(error)):
+                    raise self.error(error) from None
+                logger.info("connection lost under a statement (%s); running it again", error)
         raise AssertionError("unreachable")
 
     async def _diagnose(self, exhausted: PoolTimeout) -> RunlaneError:

@@ -68,6 +68,7 @@ from runlane.storage.postgres.params import (
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.publishing import PublishCall
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
+from runlane.storage.postgres.server_time import ServerTime
 from runlane.storage.postgres.sessions import DriverConnection
 from runlane.storage.postgres.standby import HandOffCalls
 from runlane.storage.postgres.transitions import (
@@ -85,7 +86,7 @@ from runlane.storage.sql.rows import (
     run_page,
 )
 from runlane.storage.sql.schedules import seen_params
-from runlane.types.clock import to_micros
+from runlane.types.clock import Clock, to_micros
 from runlane.types.runs import Page, Run, RunEvent, RunStatus
 
 Connection = DriverConnection
@@ -157,6 +158,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         #: Per (environment, queue): until when lone triggers skip looking for an offer.
         self._no_offer_until: dict[tuple[str, str], float] = {}
         self._leadership = MaintenanceLeadership(self._db.connect_listener, schema)
+        self._time = ServerTime(self.location)
 
     def __repr__(self) -> str:
         target = self._db.target
@@ -171,6 +173,12 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         target = self._db.target
         return f"postgresql {target.host}:{target.port}/{target.dbname} (schema {self.schema})"
 
+    @property
+    def server_clock(self) -> Clock:
+        """The server's time on this host, read at :meth:`open` and every minute while
+        open (:mod:`.server_time`); the runtime's clock unless it was given one."""
+        return self._time.clock
+
     # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:
@@ -183,9 +191,11 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             async with await self._db.connect() as conn:
                 try:
                     await versioning.check_version(conn, self._q, self.schema, self._db.target.meta)
+                    await self._time.read(conn)
                 except psycopg.Error as error:
                     raise self._db.error(error) from None
             await self._db.open_pool()
+            self._time.keep_read(self._db.run)
 
     async def close(self) -> None:
         """Stop listening and close the pool; :meth:`open` may be called again later."""
@@ -194,6 +204,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         if listener is not None:
             await listener.close()
         await self._leadership.close()
+        await self._time.stop()
         await self._db.close()
 
     async def migrate(self) -> list[str]:
@@ -273,14 +284,17 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
                 environment, new.queue
             ):
                 handed = await self._db.run(
-                    partial(creation.insert_handoff, self._insert_run_handoff, params)
+                    partial(creation.insert_handoff, self._insert_run_handoff, params),
+                    replay=False,
                 )
                 if handed is None:
                     self._no_offer_until[environment, new.queue] = (
                         time.monotonic() + HANDOFF_RECHECK
                     )
             else:
-                await self._db.run(partial(creation.insert_lone_run, self._insert_run, params))
+                await self._db.run(
+                    partial(creation.insert_lone_run, self._insert_run, params), replay=False
+                )
             return [lone_outcome(environment, new, now_us, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
@@ -293,7 +307,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             return await creation.create_in_caller_transaction(
                 connection, self._q, batch, self._db.error
             )
-        return await self._db.run(partial(creation.create_batch, self._q, batch))
+        return await self._db.run(partial(creation.create_batch, self._q, batch), replay=False)
 
     def _may_find_offer(self, environment: str, queue: str) -> bool:
         until = self._no_offer_until.get((environment, queue))
@@ -313,7 +327,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         self, environment: str, batches: Iterable[Sequence[NewRun]], now_us: int, *, retry: bool
     ) -> list[Run]:
         stream = partial(creation.copy_stream, self._q, environment, batches, now_us)
-        return await self._db.run(stream, retry=retry)
+        return await self._db.run(stream, retry=retry, replay=False)
 
     async def claim_due_runs(
         self,
@@ -484,7 +498,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         )
         if connection is not None:
             return await call.in_caller_transaction(connection, self._db.error)
-        return await self._db.run(call.on_connection)
+        return await self._db.run(call.on_connection, replay=False)
 
     # -- dispatch and outbox -------------------------------------------------------
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ from psycopg import sql
 from runlane.storage.sql.wakeups import wait_for_announcement
 
 logger = logging.getLogger("runlane.postgres")
+
+#: After the listening connection could not be made, the next attempt waits this many
+#: seconds, doubling (with jitter) up to the maximum while attempts fail; a lost
+#: connection is made again at the next wait, at once.
+RECONNECT_BACKOFF_INITIAL = 0.25
+RECONNECT_BACKOFF_MAX = 5.0
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
@@ -67,6 +74,10 @@ class WorkListener:
         self._address: HandoffAddress | None = None
         #: Offers hearing hand-offs, by lease token.
         self._receivers: dict[str, HandoffReceiver] = {}
+        #: While connecting fails: no new attempt before this loop time (workers poll
+        #: meanwhile), so an outage costs one attempt per backoff step, not one per poll.
+        self._retry_at = 0.0
+        self._retry_step = RECONNECT_BACKOFF_INITIAL
 
     @property
     def listening(self) -> bool:
@@ -114,6 +125,9 @@ class WorkListener:
         async with self._starting:
             if self.listening:
                 return True
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._retry_at:
+                return False
             await self._disconnect()
             # A fresh channel and lock per connection: offers naming an older one are
             # seen as dead by triggers (its lock went with its connection).
@@ -126,13 +140,22 @@ class WorkListener:
                 for channel in (self._channel, address.channel):
                     await self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             except (psycopg.Error, OSError, TimeoutError) as error:
-                logger.warning("work notifications unavailable (%s); polling", type(error).__name__)
+                step = self._retry_step
+                self._retry_step = min(step * 2, RECONNECT_BACKOFF_MAX)
+                delay = random.uniform(step / 2, step)
+                self._retry_at = loop.time() + delay
+                logger.warning(
+                    "work notifications unavailable (%s); polling, listening again in %.1fs",
+                    type(error).__name__,
+                    delay,
+                )
                 await self._disconnect()
                 return False
             except BaseException:
                 await self._disconnect()
                 raise
             conn = self._conn
+            self._retry_step = RECONNECT_BACKOFF_INITIAL
             for event in self._pending.values():
                 event.clear()
             self._address = address

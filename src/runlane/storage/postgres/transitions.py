@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from runlane.ports.storage import Transition
@@ -68,9 +70,33 @@ def transition_params(
         "environment": environment,
         "now": now_us,
         "ids": ids,
-        "transitions": dumps(rows),
+        "transitions": floats_kept(dumps(rows)),
         "events": dumps(events),
     }
+
+
+#: A JSON string (left as it is) or a number in exponent form with a positive exponent.
+_STRING_OR_BIG_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?[eE]\+\d+)')
+
+
+def floats_kept(text: str) -> str:
+    """JSON ``text`` with each float that Python writes in exponent form (``1e+16``)
+    written out in full with a fraction (``10000000000000000.0``), so that ``jsonb``,
+    which keeps a number's written scale, reads it back as a float and not an integer.
+
+    Only whole floats of at least 1e16 are written so; ``"e+"`` appears in few texts, so
+    the rest pass through after one substring check.
+    """
+    if "e+" not in text and "E+" not in text:
+        return text
+    return _STRING_OR_BIG_FLOAT.sub(_in_full, text)
+
+
+def _in_full(match: re.Match[str]) -> str:
+    number = match.group(1)
+    if number is None:
+        return match.group(0)
+    return format(Decimal(number), "f") + ".0"
 
 
 async def apply_transitions(
