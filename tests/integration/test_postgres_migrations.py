@@ -32,6 +32,7 @@ ALL_MIGRATIONS = [
     "009_claim_functions",
     "010_claim_reads_what_it_takes",
     "011_standby_workers",
+    "012_run_progress_and_finished_runs",
 ]
 
 
@@ -71,7 +72,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -311,7 +312,11 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
             "WHERE n.nspname = %s ORDER BY p.proname",
             (schema,),
         ).fetchall()
-    assert functions == [("runlane_claim_due_runs",), ("runlane_lock_claimable_keys",)]
+    assert functions == [
+        ("runlane_announce_finished",),
+        ("runlane_claim_due_runs",),
+        ("runlane_lock_claimable_keys",),
+    ]
     async with rl:
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-8" and done.status.value == "succeeded"
@@ -342,7 +347,7 @@ async def test_version_11_adds_the_unlogged_standby_table_and_triggers_still_que
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 10, "queued-at-10")
-    assert await rl.migrate() == ["011_standby_workers"]
+    assert await rl.migrate() == ALL_MIGRATIONS[10:]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         (persistence,) = conn.execute(
             "SELECT c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -355,3 +360,17 @@ async def test_version_11_adds_the_unlogged_standby_table_and_triggers_still_que
         assert run.status.value == "queued"
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-10"
+
+
+async def test_version_12_adds_progress_and_announces_runs_queued_before_when_they_finish(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 11, "queued-at-11")
+    assert await rl.migrate() == ["012_run_progress_and_finished_runs"]
+    async with rl:
+        waiting = asyncio.ensure_future(rl.runs.wait("queued-at-11", timeout="10s"))
+        await asyncio.sleep(0.2)
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-11"
+        finished = await waiting
+        assert finished.status.value == "succeeded" and finished.progress is None

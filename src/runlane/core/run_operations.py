@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.maintenance import prune_finished_runs
+from runlane.core.waiting import RunWatcher
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
 from runlane.model.transitions import project, request_cancellation
@@ -62,9 +65,51 @@ class Runs:
         self._registry = registry
         self._connect = connect
         self._create_child_run = create_child_run
+        self._watcher = RunWatcher(store, self._with_progress, _not_found)
 
     async def get(self, run_id: str) -> Run:
-        """One run; RUN_NOT_FOUND if it is not in this environment."""
+        """One run, with its progress; RUN_NOT_FOUND if it is not in this environment."""
+        run = await self._get_bare(run_id)
+        (run,) = await self._with_progress([run])
+        return run
+
+    async def wait(self, run_id: str, *, timeout: Duration | None = "30s") -> Run:  # noqa: ASYNC109
+        """Wait until run ``run_id`` is terminal (SUCCEEDED, FAILED or CANCELLED) and
+        return it; past ``timeout`` raise the builtin :class:`TimeoutError`.
+
+        ``timeout=None`` waits forever. An id not in this environment raises
+        RUN_NOT_FOUND; a negative or malformed timeout, CONFIGURATION_INVALID. The wait
+        hears other processes finish runs (PostgreSQL LISTEN/NOTIFY, the SQLite file
+        wakeup) and re-reads storage at least once a second besides, so it never
+        misses an outcome; all waits of a runtime share one listener and one read.
+
+        >>> try:
+        ...     run = await rl.runs.wait(run.id, timeout="30s")
+        ... except TimeoutError:
+        ...     ...  # still running: answer 202 with the run id
+        """
+        seconds = None if timeout is None else parse_duration(timeout, name="timeout")
+        self._store.require("reads_run_history")
+        if not could_be_run_id(run_id):
+            raise _not_found(run_id)
+        await self._connect()
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._watcher.wait(run_id)
+        except TimeoutError:
+            # The deadline may have cut the read that saw the outcome: one look settles it.
+            run = await self.get(run_id)
+            if run.status.is_terminal:
+                return run
+            raise TimeoutError(
+                f"run {run_id} is still {run.status.value} after {seconds:g} s."
+            ) from None
+
+    async def close(self) -> None:
+        """Stop the waiters' watcher (``Runlane.close``)."""
+        await self._watcher.close()
+
+    async def _get_bare(self, run_id: str) -> Run:
         store = self._store
         store.require("reads_run_history")
         if not could_be_run_id(run_id):
@@ -74,6 +119,16 @@ class Runs:
         if run is None:
             raise _not_found(run_id)
         return run
+
+    async def _with_progress(self, runs: builtins.list[Run]) -> builtins.list[Run]:
+        """``runs`` with the progress their tasks reported (one read for all)."""
+        if not runs:
+            return runs
+        store = self._store
+        found = await store.storage.get_progress(store.environment, [run.id for run in runs])
+        if not found:
+            return runs
+        return [replace(run, progress=found[run.id]) if run.id in found else run for run in runs]
 
     async def list(
         self,
@@ -103,11 +158,12 @@ class Runs:
         ]
         await self._connect()
         run_filter = RunFilter(status_values, task_ids, queue_names)
-        return await _listed(self._store, run_filter, limit, cursor)
+        page = await _listed(self._store, run_filter, limit, cursor)
+        return Page(await self._with_progress(page.data), page.next_cursor)
 
     async def events(self, run_id: str) -> builtins.list[RunEvent]:
         """The run's history, oldest first."""
-        await self.get(run_id)
+        await self._get_bare(run_id)
         return await self._store.storage.list_run_events(self._store.environment, run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
@@ -120,7 +176,7 @@ class Runs:
             if problem is not None:
                 raise configuration_error(f"reason must not contain {problem}.")
         for _ in range(MAX_CANCEL_ATTEMPTS):
-            run = await self.get(run_id)
+            run = await self._get_bare(run_id)
             _refuse_delivery(run, RunsOperation.CANCEL)
             transition = request_cancellation(run, reason)
             if transition is None:
@@ -135,7 +191,7 @@ class Runs:
 
     async def retry(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
         """A failed run → a new linked child run (``source.type == "manual_retry"``)."""
-        source = await self.get(run_id)
+        source = await self._get_bare(run_id)
         _refuse_delivery(source, RunsOperation.RETRY)
         if source.status is not RunStatus.FAILED:
             raise RunlaneError(
@@ -148,7 +204,7 @@ class Runs:
 
     async def rerun(self, run_id: str, *, queue: QueueDef | str | None = None) -> Run:
         """Any finished run → a new linked child run (``source.type == "rerun"``)."""
-        source = await self.get(run_id)
+        source = await self._get_bare(run_id)
         _refuse_delivery(source, RunsOperation.RERUN)
         if not source.status.is_terminal:
             raise RunlaneError(

@@ -286,6 +286,7 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
 
     async def close(self) -> None:
         """Close the lane (also when only :meth:`migrate` connected it) and the thread pool."""
+        await self.runs.close()
         await self._connection.close()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False)

@@ -48,6 +48,9 @@ from runlane.types.records import (
     OutboxResult as OutboxResult,
 )
 from runlane.types.records import (
+    ProgressWrite as ProgressWrite,
+)
+from runlane.types.records import (
     PublishOutcome as PublishOutcome,
 )
 from runlane.types.records import (
@@ -82,6 +85,7 @@ from runlane.types.runs import (
     QueueStats,
     Run,
     RunEvent,
+    RunProgress,
     RunStatus,
 )
 
@@ -196,6 +200,28 @@ class Storage(Protocol):
         self, environment: str, run_filter: RunFilter, limit: int, cursor: str | None
     ) -> Page[Run]:
         """List runs newest first, ``limit`` at a time."""
+
+    async def get_runs(self, environment: str, run_ids: Sequence[str]) -> list[Run]:
+        """Read the runs among ``run_ids`` that exist, in no particular order (the
+        waiters of ``rl.runs.wait`` re-read theirs in one call)."""
+
+    async def write_progress(
+        self, environment: str, writes: Sequence[ProgressWrite], now: datetime
+    ) -> int:
+        """Store each attempt's latest progress, replacing the run's previous value;
+        return how many were stored.
+
+        A value is stored only while its run is RUNNING or CANCELLATION_REQUESTED
+        under the write's ``lease_token`` and ``attempt``, with a lease unexpired at
+        ``now`` (fencing); others are dropped. A run keeps its value after it ends,
+        until it is pruned.
+        """
+
+    async def get_progress(
+        self, environment: str, run_ids: Sequence[str]
+    ) -> dict[str, RunProgress]:
+        """The stored progress of the runs among ``run_ids`` that have one, by run id;
+        ``updated_at`` is the ``now`` of the write that stored it."""
 
     async def list_run_events(self, environment: str, run_id: str) -> list[RunEvent]:
         """A run's history, oldest first."""
@@ -319,6 +345,23 @@ class KeepsServerTime(Protocol):
     def server_clock(self) -> Clock:
         """The server's time on this host (see :class:`runlane.types.clock.ServerClock`)."""
         ...
+
+
+@runtime_checkable
+class AnnouncesFinishedRuns(Protocol):
+    """Optional: a driver that can tell waiters, across processes, that runs finished
+    (PostgreSQL LISTEN/NOTIFY, the SQLite file wakeup).
+
+    Waiters still re-read on their interval, so a lost announcement only costs latency.
+    """
+
+    async def listen_for_finished_runs(self, environment: str, within: float) -> bool:
+        """Start hearing announcements for ``environment`` (connecting within ``within``
+        seconds) if not yet; whether they are heard now. A waiter listens, then reads."""
+
+    async def wait_for_finished_runs(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """True when runs of ``environment`` may have finished (maybe before this call);
+        False after ``timeout`` seconds or when announcements may have been missed."""
 
 
 class Standby(Protocol):

@@ -290,3 +290,20 @@ class HaltedKey:
     dead_lettered_at: datetime
     #: Unfinished deliveries of the key behind the head.
     waiting: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressWrite:
+    """One attempt's latest progress, to store while it still holds its lease.
+
+    Storage writes it only while run ``run_id`` is leased with ``lease_token``
+    (unexpired) and on ``attempt``: a worker that lost its lease writes nothing.
+    ``data_json`` is the JSON text of the task's ``data`` (``None`` when it gave none).
+    """
+
+    run_id: str
+    lease_token: str
+    attempt: int
+    fraction: float
+    message: str | None
+    data_json: str | None

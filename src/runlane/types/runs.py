@@ -179,6 +179,22 @@ class Lease:
     expires_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """How far a run's latest reporting attempt got, as its task last said.
+
+    ``fraction`` is in [0, 1]; ``message`` and ``data`` are what the task passed
+    (``None`` when it passed none); ``attempt`` is the attempt that reported it and
+    ``updated_at`` when storage took the value. It stays after the run finishes.
+    """
+
+    fraction: float
+    message: str | None
+    data: JsonValue
+    attempt: int
+    updated_at: datetime
+
+
 @slot_init
 @dataclass(frozen=True, slots=True)
 class Run:
@@ -217,6 +233,10 @@ class Run:
     #: Deliveries only: why and when the run was last dead-lettered.
     dead_letter_reason: str | None = None
     dead_lettered_at: datetime | None = None
+    #: The latest progress the task reported (``ctx.progress``), or ``None`` before the
+    #: first report. Read by ``rl.runs`` (``get``, ``list``, ``wait``); runs returned by
+    #: producing and executing calls leave it ``None``.
+    progress: RunProgress | None = None
 
     @property
     def is_delivery(self) -> bool:

@@ -76,6 +76,7 @@ from runlane.storage.postgres.transitions import (
     transition_params,
     transition_rounds,
 )
+from runlane.storage.postgres.waiting import FinishedRunListeners
 from runlane.storage.sql.batches import check_distinct_delivery_ids, check_distinct_ids
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.storage.sql.encoding import micros_or_none
@@ -155,6 +156,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         ]
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
+        self._finished = FinishedRunListeners(self._db.connect_listener)
         #: Per (environment, queue): until when lone triggers skip looking for an offer.
         self._no_offer_until: dict[tuple[str, str], float] = {}
         self._leadership = MaintenanceLeadership(self._db.connect_listener, schema)
@@ -203,6 +205,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
+        await self._finished.close()
         await self._leadership.close()
         await self._time.stop()
         await self._db.close()
@@ -228,6 +231,15 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         made): the caller should then poll.
         """
         return await self._work_listener().wait(environment, timeout)
+
+    async def listen_for_finished_runs(self, environment: str, within: float) -> bool:
+        """Start listening for runs of ``environment`` that finish (waiting.py)."""
+        return await self._finished.listen(environment, within)
+
+    async def wait_for_finished_runs(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for runs of ``environment`` to be announced
+        finished (waiting.py); False on timeout or when announcements may have been missed."""
+        return await self._finished.wait(environment, timeout)
 
     def _work_listener(self) -> WorkListener:
         if self._listener is None:

@@ -12,6 +12,7 @@ from typing import Any
 from runlane.ports.storage import (
     DeadLetterFilter,
     HaltedKey,
+    ProgressWrite,
     QueuePolicy,
     ScheduleState,
     StoredDeadLetter,
@@ -27,10 +28,11 @@ from runlane.storage.sql.messages import (
     parse_dead_letter_cursor,
     subscription_counts,
 )
+from runlane.storage.sql.progress import progress_from_row, progress_writes_json
 from runlane.storage.sql.rows import run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
 from runlane.types.clock import to_micros
-from runlane.types.runs import Page, QueueStats, Run, RunStatus
+from runlane.types.runs import Page, QueueStats, Run, RunProgress, RunStatus
 
 
 class SqlStorageBase(ABC):
@@ -55,6 +57,13 @@ class SqlStorageBase(ABC):
         rows = await self._fetch("get_run", {"environment": environment, "id": run_id})
         return run_from_row(rows[0]) if rows else None
 
+    async def get_runs(self, environment: str, run_ids: Sequence[str]) -> list[Run]:
+        """The runs among ``run_ids`` that exist."""
+        if not run_ids:
+            return []
+        params = {"environment": environment, "ids": self._texts(list(run_ids))}
+        return [run_from_row(row) for row in await self._fetch("get_runs", params)]
+
     async def list_expired_leases(self, environment: str, now: datetime, limit: int) -> list[Run]:
         """Leased runs whose lease ran out, soonest expired first."""
         params = {"environment": environment, "now": to_micros(now), "limit": limit}
@@ -73,6 +82,31 @@ class SqlStorageBase(ABC):
         """Finished runs per queue and status updated at or after ``since``."""
         params = {"environment": environment, "since": to_micros(since)}
         return finished_counts(await self._fetch("count_finished_runs", params))
+
+    # -- progress ------------------------------------------------------------------
+
+    async def write_progress(
+        self, environment: str, writes: Sequence[ProgressWrite], now: datetime
+    ) -> int:
+        """Store each attempt's latest progress while it holds its lease (one statement)."""
+        if not writes:
+            return 0
+        params = {
+            "environment": environment,
+            "writes": progress_writes_json(writes),
+            "now": to_micros(now),
+        }
+        return await self._count("write_progress", params)
+
+    async def get_progress(
+        self, environment: str, run_ids: Sequence[str]
+    ) -> dict[str, RunProgress]:
+        """Stored progress by run id."""
+        if not run_ids:
+            return {}
+        params = {"environment": environment, "ids": self._texts(list(run_ids))}
+        rows = await self._fetch("get_progress", params)
+        return {row["run_id"]: progress_from_row(row) for row in rows}
 
     # -- idempotency ---------------------------------------------------------------
 

@@ -135,6 +135,18 @@ class SqliteStorage(SqlStorageBase):
             self._listener = WorkListener(self.path)
         return await self._listener.wait(environment, timeout)
 
+    async def listen_for_finished_runs(self, environment: str, within: float) -> bool:
+        """Start watching the file for commits, if not yet; whether it is watched."""
+        await self.wait_for_finished_runs(environment, 0.0)
+        return self._listener is not None and self._listener.listening
+
+    async def wait_for_finished_runs(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for a commit that may have finished runs: the
+        same watcher as :meth:`wait_for_work`, so any commit counts."""
+        if self._listener is None:
+            self._listener = WorkListener(self.path)
+        return await self._listener.wait(f"finished:{environment}", timeout)
+
     # -- runs ----------------------------------------------------------------------
 
     async def create_runs(

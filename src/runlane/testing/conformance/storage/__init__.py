@@ -36,6 +36,7 @@ from runlane.testing.conformance.storage import (
     leases,
     methods,
     methods_maintenance,
+    observing_methods,
     operating,
     outbox,
     producing,
@@ -43,6 +44,7 @@ from runlane.testing.conformance.storage import (
     schedules,
     settle_and_claim,
     topics,
+    waiting,
 )
 from runlane.testing.conformance.storage.bad_input import *  # noqa: F403
 from runlane.testing.conformance.storage.cancellation import *  # noqa: F403
@@ -57,6 +59,7 @@ from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
 from runlane.testing.conformance.storage.methods import *  # noqa: F403
 from runlane.testing.conformance.storage.methods_maintenance import *  # noqa: F403
+from runlane.testing.conformance.storage.observing_methods import *  # noqa: F403
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
@@ -65,6 +68,7 @@ from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
 from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
 from runlane.testing.conformance.storage.topics import *  # noqa: F403
+from runlane.testing.conformance.storage.waiting import *  # noqa: F403
 
 _MODULES = (
     producing,
@@ -81,12 +85,14 @@ _MODULES = (
     outbox,
     methods,
     methods_maintenance,
+    observing_methods,
     topics,
     dead_letters,
     retention,
     claiming_by_mode,
     key_wakeups,
     claiming_model,
+    waiting,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

@@ -1,0 +1,213 @@
+"""The storage methods that observe runs, called directly at their edges: ``get_runs``
+(``rl.runs.wait``'s re-read), ``write_progress`` and ``get_progress`` (``ctx.progress``),
+and the finished-run announcements of :class:`~runlane.ports.storage.AnnouncesFinishedRuns`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from runlane import Lane, RunStatus
+from runlane.ports.storage import (
+    AnnouncesFinishedRuns,
+    NewEvent,
+    ProgressWrite,
+    RunChanges,
+    Storage,
+    Transition,
+)
+from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run, storage
+from runlane.types.runs import Run, RunEventType
+
+
+async def _leased(storage: Storage, environment: str, run_id: str) -> Run:
+    (outcome,) = await storage.create_runs(environment, [new_run(run_id)], NOW)
+    assert outcome.created
+    run = await storage.claim_run(environment, run_id, LEASE, NOW)
+    assert run is not None and run.lease is not None
+    return run
+
+
+def _write(run: Run, fraction: float, **fields: object) -> ProgressWrite:
+    assert run.lease is not None
+    values: dict[str, object] = {
+        "run_id": run.id,
+        "lease_token": run.lease.token,
+        "attempt": run.attempt,
+        "fraction": fraction,
+        "message": None,
+        "data_json": None,
+    }
+    values.update(fields)
+    return ProgressWrite(**values)  # type: ignore[arg-type]
+
+
+async def _finish(storage: Storage, environment: str, run: Run) -> None:
+    assert run.lease is not None
+    done = Transition(
+        run.id,
+        run.event_sequence,
+        RunChanges(RunStatus.SUCCEEDED, result=None),
+        (NewEvent(RunEventType.SUCCEEDED),),
+        lease_token=run.lease.token,
+    )
+    assert await storage.apply_transitions(environment, [done], NOW) == [True]
+
+
+# -- get_runs ------------------------------------------------------------------------
+
+
+async def test_get_runs_returns_the_runs_that_exist_among_the_ids(
+    storage: Storage, environment: str
+) -> None:
+    await storage.create_runs(environment, [new_run("a"), new_run("b")], NOW)
+    found = await storage.get_runs(environment, ["b", "missing", "a"])
+    assert sorted(run.id for run in found) == ["a", "b"]
+    assert {run.status for run in found} == {RunStatus.QUEUED}
+    assert await storage.get_runs(environment, []) == []
+
+
+async def test_get_runs_sees_no_run_of_another_environment(
+    storage: Storage, environment: str
+) -> None:
+    await storage.create_runs(environment, [new_run("a")], NOW)
+    assert await storage.get_runs(f"{environment}-other", ["a"]) == []
+
+
+# -- write_progress, get_progress ----------------------------------------------------
+
+
+async def test_write_progress_stores_the_latest_value_with_its_attempt_and_time(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    assert await storage.get_progress(environment, ["a"]) == {}
+    data = json.dumps({"page": 42, "of": 100})
+    assert await storage.write_progress(environment, [_write(run, 0.25)], NOW) == 1
+    later = NOW + timedelta(seconds=2)
+    written = _write(run, 0.42, message="page 42 of 100", data_json=data)
+    assert await storage.write_progress(environment, [written], later) == 1
+    progress = (await storage.get_progress(environment, ["a", "missing"]))["a"]
+    assert progress.fraction == pytest.approx(0.42)
+    assert progress.message == "page 42 of 100"
+    assert progress.data == {"page": 42, "of": 100}
+    assert progress.attempt == run.attempt == 1
+    assert progress.updated_at == later
+
+
+async def test_write_progress_writes_nothing_under_a_lost_or_expired_lease(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    stale = _write(run, 0.9, lease_token="not-the-lease")
+    assert await storage.write_progress(environment, [stale], NOW) == 0
+    expired_at = LEASE.expires_at + timedelta(seconds=1)
+    assert await storage.write_progress(environment, [_write(run, 0.9)], expired_at) == 0
+    assert await storage.get_progress(environment, ["a"]) == {}
+
+
+async def test_write_progress_of_an_earlier_attempt_never_replaces_a_later_one(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    assert await storage.write_progress(environment, [_write(run, 0.5)], NOW) == 1
+    older = _write(run, 0.9, attempt=run.attempt - 1)
+    assert await storage.write_progress(environment, [older], NOW) == 0
+    assert (await storage.get_progress(environment, ["a"]))["a"].fraction == 0.5
+
+
+async def test_write_progress_writes_nothing_for_a_finished_run_and_keeps_its_last_value(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    assert await storage.write_progress(environment, [_write(run, 0.5)], NOW) == 1
+    await _finish(storage, environment, run)
+    assert await storage.write_progress(environment, [_write(run, 1.0)], NOW) == 0
+    assert (await storage.get_progress(environment, ["a"]))["a"].fraction == 0.5
+
+
+async def test_write_progress_writes_a_batch_and_keeps_a_runs_last_value_in_it(
+    storage: Storage, environment: str
+) -> None:
+    first = await _leased(storage, environment, "a")
+    second = await _leased(storage, environment, "b")
+    batch = [_write(first, 0.1), _write(second, 0.2), _write(first, 0.3)]
+    assert await storage.write_progress(environment, batch, NOW) == 2
+    stored = await storage.get_progress(environment, ["a", "b"])
+    assert {run_id: p.fraction for run_id, p in stored.items()} == {"a": 0.3, "b": 0.2}
+    assert await storage.write_progress(environment, [], NOW) == 0
+
+
+async def test_write_progress_keeps_text_and_data_as_given(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    data = json.dumps(["é", {"nested": [1, 2.5, None, True]}, "quote ' and \" and \\"])
+    write = _write(run, 1.0, message="naïve 'quoted' \u2013 ✓", data_json=data)
+    assert await storage.write_progress(environment, [write], NOW) == 1
+    progress = (await storage.get_progress(environment, ["a"]))["a"]
+    assert progress.message == "naïve 'quoted' \u2013 ✓"
+    assert progress.data == json.loads(data)
+    assert progress.fraction == 1.0
+
+
+async def test_get_progress_sees_no_progress_of_another_environment(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    await storage.write_progress(environment, [_write(run, 0.5)], NOW)
+    assert await storage.get_progress(f"{environment}-other", ["a"]) == {}
+    assert await storage.get_progress(environment, []) == {}
+
+
+async def test_prune_runs_deletes_the_progress_of_the_runs_it_deletes(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    await storage.write_progress(environment, [_write(run, 0.5)], NOW)
+    await _finish(storage, environment, run)
+    later = NOW + timedelta(days=1)
+    assert await storage.prune_runs(environment, later, [RunStatus.SUCCEEDED], 10) == 1
+    assert await storage.get_progress(environment, ["a"]) == {}
+
+
+# -- listen_for_finished_runs, wait_for_finished_runs --------------------------------
+
+
+async def test_wait_for_finished_runs_hears_a_run_another_storage_finished(
+    storage: Storage, environment: str, lane_factory: Callable[[], Lane]
+) -> None:
+    assert isinstance(storage, AnnouncesFinishedRuns)
+    if not await storage.listen_for_finished_runs(environment, 5.0):
+        pytest.fail("the driver could not listen for finished runs")
+    other = lane_factory().storage
+    await other.open()
+    try:
+        run = await _leased(other, environment, "a")
+        # Consume what creating and claiming announced (SQLite hears every commit).
+        while await storage.wait_for_finished_runs(environment, 0.2):
+            pass
+        await _finish(other, environment, run)
+        assert await storage.wait_for_finished_runs(environment, 5.0)
+    finally:
+        await other.close()
+
+
+async def test_wait_for_finished_runs_returns_false_when_nothing_finished(
+    storage: Storage, environment: str
+) -> None:
+    assert isinstance(storage, AnnouncesFinishedRuns)
+    await storage.listen_for_finished_runs(environment, 5.0)
+    while await storage.wait_for_finished_runs(environment, 0.2):
+        pass
+    started = asyncio.get_running_loop().time()
+    assert not await storage.wait_for_finished_runs(environment, 0.3)
+    assert asyncio.get_running_loop().time() - started >= 0.25
+
+
+__all__ = [name for name in dir() if name.startswith("test_")] + ["storage"]
+pytestmark = pytest.mark.asyncio
