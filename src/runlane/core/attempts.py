@@ -42,6 +42,7 @@ from runlane.core.outcome_reporting import (
     report_error,
     report_settled,
 )
+from runlane.core.progress import AttemptProgress, ProgressWriter
 from runlane.model.context import Context, Signal, SignalReason
 from runlane.model.handler_calls import being_cancelled, call_handler
 from runlane.model.payloads import payload_for_handler
@@ -94,6 +95,7 @@ class AttemptRunner:
         self._threads = threads
         self._settles = TransitionBatcher(store)
         self._keeper = LeaseKeeper()
+        self._progress = ProgressWriter(store)
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
@@ -218,8 +220,9 @@ class AttemptRunner:
                 policy = task.retry
                 time_limit = _min_or_none(task.timeout, max_attempt_duration)
                 heartbeat = Heartbeat(self._store, run, settings, signal, self._keeper)
+                progress = AttemptProgress(self._progress, run)
                 try:
-                    prepared = _prepare(task, run, signal, heartbeat)
+                    prepared = _prepare(task, run, signal, heartbeat, progress)
                     if isinstance(prepared, Failed):
                         outcome = prepared
                     elif task.is_async and time_limit is None:
@@ -251,6 +254,8 @@ class AttemptRunner:
                     renewing = heartbeat.stop()
                     if renewing is not None:
                         await _cancelled(renewing)
+                    # The last report is stored before the outcome: it stays with the run.
+                    await progress.flush()
         finally:
             if stop is not None:
                 # A long-lived worker signal must not keep one callback per past attempt.
@@ -526,7 +531,7 @@ class OpenAttempt:
 
 
 def _prepare(
-    task: Any, run: Run, signal: Signal, heartbeat: Heartbeat
+    task: Any, run: Run, signal: Signal, heartbeat: Heartbeat, progress: AttemptProgress
 ) -> tuple[Any, Context] | Failed:
     """The handler's arguments (payload, context), or the failure of an invalid payload."""
     try:
@@ -545,6 +550,7 @@ def _prepare(
         trace_carrier=run.trace_carrier,
         heartbeat=heartbeat.beat,
         worker_id=lease.owner,
+        progress=progress,
     )
     return payload, ctx
 

@@ -9,8 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Protocol
 
+from runlane.model.progress import ProgressReport, check_progress
 from runlane.types.durations import Duration, parse_duration
+from runlane.types.errors import ErrorCode, RunlaneError
 
 
 class SignalReason(StrEnum):
@@ -122,6 +125,16 @@ class Release:
     reason: str | None = None
 
 
+class ProgressSink(Protocol):
+    """Where a context's checked progress reports go (the attempt's reporter)."""
+
+    def offer(self, report: ProgressReport) -> None:
+        """Take ``report`` as the latest value, from the attempt's event loop."""
+
+    def offer_threadsafe(self, report: ProgressReport) -> None:
+        """Take ``report`` as the latest value, from any thread (sync tasks)."""
+
+
 class Context:
     """Passed to every task call as its second argument."""
 
@@ -137,6 +150,7 @@ class Context:
         trace_carrier: dict[str, str] | None,
         heartbeat: Callable[[], Awaitable[None]],
         worker_id: str,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.run_id = run_id
         self.task_id = task_id
@@ -147,6 +161,7 @@ class Context:
         self.trace_carrier = trace_carrier
         self.worker_id = worker_id
         self._heartbeat = heartbeat
+        self._progress = progress
 
     def is_cancellation_requested(self) -> bool:
         """Whether an operator asked to cancel this run."""
@@ -162,6 +177,31 @@ class Context:
     async def heartbeat(self) -> None:
         """Extend the lease now (workers also do this on their own)."""
         await self._heartbeat()
+
+    async def progress(self, fraction: float, message: str | None = None, data: Any = None) -> None:
+        """Report how far the task got: ``fraction`` in [0, 1], an optional ``message``
+        (at most 500 characters) and optional JSON ``data`` (at most 8 KiB).
+
+        The value is stored on the run (``run.progress``) at most once a second, and the
+        latest one before the attempt settles. Bad values raise ``CONFIGURATION_INVALID``
+        here. Reports of an attempt that lost its lease are dropped.
+
+        >>> await ctx.progress(page / pages, message=f"page {page} of {pages}")
+        """
+        self._sink().offer(check_progress(fraction, message, data))
+
+    def progress_sync(self, fraction: float, message: str | None = None, data: Any = None) -> None:
+        """:meth:`progress` for sync tasks (which run in a thread)."""
+        self._sink().offer_threadsafe(check_progress(fraction, message, data))
+
+    def _sink(self) -> ProgressSink:
+        if self._progress is None:
+            raise RunlaneError(
+                ErrorCode.CAPABILITY_UNSUPPORTED,
+                "progress is stored only for task runs executed from storage "
+                "(a worker, execute_next, execute_delivery or run_now).",
+            )
+        return self._progress
 
     def __repr__(self) -> str:
         return f"Context(run_id={self.run_id!r}, task_id={self.task_id!r}, attempt={self.attempt})"

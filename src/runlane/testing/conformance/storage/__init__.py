@@ -40,6 +40,7 @@ from runlane.testing.conformance.storage import (
     operating,
     outbox,
     producing,
+    progress,
     retention,
     schedules,
     settle_and_claim,
@@ -63,6 +64,7 @@ from runlane.testing.conformance.storage.observing_methods import *  # noqa: F40
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
+from runlane.testing.conformance.storage.progress import *  # noqa: F403
 from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
@@ -93,6 +95,7 @@ _MODULES = (
     key_wakeups,
     claiming_model,
     waiting,
+    progress,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [
