@@ -132,7 +132,9 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
     table.add_column("attempt", justify="right")
     table.add_column("run at (UTC)", no_wrap=True)
     table.add_column("updated (UTC)", no_wrap=True)
+    table.add_column("progress", no_wrap=True)
     for row in rows:
+        progress = row.get("progress")
         table.add_row(
             row["id"],
             Text(row["task_id"]),  # Text, not markup: names may hold brackets
@@ -141,8 +143,16 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
             str(row["attempt"]),
             short_time(row["run_at"]),
             short_time(row["updated_at"]),
+            Text(progress_text(progress) if progress else ""),
         )
     return table
+
+
+def progress_text(progress: View) -> str:
+    """A progress view as one line: ``42% page 42 of 100``."""
+    percent = f"{progress['fraction'] * 100:.0f}%"
+    message = progress.get("message")
+    return f"{percent} {message}" if message else percent
 
 
 def split_traceback(failure: Any) -> tuple[Any, str | None]:
@@ -169,6 +179,12 @@ def run_detail(view: View) -> RenderableType:
             value, trace = split_traceback(value)
         if name == "status":
             table.add_row(name, status_text(value))
+        elif name == "progress" and isinstance(value, dict):
+            line = Text(f"{progress_text(value)} (attempt {value['attempt']}, ")
+            line.append(f"{short_time(value['updated_at'])})")
+            if value.get("data") is not None:
+                line.append("\n" + compact_json(value["data"]))
+            table.add_row(name, line)
         elif isinstance(value, dict | list):
             table.add_row(name, Text(compact_json(value)))  # stored data, never markup
         else:

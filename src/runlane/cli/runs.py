@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from runlane import Run, Runlane
+from runlane import Run, Runlane, RunStatus
 from runlane.cli.app import AppCommand, app_argument, with_runtime
 from runlane.cli.output import (
     console,
@@ -78,6 +78,50 @@ def show_run(app: str, run_id: str, as_json: bool) -> None:
     """Everything about one run."""
     run = with_runtime(app, lambda rl: rl.runs.get(run_id))
     _print_run(run_view(run), as_json)
+
+
+#: ``runlane runs wait`` exit statuses: succeeded, failed or cancelled, still running.
+WAIT_SUCCEEDED, WAIT_FAILED, WAIT_TIMED_OUT = 0, 1, 3
+
+
+@runs.command("wait", cls=AppCommand)
+@app_argument
+@click.argument("run_id")
+@click.option(
+    "--timeout",
+    default="30s",
+    show_default=True,
+    help="How long to wait, e.g. 30s or 5m; 'none' waits until the run finishes.",
+)
+@json_option
+def wait_run(app: str, run_id: str, timeout: str, as_json: bool) -> None:
+    """Wait until a run finishes and print it (as ``runs show`` does).
+
+    Exit status 0 when it succeeded, 1 when it failed or was cancelled, 3 when it is
+    still unfinished after the timeout (the run as it is then is printed).
+    """
+    limit: float | None = None if timeout.strip().lower() == "none" else _timeout(timeout)
+
+    async def action(rl: Runlane) -> tuple[Run, bool]:
+        try:
+            return await rl.runs.wait(run_id, timeout=limit), False
+        except TimeoutError:
+            return await rl.runs.get(run_id), True
+
+    run, timed_out = with_runtime(app, action)
+    if timed_out and not as_json:
+        print_notice(f"run {run.id} is still {run.status.value} after {timeout}.")
+    _print_run(run_view(run), as_json)
+    if timed_out and not run.status.is_terminal:
+        raise SystemExit(WAIT_TIMED_OUT)
+    raise SystemExit(WAIT_SUCCEEDED if run.status is RunStatus.SUCCEEDED else WAIT_FAILED)
+
+
+def _timeout(value: str) -> float:
+    try:
+        return duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--timeout") from None
 
 
 @runs.command("events", cls=AppCommand)

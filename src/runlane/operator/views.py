@@ -21,6 +21,7 @@ from runlane.types.runs import (
     QueueThroughput,
     Run,
     RunEvent,
+    RunProgress,
     RunStatus,
     TickReport,
 )
@@ -28,7 +29,16 @@ from runlane.types.runs import (
 View = dict[str, Any]
 
 #: Columns of a run listing, in display order (a subset of :func:`run_view`).
-RUN_ROW_FIELDS = ("id", "task_id", "queue", "status", "attempt", "run_at", "updated_at")
+RUN_ROW_FIELDS = (
+    "id",
+    "task_id",
+    "queue",
+    "status",
+    "attempt",
+    "run_at",
+    "updated_at",
+    "progress",
+)
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -73,6 +83,24 @@ def run_view(run: Run) -> View:
         "cancel_reason": run.cancel_reason,
         "partition_key": run.partition_key,
         "replays": run.replays,
+        "progress": progress_view(run.progress),
+    }
+
+
+def progress_view(progress: RunProgress | None) -> View | None:
+    """A run's latest reported progress (``None`` before the first report).
+
+    >>> progress_view(run.progress)["fraction"]
+    0.42
+    """
+    if progress is None:
+        return None
+    return {
+        "fraction": progress.fraction,
+        "message": progress.message,
+        "data": progress.data,
+        "attempt": progress.attempt,
+        "updated_at": iso(progress.updated_at),
     }
 
 
