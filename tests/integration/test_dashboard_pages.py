@@ -196,7 +196,8 @@ def test_hide_payloads_hides_payloads_and_results_in_html_and_json(tmp_path: Pat
         run = dash.client.get(f"/api/runs/{greeting}").json()["run"]
         page = dash.client.get(f"/runs/{greeting}").text
 
-    assert run["payload"] == run["result"] == "(hidden)"
+    assert run["payload"] == run["result"] == run["progress"]["data"] == "(hidden)"
+    assert run["progress"]["message"] == "greeted"
     assert "Ada" not in page and "(hidden)" in page
 
 

@@ -43,8 +43,14 @@ main = queue("main", default=True)
 reports = queue("reports", concurrency_limit=2)
 
 
+#: What every greeting reports as its progress before it ends.
+GREETING_PROGRESS = "greeted"
+
+
 @task("greet")
 async def greet(payload: Any, ctx: Any) -> dict[str, str]:
+    await ctx.progress(0.5, message="greeting")
+    await ctx.progress(1.0, message=GREETING_PROGRESS, data={"name": payload["name"]})
     return {"greeting": f"hello {payload['name']}"}
 
 

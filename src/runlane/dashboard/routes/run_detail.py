@@ -21,10 +21,20 @@ ACTIONS = ("cancel", "retry", "rerun")
 
 
 def shown_run(dash: Dashboard, run: Run) -> View:
-    """``run_view`` with payload and result hidden when the dashboard says so."""
+    """``run_view`` with payload, result and progress data hidden when the dashboard
+    says so."""
     view = run_view(run)
     if dash.hide_payloads:
         view["payload"] = view["result"] = HIDDEN
+    return shown_progress(dash, view)
+
+
+def shown_progress(dash: Dashboard, view: View) -> View:
+    """A run view or row whose progress data (the task's own values, as a result is)
+    is hidden when the dashboard hides payloads."""
+    progress = view.get("progress")
+    if dash.hide_payloads and progress is not None and progress["data"] is not None:
+        view["progress"] = {**progress, "data": HIDDEN}
     return view
 
 

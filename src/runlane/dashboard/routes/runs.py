@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from runlane import RunlaneError
 from runlane.dashboard.errors import runlane_error_status
+from runlane.dashboard.routes.run_detail import shown_progress
 from runlane.dashboard.settings import Dashboard, dashboard_of
 from runlane.dashboard.templates import render
 from runlane.operator import RUN_ROW_FIELDS, View, run_row
@@ -39,7 +40,8 @@ async def runs_data(dash: Dashboard, request: Request) -> View:
         limit=_limit(request),
         cursor=request.query_params.get("cursor") or None,
     )
-    return {"runs": [run_row(run) for run in page.data], "next_cursor": page.next_cursor}
+    rows = [shown_progress(dash, run_row(run)) for run in page.data]
+    return {"runs": rows, "next_cursor": page.next_cursor}
 
 
 async def runs_page(request: Request) -> Response:
