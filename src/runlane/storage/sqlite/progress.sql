@@ -11,7 +11,9 @@ WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));
 -- Each attempt's latest value (:writes, a JSON array of objects with id, token,
 -- attempt, fraction, message and data, the data as JSON text), fenced: stored only
 -- while the run is leased to that attempt with an unexpired lease. A value of an
--- older attempt never replaces a newer one's.
+-- older attempt never replaces a newer one's. CROSS JOIN keeps the order written:
+-- each write finds its run by primary key (left to the planner, it scanned the
+-- leased runs once per write).
 INSERT INTO runlane_run_progress (environment, run_id, attempt, fraction, message, data, updated_at)
 SELECT r.environment, r.id, r.attempt, w.fraction, w.message, w.data, :now
 FROM (
@@ -23,7 +25,7 @@ FROM (
            json_extract(value, '$.data') AS data
     FROM json_each(:writes)
 ) AS w
-JOIN runlane_runs r ON r.environment = :environment AND r.id = w.id
+CROSS JOIN runlane_runs r ON r.environment = :environment AND r.id = w.id
 WHERE r.lease_token = w.token
   AND r.attempt = w.attempt
   AND (r.status = 'running' OR r.status = 'cancellation_requested')
