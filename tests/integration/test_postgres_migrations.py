@@ -32,7 +32,7 @@ ALL_MIGRATIONS = [
     "009_claim_functions",
     "010_claim_reads_what_it_takes",
     "011_standby_workers",
-    "012_run_progress_and_finished_runs",
+    "012_observing_runs",
 ]
 
 
@@ -366,7 +366,7 @@ async def test_version_12_adds_progress_and_announces_runs_queued_before_when_th
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 11, "queued-at-11")
-    assert await rl.migrate() == ["012_run_progress_and_finished_runs"]
+    assert await rl.migrate() == ["012_observing_runs"]
     async with rl:
         waiting = asyncio.ensure_future(rl.runs.wait("queued-at-11", timeout="10s"))
         await asyncio.sleep(0.2)

@@ -19,6 +19,7 @@ from runlane.core.publisher import Publisher
 from runlane.core.registry import Registry
 from runlane.core.run_operations import QueueCounts
 from runlane.core.store import StoreScope
+from runlane.core.throughput import ThroughputCharts
 from runlane.core.worker import WorkBell, Worker, WorkerMode
 from runlane.model.context import Signal
 from runlane.model.definitions import TaskDef
@@ -36,6 +37,7 @@ from runlane.types.runs import (
     Run,
     RunSource,
     RunSourceType,
+    ThroughputSeries,
     TickReport,
 )
 
@@ -307,11 +309,12 @@ class ExecutingCalls:
 
 class OperatingCalls:
     """Maintenance and counts: ``tick``, ``queue_stats``, ``throughput``,
-    ``outbox_backlog``, ``require``."""
+    ``throughput_series``, ``outbox_backlog``, ``require``."""
 
     store: StoreScope
     _maintenance: Maintenance
     _counts: QueueCounts
+    _charts: ThroughputCharts
 
     async def tick(self) -> TickReport:
         """One maintenance pass; safe to run from many processes at once."""
@@ -329,6 +332,22 @@ class OperatingCalls:
         2
         """
         return await self._counts.throughput(since)
+
+    async def throughput_series(
+        self, queue: QueueDef | str | None = None, *, window: str = "1h"
+    ) -> ThroughputSeries:
+        """Attempts that ended per bar, by outcome (succeeded, failed, retried,
+        cancelled), and their start latency p50/p95, over ``window`` (``"1h"``: one bar
+        a minute; ``"1d"``: one bar per 15 minutes), for ``queue`` or every queue.
+
+        Read from the rollup every runtime writes as its attempts settle (within a few
+        seconds), so it costs the same however many runs the store holds.
+
+        >>> series = await rl.throughput_series("emails", window="1h")
+        >>> series.total.succeeded, series.total.latency_p95_ms
+        (1200, 250)
+        """
+        return await self._charts.series(queue, window)
 
     async def outbox_backlog(self) -> dict[str, int]:
         """Delivery requests not yet published, per registered queue (zeros included).

@@ -30,6 +30,7 @@ from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
 from runlane.core.store import StoreScope
 from runlane.core.sync import SyncRunlane
+from runlane.core.throughput import ThroughputCharts, ThroughputRecorder
 from runlane.core.topic_operations import DeadLetters, SubscriptionOperations
 from runlane.core.worker import WorkBell
 from runlane.model.definitions import TaskDef
@@ -129,12 +130,15 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         self.eager_dispatch = dispatch == "eager"
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
         self.observers = Observers(self)
+        #: Counts settled attempts into the throughput rollup; the charts read it.
+        self._throughput = ThroughputRecorder()
         #: Wakes this process's idle workers when it creates runnable work.
         self.work_bell = WorkBell()
         #: The clock passed to the constructor; None: the lane's (see :meth:`bind_lane`).
         self.given_clock = clock
         self.bind_lane(lane, clock)
         self._sync: SyncRunlane | None = None
+        self.observers.add(self._throughput)
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
             self.observers.add(observer)
@@ -225,6 +229,8 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         )
         self._maintenance = Maintenance(self.duties, self.observers, connect)
         self._counts = QueueCounts(store, self.registry, connect)
+        self._throughput.bind(store)
+        self._charts = ThroughputCharts(store, self.registry, connect)
         #: Operator calls on this lane's runs and idempotency keys.
         self.runs: Runs = Runs(store, self.registry, connect, self._producer.create_child_run)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, connect)
@@ -287,6 +293,7 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
     async def close(self) -> None:
         """Close the lane (also when only :meth:`migrate` connected it) and the thread pool."""
         await self.runs.close()
+        await self._throughput.flush()
         await self._connection.close()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False)

@@ -78,6 +78,9 @@ from runlane.types.records import (
     SubscriptionCounts as SubscriptionCounts,
 )
 from runlane.types.records import (
+    ThroughputRow as ThroughputRow,
+)
+from runlane.types.records import (
     Transition as Transition,
 )
 from runlane.types.runs import (
@@ -257,6 +260,21 @@ class Storage(Protocol):
     ) -> dict[str, dict[RunStatus, int]]:
         """Finished runs (succeeded, failed, cancelled) last updated at or after ``since``,
         per queue and status; queues and statuses with none are left out."""
+
+    async def record_throughput(
+        self, environment: str, rows: Sequence[ThroughputRow], older_than: datetime
+    ) -> None:
+        """Add each row's ``count`` to the rollup's count of its (queue, minute, series),
+        whatever other writers add at the same time; then drop the rollup's minutes
+        before ``older_than``."""
+
+    async def read_throughput(
+        self, environment: str, since: datetime, bucket_seconds: int, queue: str | None
+    ) -> list[ThroughputRow]:
+        """The rollup's counts of minutes at or after ``since``, summed per series and
+        per period of ``bucket_seconds`` counted from ``since`` (a row's ``period`` is
+        its start), for ``queue`` or, with ``None``, every queue together (``queue``
+        ``""``). Reads a range of the rollup's keys, however many runs there are."""
 
     async def request_due_deliveries(
         self, environment: str, queues: Sequence[QueuePolicy], now: datetime, limit: int

@@ -307,3 +307,20 @@ class ProgressWrite:
     fraction: float
     message: str | None
     data_json: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRow:
+    """One count of the throughput rollup: ``count`` events of ``series`` in ``queue``
+    during the period starting at ``period`` (a minute when recorded; wider when read
+    back summed over ``bucket_seconds``).
+
+    Series are attempt outcomes (``succeeded``, ``failed``, ``retried``,
+    ``cancelled``) and start-latency histogram buckets (``latency_00`` ...), see
+    :mod:`runlane.model.throughput`.
+    """
+
+    queue: str
+    period: datetime
+    series: str
+    count: int

@@ -306,6 +306,36 @@ class QueueThroughput:
     cancelled: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    """One bar of a throughput chart: attempts that ended in the period from ``at``
+    (``succeeded``, ``failed``, ``retried``, ``cancelled``), how many started, and the
+    start latency (ms from due to started) that half and 95 % of them stayed within
+    (``None`` with no starts)."""
+
+    at: datetime
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    started: int = 0
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputSeries:
+    """Throughput of one queue (or every queue, ``queue=None``) over ``window``
+    (``"1h"`` or ``"1d"``), one point per ``bucket_seconds``, oldest first, and the
+    whole window in ``total`` (its ``at`` is the window's start)."""
+
+    queue: str | None
+    window: str
+    bucket_seconds: int
+    points: list[ThroughputPoint]
+    total: ThroughputPoint
+
+
 @dataclass(slots=True)
 class TickReport:
     """What one maintenance pass did, duty by duty.

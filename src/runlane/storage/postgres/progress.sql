@@ -11,17 +11,22 @@ WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[]);
 -- Each attempt's latest value (%(writes)s, a JSON array of objects with id, token,
 -- attempt, fraction, message and data, the data as JSON text), fenced: stored only
 -- while the run is leased to that attempt with an unexpired lease. A value of an
--- older attempt never replaces a newer one's.
+-- older attempt never replaces a newer one's. The LATERAL lookup finds each run by
+-- primary key, whatever the planner thinks of the leased runs.
 INSERT INTO {schema}.runlane_run_progress AS p
     (environment, run_id, attempt, fraction, message, data, updated_at)
 SELECT r.environment, r.id, r.attempt, w.fraction, w.message, w.data::jsonb, %(now)s
 FROM jsonb_to_recordset(%(writes)s::jsonb)
     AS w(id TEXT, token TEXT, attempt INTEGER, fraction DOUBLE PRECISION, message TEXT, data TEXT)
-JOIN {schema}.runlane_runs r ON r.environment = %(environment)s AND r.id = w.id
-WHERE r.lease_token = w.token
-  AND r.attempt = w.attempt
-  AND r.status IN ('running', 'cancellation_requested')
-  AND r.lease_expires_at > %(now)s
+CROSS JOIN LATERAL (
+    SELECT environment, id, attempt FROM {schema}.runlane_runs
+    WHERE id = w.id AND environment = %(environment)s
+      AND lease_token = w.token
+      AND attempt = w.attempt
+      AND status IN ('running', 'cancellation_requested')
+      AND lease_expires_at > %(now)s
+    OFFSET 0
+) AS r
 ON CONFLICT (run_id, environment) DO UPDATE SET
     attempt = excluded.attempt,
     fraction = excluded.fraction,

@@ -4,6 +4,7 @@ statement (:meth:`SqlStorageBase._fetch`, :meth:`SqlStorageBase._count`)."""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
@@ -18,6 +19,7 @@ from runlane.ports.storage import (
     StoredDeadLetter,
     StoredMessage,
     SubscriptionCounts,
+    ThroughputRow,
 )
 from runlane.storage.sql.messages import (
     check_limit,
@@ -31,7 +33,7 @@ from runlane.storage.sql.messages import (
 from runlane.storage.sql.progress import progress_from_row, progress_writes_json
 from runlane.storage.sql.rows import run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
-from runlane.types.clock import to_micros
+from runlane.types.clock import from_micros, to_micros
 from runlane.types.runs import Page, QueueStats, Run, RunProgress, RunStatus
 
 
@@ -107,6 +109,41 @@ class SqlStorageBase(ABC):
         params = {"environment": environment, "ids": self._texts(list(run_ids))}
         rows = await self._fetch("get_progress", params)
         return {row["run_id"]: progress_from_row(row) for row in rows}
+
+    # -- throughput ----------------------------------------------------------------
+
+    async def record_throughput(
+        self, environment: str, rows: Sequence[ThroughputRow], older_than: datetime
+    ) -> None:
+        """Add ``rows`` to the rollup; drop its minutes before ``older_than``."""
+        if rows:
+            encoded = json.dumps(
+                [[row.queue, to_micros(row.period), row.series, row.count] for row in rows]
+            )
+            await self._count("record_throughput", {"environment": environment, "rows": encoded})
+        params = {"environment": environment, "before": to_micros(older_than)}
+        await self._count("prune_throughput", params)
+
+    async def read_throughput(
+        self, environment: str, since: datetime, bucket_seconds: int, queue: str | None
+    ) -> list[ThroughputRow]:
+        """The rollup from ``since`` summed per ``bucket_seconds`` (and series)."""
+        params = {
+            "environment": environment,
+            "since": to_micros(since),
+            "bucket": bucket_seconds * 1_000_000,
+            "queue": queue,
+        }
+        query = "read_throughput" if queue is None else "read_queue_throughput"
+        return [
+            ThroughputRow(
+                queue if queue is not None else "",
+                from_micros(int(row["period"])),
+                row["series"],
+                int(row["n"]),
+            )
+            for row in await self._fetch(query, params)
+        ]
 
     # -- idempotency ---------------------------------------------------------------
 

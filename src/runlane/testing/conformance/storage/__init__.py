@@ -44,6 +44,7 @@ from runlane.testing.conformance.storage import (
     retention,
     schedules,
     settle_and_claim,
+    throughput,
     topics,
     waiting,
 )
@@ -69,6 +70,7 @@ from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
 from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
+from runlane.testing.conformance.storage.throughput import *  # noqa: F403
 from runlane.testing.conformance.storage.topics import *  # noqa: F403
 from runlane.testing.conformance.storage.waiting import *  # noqa: F403
 
@@ -96,6 +98,7 @@ _MODULES = (
     claiming_model,
     waiting,
     progress,
+    throughput,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

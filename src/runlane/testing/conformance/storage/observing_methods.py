@@ -18,6 +18,7 @@ from runlane.ports.storage import (
     ProgressWrite,
     RunChanges,
     Storage,
+    ThroughputRow,
     Transition,
 )
 from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run, storage
@@ -207,6 +208,91 @@ async def test_wait_for_finished_runs_returns_false_when_nothing_finished(
     started = asyncio.get_running_loop().time()
     assert not await storage.wait_for_finished_runs(environment, 0.3)
     assert asyncio.get_running_loop().time() - started >= 0.25
+
+
+# -- record_throughput, read_throughput ----------------------------------------------
+
+
+def _rows(*rows: tuple[str, int, str, int]) -> list[ThroughputRow]:
+    return [
+        ThroughputRow(queue, NOW + timedelta(minutes=minute), series, count)
+        for queue, minute, series, count in rows
+    ]
+
+
+async def test_record_throughput_adds_counts_and_read_throughput_sums_them_per_period(
+    storage: Storage, environment: str
+) -> None:
+    long_ago = NOW - timedelta(days=3)
+    first = _rows(
+        ("main", 0, "succeeded", 2), ("main", 1, "succeeded", 1), ("main", 1, "failed", 1)
+    )
+    await storage.record_throughput(environment, first, long_ago)
+    again = _rows(("main", 0, "succeeded", 3), ("other", 0, "succeeded", 5))
+    await storage.record_throughput(environment, again, long_ago)
+    per_minute = await storage.read_throughput(environment, NOW, 60, "main")
+    assert sorted((r.period, r.series, r.count) for r in per_minute) == [
+        (NOW, "succeeded", 5),
+        (NOW + timedelta(minutes=1), "failed", 1),
+        (NOW + timedelta(minutes=1), "succeeded", 1),
+    ]
+    assert {r.queue for r in per_minute} == {"main"}
+    every_queue = await storage.read_throughput(environment, NOW, 600, None)
+    assert sorted((r.queue, r.period, r.series, r.count) for r in every_queue) == [
+        ("", NOW, "failed", 1),
+        ("", NOW, "succeeded", 11),
+    ]
+
+
+async def test_read_throughput_starts_at_since_and_aligns_periods_to_it(
+    storage: Storage, environment: str
+) -> None:
+    rows = _rows(
+        ("main", 0, "succeeded", 1), ("main", 5, "succeeded", 2), ("main", 7, "retried", 4)
+    )
+    await storage.record_throughput(environment, rows, NOW - timedelta(days=3))
+    since = NOW + timedelta(minutes=4)
+    summed = await storage.read_throughput(environment, since, 180, "main")
+    assert sorted((r.period, r.series, r.count) for r in summed) == [
+        (since, "succeeded", 2),
+        (since + timedelta(minutes=3), "retried", 4),
+    ]
+    assert await storage.read_throughput(environment, NOW, 60, "missing") == []
+    assert await storage.read_throughput(f"{environment}-other", NOW, 60, None) == []
+
+
+async def test_record_throughput_drops_minutes_before_older_than(
+    storage: Storage, environment: str
+) -> None:
+    rows = _rows(("main", 0, "succeeded", 1), ("main", 10, "succeeded", 1))
+    await storage.record_throughput(environment, rows, NOW - timedelta(days=3))
+    await storage.record_throughput(environment, [], NOW + timedelta(minutes=5))
+    kept = await storage.read_throughput(environment, NOW - timedelta(hours=1), 60, "main")
+    assert [(r.period, r.count) for r in kept] == [(NOW + timedelta(minutes=10), 1)]
+
+
+async def test_record_throughput_from_many_writers_at_once_loses_no_count(
+    storage: Storage, environment: str, lane_factory: Callable[[], Lane]
+) -> None:
+    others = [lane_factory().storage for _ in range(3)]
+    for other in others:
+        await other.open()
+    try:
+        writes = [
+            writer.record_throughput(
+                environment,
+                _rows(("main", 0, "succeeded", 1), ("main", 0, "latency_03", 2)),
+                NOW - timedelta(days=3),
+            )
+            for writer in [storage, *others]
+            for _ in range(5)
+        ]
+        await asyncio.gather(*writes)
+    finally:
+        for other in others:
+            await other.close()
+    summed = await storage.read_throughput(environment, NOW, 60, "main")
+    assert sorted((r.series, r.count) for r in summed) == [("latency_03", 40), ("succeeded", 20)]
 
 
 __all__ = [name for name in dir() if name.startswith("test_")] + ["storage"]

@@ -35,3 +35,22 @@ CREATE TRIGGER runlane_runs_finished
     WHEN (NEW.status IN ('succeeded', 'failed', 'cancelled', 'discarded')
           AND OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION {schema}.runlane_announce_finished();
+
+-- Throughput charts read a small rollup, never the runs: each runtime adds what its
+-- attempts did, per queue, minute and series (an outcome or a start-latency bucket;
+-- runlane.model.throughput), in one write every few seconds, so no two writers wait
+-- on one row for long. A day of one queue is at most 1,440 minutes times 21 series,
+-- whatever the number of runs; rows older than the longest window are dropped as new
+-- ones are written.
+CREATE TABLE IF NOT EXISTS {schema}.runlane_throughput (
+    environment TEXT   NOT NULL,
+    queue       TEXT   NOT NULL,
+    minute      BIGINT NOT NULL,
+    series      TEXT   NOT NULL,
+    n           BIGINT NOT NULL,
+    PRIMARY KEY (environment, queue, minute, series)
+);
+
+-- The overview sums every queue of a window: a range of minutes.
+CREATE INDEX IF NOT EXISTS runlane_throughput_by_minute
+    ON {schema}.runlane_throughput (environment, minute);

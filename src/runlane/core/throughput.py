@@ -1,0 +1,203 @@
+"""Throughput from storage: each runtime counts what its attempts did into the rollup
+(:class:`ThroughputRecorder`), and ``rl.throughput_series`` reads it back as chart
+points (:class:`ThroughputCharts`).
+
+The recorder is an observer: it counts each settled attempt's outcome and start
+latency in memory, per queue and minute, and adds them to storage in one write every
+:data:`THROUGHPUT_FLUSH_INTERVAL` seconds and when the runtime closes. A chart then
+reads a range of the small rollup, never the runs, so it costs the same on a table of
+millions of runs. What the rollup counts is what workers settled: an attempt whose
+worker died is counted by nobody (its lease expiry is in the run's history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from runlane.core.observing import Attempt, Observer, Outcome
+from runlane.model.queue_defs import QueueDef
+from runlane.model.throughput import (
+    LATENCY_BOUNDS_MS,
+    WINDOWS,
+    latency_bucket,
+    latency_percentile,
+    latency_series,
+)
+from runlane.types.clock import from_micros, to_micros
+from runlane.types.errors import RunlaneError, configuration_error
+from runlane.types.records import ThroughputRow
+from runlane.types.runs import ThroughputPoint, ThroughputSeries
+
+if TYPE_CHECKING:
+    from runlane.core.registry import Registry
+    from runlane.core.run_operations import Connect
+    from runlane.core.store import StoreScope
+
+logger = logging.getLogger("runlane.throughput")
+
+#: Counts wait in memory at most this long (seconds) before they are written.
+THROUGHPUT_FLUSH_INTERVAL = 5.0
+#: The rollup keeps minutes this far back: the longest window, and a margin.
+THROUGHPUT_RETENTION = timedelta(days=2)
+
+_MINUTE = 60_000_000
+
+#: The series an attempt's outcome counts in; outcomes not drawn count in none.
+_OUTCOME_SERIES = {
+    Outcome.SUCCEEDED: "succeeded",
+    Outcome.FAILED: "failed",
+    Outcome.DEAD_LETTERED: "failed",
+    Outcome.RETRIED: "retried",
+    Outcome.CANCELLED: "cancelled",
+}
+
+
+class ThroughputRecorder(Observer):
+    """Counts settled attempts per queue and minute, and writes them every few seconds."""
+
+    def __init__(self) -> None:
+        """Count now; write once :meth:`bind` gave a store."""
+        self._store: StoreScope | None = None
+        self._counts: defaultdict[tuple[str, int, str], int] = defaultdict(int)
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
+
+    def bind(self, store: StoreScope) -> None:
+        """Write into ``store`` from now on (a runtime bound to another lane passes its
+        new one)."""
+        self._store = store
+
+    def settled(self, attempt: Attempt) -> None:
+        """Count the attempt's outcome and how long after its due time it started."""
+        store = self._store
+        if store is None:
+            return
+        run = attempt.run
+        minute = to_micros(store.now()) // _MINUTE * _MINUTE
+        series = _OUTCOME_SERIES.get(attempt.outcome) if attempt.outcome else None
+        counts = self._counts
+        if series is not None:
+            counts[run.queue, minute, series] += 1
+        # A claim stamps the run's updated_at with the time it took the lease.
+        waited = (run.updated_at - run.run_at).total_seconds() * 1000
+        counts[run.queue, minute, latency_series(waited)] += 1
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(THROUGHPUT_FLUSH_INTERVAL, self._write_soon)
+
+    async def flush(self) -> None:
+        """Write what is counted now (the runtime's ``close`` calls it)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        writing = self._writing
+        if writing is not None and not writing.done():
+            with contextlib.suppress(Exception):
+                await writing
+        await self._write()
+
+    def _write_soon(self) -> None:
+        self._timer = None
+        self._writing = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        store = self._store
+        counts, self._counts = self._counts, defaultdict(int)
+        if not counts or store is None:
+            return
+        rows = [
+            ThroughputRow(queue, from_micros(minute), series, count)
+            for (queue, minute, series), count in sorted(counts.items())
+        ]
+        try:
+            older = store.now() - THROUGHPUT_RETENTION
+            await store.storage.record_throughput(store.environment, rows, older)
+        except RunlaneError as error:
+            # Keep them for the next write: storage may be back by then.
+            for key, count in counts.items():
+                self._counts[key] += count
+            logger.warning("throughput counts not written yet: %s", error)
+
+
+class ThroughputCharts:
+    """``rl.throughput_series``: the rollup as chart points."""
+
+    def __init__(self, store: StoreScope, registry: Registry, connect: Connect) -> None:
+        """Read the rollup in ``store`` for queues of ``registry``, after ``connect``."""
+        self._store = store
+        self._registry = registry
+        self._connect = connect
+
+    async def series(
+        self, queue: QueueDef | str | None = None, window: str = "1h"
+    ) -> ThroughputSeries:
+        """``Runlane.throughput_series``."""
+        if window not in WINDOWS:
+            raise configuration_error(
+                f"window must be one of {sorted(WINDOWS)}, not {window!r}.", window=window
+            )
+        name = (
+            None
+            if queue is None
+            else self._registry.resolve_queue(queue, purpose="throughput").name
+        )
+        span, bucket = WINDOWS[window]
+        store = self._store
+        # The last bar holds the current minute; the first starts span seconds before.
+        current = to_micros(store.now()) // _MINUTE * _MINUTE
+        since = from_micros(current + _MINUTE - span * 1_000_000)
+        await self._connect()
+        rows = await store.storage.read_throughput(store.environment, since, bucket, name)
+        return build_series(name, window, since, span, bucket, rows)
+
+
+def build_series(
+    queue: str | None,
+    window: str,
+    since: datetime,
+    span: int,
+    bucket: int,
+    rows: list[ThroughputRow],
+) -> ThroughputSeries:
+    """Chart points from rollup rows summed per ``bucket`` seconds from ``since``."""
+    size = len(LATENCY_BOUNDS_MS) + 1
+    outcomes: defaultdict[datetime, dict[str, int]] = defaultdict(dict)
+    latencies: defaultdict[datetime, list[int]] = defaultdict(lambda: [0] * size)
+    for row in rows:
+        index = latency_bucket(row.series)
+        if index is None:
+            outcomes[row.period][row.series] = row.count
+        else:
+            latencies[row.period][index] += row.count
+    points = []
+    total_outcomes: defaultdict[str, int] = defaultdict(int)
+    total_latencies = [0] * size
+    for step in range(span // bucket):
+        at = since + timedelta(seconds=step * bucket)
+        counts = outcomes.get(at, {})
+        latency = latencies.get(at, [0] * size)
+        for series, count in counts.items():
+            total_outcomes[series] += count
+        total_latencies = [a + b for a, b in zip(total_latencies, latency, strict=True)]
+        points.append(_point(at, counts, latency))
+    return ThroughputSeries(
+        queue, window, bucket, points, _point(since, total_outcomes, total_latencies)
+    )
+
+
+def _point(at: datetime, counts: dict[str, int], latency: list[int]) -> ThroughputPoint:
+    return ThroughputPoint(
+        at=at,
+        succeeded=counts.get("succeeded", 0),
+        failed=counts.get("failed", 0),
+        retried=counts.get("retried", 0),
+        cancelled=counts.get("cancelled", 0),
+        started=sum(latency),
+        latency_p50_ms=latency_percentile(latency, 0.5),
+        latency_p95_ms=latency_percentile(latency, 0.95),
+    )
