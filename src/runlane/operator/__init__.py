@@ -10,6 +10,7 @@ from runlane.operator.loading import APP_ENV_VAR, load_runtime
 from runlane.operator.views import (
     DEAD_LETTER_ROW_FIELDS,
     RUN_ROW_FIELDS,
+    THROUGHPUT_OUTCOMES,
     View,
     active_run_count,
     dead_letter_view,
@@ -23,6 +24,8 @@ from runlane.operator.views import (
     run_view,
     schedule_view,
     subscription_stats_view,
+    throughput_point_view,
+    throughput_series_view,
     throughput_view,
     tick_report_view,
 )
@@ -32,6 +35,7 @@ __all__ = [
     "APP_ENV_VAR",
     "DEAD_LETTER_ROW_FIELDS",
     "RUN_ROW_FIELDS",
+    "THROUGHPUT_OUTCOMES",
     "View",
     "active_run_count",
     "dead_letter_view",
@@ -47,6 +51,8 @@ __all__ = [
     "run_view",
     "schedule_view",
     "subscription_stats_view",
+    "throughput_point_view",
+    "throughput_series_view",
     "throughput_view",
     "tick_report_view",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from runlane.core.schedule_service import ScheduleInfo
 from runlane.model.payloads import UnreadablePayload
+from runlane.model.throughput import OUTCOME_SERIES
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
 from runlane.types.records import HaltedKey
 from runlane.types.runs import (
@@ -23,6 +24,8 @@ from runlane.types.runs import (
     RunEvent,
     RunProgress,
     RunStatus,
+    ThroughputPoint,
+    ThroughputSeries,
     TickReport,
 )
 
@@ -143,6 +146,40 @@ def throughput_view(throughput: QueueThroughput) -> View:
         "succeeded": throughput.succeeded,
         "failed": throughput.failed,
         "cancelled": throughput.cancelled,
+    }
+
+
+#: The outcomes a throughput point counts, in chart order.
+THROUGHPUT_OUTCOMES = OUTCOME_SERIES
+
+
+def throughput_series_view(series: ThroughputSeries) -> View:
+    """A throughput chart's data (``rl.throughput_series``): points oldest first, and
+    the window's total.
+
+    >>> throughput_series_view(series)["total"]["succeeded"]
+    1200
+    """
+    return {
+        "queue": series.queue,
+        "window": series.window,
+        "bucket_seconds": series.bucket_seconds,
+        "points": [throughput_point_view(point) for point in series.points],
+        "total": throughput_point_view(series.total),
+    }
+
+
+def throughput_point_view(point: ThroughputPoint) -> View:
+    """One bar of a throughput chart."""
+    return {
+        "at": iso(point.at),
+        "succeeded": point.succeeded,
+        "failed": point.failed,
+        "retried": point.retried,
+        "cancelled": point.cancelled,
+        "started": point.started,
+        "latency_p50_ms": point.latency_p50_ms,
+        "latency_p95_ms": point.latency_p95_ms,
     }
 
 

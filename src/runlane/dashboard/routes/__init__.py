@@ -6,6 +6,7 @@ from runlane.dashboard.routes import (
     dead_letters,
     monitoring,
     overview,
+    queues,
     run_detail,
     runs,
     schedules,
@@ -18,6 +19,7 @@ def all_routes() -> list[BaseRoute]:
     """Every page, API and action route (static files are mounted by the app)."""
     return [
         *overview.ROUTES,
+        *queues.ROUTES,
         *runs.ROUTES,
         *run_detail.ROUTES,
         *schedules.ROUTES,

@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runlane import QueueStats, RunStatus
+from runlane.dashboard.routes.queues import CHART_WINDOWS, chart_window, charts, throughput_data
 from runlane.dashboard.settings import Dashboard, dashboard_of
 from runlane.dashboard.templates import render
 from runlane.operator import View, iso, queue_stats_view, throughput_view
@@ -69,8 +70,18 @@ def _queue_row(name: str, parts: list[QueueStats]) -> View:
 
 
 async def overview_page(request: Request) -> Response:
-    """The overview as HTML."""
-    return render(request, "overview.html", await overview_data(dashboard_of(request)))
+    """The overview as HTML, with the charts of every queue together."""
+    dash = dashboard_of(request)
+    window = chart_window(request)
+    series = await throughput_data(dash, None, window)
+    context = {
+        **await overview_data(dash),
+        "window": window,
+        "windows": CHART_WINDOWS,
+        "series": series,
+        "charts": charts(series),
+    }
+    return render(request, "overview.html", context)
 
 
 async def overview_api(request: Request) -> Response:
