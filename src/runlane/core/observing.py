@@ -261,6 +261,11 @@ class Observers:
     def __bool__(self) -> bool:
         return bool(self.items)
 
+    @property
+    def traces_producing(self) -> bool:
+        """Whether an observer wraps run creation (``producing``: a producer span)."""
+        return bool(self._hooks["producing"])
+
     def failed(self, observer: Observer, hook: str) -> None:
         """Log a raising hook once per (observer, hook); the caller carries on."""
         key = (id(observer), hook)

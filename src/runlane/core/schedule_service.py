@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -12,7 +12,7 @@ from runlane.core.store import StoreScope
 from runlane.model.schedule_defs import ScheduleDef, occurrence_key
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import NewRun, ScheduleOccurrence, ScheduleState
-from runlane.types.runs import RunSource, RunSourceType
+from runlane.types.runs import Run, RunSource, RunSourceType
 
 if TYPE_CHECKING:
     from runlane.core.observing import Observers
@@ -97,16 +97,46 @@ class ScheduleMaterializer:
             logger.info("schedules %s: first seen; their first slot after now fires", unseen)
         if not occurrences:
             return 0, failed
-        created = await store.storage.materialize_schedule_occurrences(
-            store.environment, occurrences, now
-        )
-        if created and self.observers:
-            self.observers.call("triggered", created)
+        created = await self._materialize(occurrences, now)
         for run in created:
             logger.info(
                 "schedule %s: run %s for %s", run.source.schedule_id, run.id, run.source.occurs_at
             )
         return len(created), failed
+
+    async def _materialize(self, occurrences: list[ScheduleOccurrence], now: datetime) -> list[Run]:
+        """Create the occurrences' runs and tell the observers; with a tracing observer,
+        each task's runs inside one producer span whose context their carrier holds, as
+        a trigger's runs are, so their attempts join the trace that span starts."""
+        store, observers = self.store, self.observers
+        if not observers.traces_producing:
+            runs = await store.storage.materialize_schedule_occurrences(
+                store.environment, occurrences, now
+            )
+            if runs and observers:
+                observers.call("triggered", runs)
+            return runs
+        groups: dict[tuple[str, str], list[ScheduleOccurrence]] = {}
+        for occurrence in occurrences:
+            key = (occurrence.run.task_id, occurrence.run.queue)
+            groups.setdefault(key, []).append(occurrence)
+        created: list[Run] = []
+        for (task_id, queue), group in groups.items():
+            with observers.producing(task_id, queue, len(group)) as carrier:
+                if carrier is not None:
+                    group = [
+                        replace(o, run=replace(o.run, trace_carrier=dict(carrier)))
+                        if o.run.trace_carrier is None
+                        else o
+                        for o in group
+                    ]
+                runs = await store.storage.materialize_schedule_occurrences(
+                    store.environment, group, now
+                )
+                if runs:
+                    observers.call("triggered", runs)
+                created.extend(runs)
+        return created
 
     def _due_occurrences(
         self,
