@@ -112,14 +112,21 @@ class RunWatcher:
                         notifier.wait_for_finished_runs(store.environment, REREAD_INTERVAL)
                     )
                 await _first_of(heard, arrived, REREAD_INTERVAL)
+                if heard is not None and heard.done() and not heard.cancelled():
+                    failure = heard.exception()
+                    if failure is not None:
+                        # Listening failed this round (the next one tries again); the
+                        # re-read below does not need it.
+                        logger.warning("run waiters' listener failed: %s", failure)
                 gap = read_at + MIN_REREAD_GAP - loop.time()
                 if gap > 0:
                     await asyncio.sleep(gap)
         finally:
+            # Not awaited: between the last look at the waiters and this task's end there
+            # must be no await, or a waiter arriving then would find a watcher that is
+            # about to stop and not start another.
             if heard is not None and not heard.done():
                 heard.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await heard
 
     async def _read(self) -> None:
         """Read every waited run once; hand the finished (and the missing) to their waiters."""
