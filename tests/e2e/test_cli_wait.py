@@ -117,11 +117,11 @@ def test_runs_show_and_list_print_the_progress(observed: Cli) -> None:
     assert row["progress"]["message"] == "page 10 of 10"
 
 
-def test_wait_needs_no_worker_in_its_own_process(observed: Cli) -> None:
+def test_wait_without_a_timeout_hears_a_worker_process_finish_the_run(observed: Cli) -> None:
     run_id = _trigger(observed, "pages")
     worker = observed.popen("worker", APP)
     try:
-        waited = observed.run("runs", "wait", APP, run_id, "--timeout", "60s", "--json")
+        waited = observed.run("runs", "wait", APP, run_id, "--timeout", "none", "--json")
     finally:
         worker.terminate()
         worker.communicate(timeout=30)

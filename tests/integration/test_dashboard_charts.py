@@ -44,6 +44,8 @@ def test_the_overview_draws_every_queue_s_attempts_as_stored(dash: DashboardUnde
     assert page.count('<svg class="chart chart-latency"') == 1
     assert _bar_sums(page) == total
     assert "<script" not in page.split('id="throughput"')[1]
+    # htmx (when the page has it) redraws the charts in place, as it does the tables.
+    assert 'hx-get="/?window=1h" hx-trigger="every 5.0s" hx-select="#throughput"' in page
 
 
 def test_a_queue_page_shows_its_limit_counts_charts_and_a_place_for_pausing(
