@@ -30,6 +30,15 @@ restarted for it; they must reconnect on their own:
     .venv/bin/python bench/chaos.py --driver postgres --server-fault restart-immediate --kills 0
     .venv/bin/python bench/chaos.py --driver postgres --server-fault terminate --kills 0
 
+With ``--graph`` the runs form a workflow graph instead of independent runs:
+chains of five (``trigger_chain``) and fan-ins (``trigger_group`` whose callback
+waits for twelve members), about ``--runs`` runs in all. Then it also counts
+dependents released more than once (``run.dependencies_met`` twice), dependents
+that started before a dependency had succeeded, and runs left waiting (all must
+be 0):
+
+    .venv/bin/python bench/chaos.py --driver sqlite --graph --runs 300 --kills 5
+
 The exit status is 0 when no run was lost or recorded twice as succeeded, and
 every kill landed; 1 otherwise.
 """
@@ -138,6 +147,12 @@ class Report:
     workers_started: int
     leases_recovered_by_tick: int
     seconds: float
+    #: --graph: dependents whose run.dependencies_met was written more than once.
+    dependents_released_twice: int = 0
+    #: --graph: dependents that started before one of their dependencies succeeded.
+    started_before_dependencies: int = 0
+    #: --graph: runs still waiting at the end (their dependencies all finished).
+    runs_left_waiting: int = 0
 
     @property
     def ok(self) -> bool:
@@ -148,6 +163,9 @@ class Report:
             and self.succeeded_without_an_execution == 0
             and self.kills == self.kills_requested
             and (self.server_fault == "none" or self.server_faults > 0)
+            and self.dependents_released_twice == 0
+            and self.started_before_dependencies == 0
+            and self.runs_left_waiting == 0
         )
 
 
@@ -319,9 +337,13 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path, server: Any
     rl = build(args.driver, store, environment)
     await rl.migrate()
     async with rl:
-        payloads = [{"n": n} for n in range(args.runs)]
-        for offset in range(0, len(payloads), TRIGGER_CHUNK):
-            await rl.trigger_many(record, payloads[offset : offset + TRIGGER_CHUNK])
+        if args.graph:
+            triggered = await _trigger_graph(rl, args.runs)
+        else:
+            triggered = args.runs
+            payloads = [{"n": n} for n in range(args.runs)]
+            for offset in range(0, len(payloads), TRIGGER_CHUNK):
+                await rl.trigger_many(record, payloads[offset : offset + TRIGGER_CHUNK])
 
         workers = Workers(env, workdir / "workers.stderr")
         totals: Counter[str] = Counter()
@@ -373,12 +395,13 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path, server: Any
             or not isinstance(run.result, dict)
             or run.result.get("attempt") != run.attempt
         }
+        graph = await _graph_figures(rl, runs) if args.graph else {}
         return Report(
             driver=args.driver,
-            runs_triggered=args.runs,
+            runs_triggered=triggered,
             runs_succeeded=len(succeeded),
             runs_failed=sum(1 for run in runs if run.status is RunStatus.FAILED),
-            lost_runs=args.runs - sum(1 for run in runs if run.status.is_terminal),
+            lost_runs=triggered - sum(1 for run in runs if run.status.is_terminal),
             runs_recorded_twice_as_succeeded=len(doubled),
             executions=sum(executions.values()),
             re_executions=sum(executions.values()) - len(executions),
@@ -391,7 +414,53 @@ async def chaos(args: argparse.Namespace, store: str, workdir: Path, server: Any
             workers_started=workers.started,
             leases_recovered_by_tick=totals["leases_recovered"],
             seconds=round(time.monotonic() - started, 1),
+            **graph,
         )
+
+
+#: --graph: a chain's length, and a fan-in's members (its callback waits for them all).
+CHAIN_LENGTH = 5
+FAN_IN_MEMBERS = 12
+
+
+async def _trigger_graph(rl: Runlane, runs: int) -> int:
+    """Chains and fan-ins, about ``runs`` runs in all (half in each); how many."""
+    n = 0
+    count = 0
+    while count < runs // 2:
+        chain = [(record, {"n": n + step}) for step in range(CHAIN_LENGTH)]
+        n += CHAIN_LENGTH
+        count += len(await rl.trigger_chain(chain))
+    while count < runs:
+        members = [{"n": n + member} for member in range(FAN_IN_MEMBERS)]
+        n += FAN_IN_MEMBERS + 1
+        group = await rl.trigger_group(record, members, then=(record, {"n": n - 1}))
+        count += len(group.runs) + 1
+    return count
+
+
+async def _graph_figures(rl: Runlane, runs: list[Run]) -> dict[str, int]:
+    """What --graph adds to the report (see :class:`Report`)."""
+    released_twice = started_early = 0
+    for run in runs:
+        dependencies = await rl.runs.dependencies(run.id)
+        if not dependencies:
+            continue
+        events = await rl.runs.events(run.id)
+        met = [e for e in events if e.type is RunEventType.DEPENDENCIES_MET]
+        released_twice += len(met) > 1
+        starts = [e.occurred_at for e in events if e.type is RunEventType.STARTED]
+        finished = []
+        for dependency in dependencies:
+            history = await rl.runs.events(dependency.id)
+            finished += [e.occurred_at for e in history if e.type is RunEventType.SUCCEEDED]
+        if starts and (len(finished) < len(dependencies) or min(starts) < max(finished)):
+            started_early += 1
+    return {
+        "dependents_released_twice": released_twice,
+        "started_before_dependencies": started_early,
+        "runs_left_waiting": sum(1 for run in runs if run.status is RunStatus.WAITING),
+    }
 
 
 @contextlib.contextmanager
@@ -453,6 +522,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=0.3,
         help="seconds between terminations of every runlane backend (terminate fault)",
+    )
+    parser.add_argument(
+        "--graph", action="store_true", help="chains and fan-ins instead of independent runs"
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None, help="where the log (and SQLite file) go")

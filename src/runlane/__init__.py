@@ -4,6 +4,7 @@ from runlane.core.observing import Attempt, Observer
 from runlane.core.observing import Outcome as AttemptOutcome
 from runlane.core.runtime import Runlane
 from runlane.core.worker import Worker, WorkerMode
+from runlane.core.workflows import Group
 from runlane.lanes import postgres_lane, postgres_sqs_lane, sqlite_lane
 from runlane.model.context import Context, Release, Signal, SignalReason
 from runlane.model.definitions import TaskDef, task
@@ -28,7 +29,7 @@ from runlane.topics.outcomes import (
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
 from runlane.types.clock import Clock, ManualClock, SystemClock
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.records import HaltedKey
+from runlane.types.records import GroupStatus, HaltedKey
 from runlane.types.retry import BackoffType, RetryPolicy
 from runlane.types.runs import (
     Page,
@@ -58,6 +59,8 @@ __all__ = [
     "DeliveryContext",
     "ErrorCode",
     "FatalWorkError",
+    "Group",
+    "GroupStatus",
     "HaltedKey",
     "Lane",
     "ManualClock",

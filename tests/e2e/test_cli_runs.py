@@ -239,3 +239,23 @@ def test_commands_name_the_sqlite_file_they_use(cli: Cli) -> None:
 
     assert f"storage {database}" in drained.stderr + drained.stdout
     assert f"no runs match in {database}." in empty.stdout
+
+
+def test_runs_show_lists_dependencies_and_dependents_with_their_statuses(cli: Cli) -> None:
+    first = trigger(cli, "greet", "--payload", '{"name": "Ada"}')
+    second = trigger(cli, "greet", "--payload", '{"name": "Bo"}', "--after", first["id"])
+    assert second["status"] == "waiting"
+
+    shown = cli.json("runs", "show", APP, second["id"])
+    assert shown["dependencies"] == [{"id": first["id"], "task_id": "greet", "status": "queued"}]
+    assert cli.json("runs", "show", APP, first["id"])["dependents"] == [
+        {"id": second["id"], "task_id": "greet", "status": "waiting"}
+    ]
+    cli.run("worker", APP, "--drain")
+    shown = cli.json("runs", "show", APP, second["id"])
+    assert shown["status"] == "succeeded"
+    assert shown["dependencies"][0]["status"] == "succeeded"
+    table = cli.run("runs", "show", APP, second["id"]).stdout
+    assert "dependencies" in table and first["id"] in table
+    refused = cli.run("trigger", APP, "greet", "--after", "no-such-run", expect=1)
+    assert refused.stderr.startswith("error[run_not_found]: ")

@@ -201,3 +201,39 @@ def test_an_operator_finds_a_dead_letter_and_replays_it_with_a_reason(
     status, stderr = served.stop()
     assert status == 0
     assert TOKEN not in stderr
+
+
+def test_an_operator_follows_a_group_from_its_page_to_its_callback_and_its_members(
+    browser: Browser, served: DashboardProcess
+) -> None:
+    async def make_group() -> tuple[str, str, list[str]]:
+        async with build_runtime(served.folder / "app.db") as rl:
+            group = await rl.trigger_group(
+                "greet", [{"name": "Ada"}, {"name": "Bo"}], then=("greet", {"name": "All"})
+            )
+            await rl.execute_next(queues=["main"])
+            assert group.callback is not None
+            return group.id, group.callback.id, [run.id for run in group.runs]
+
+    group_id, callback_id, members = run_async(make_group)
+    page: Page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page_errors: list[object] = []
+    page.on("pageerror", lambda error: page_errors.append(error))
+
+    page.goto(f"{served.url}groups/{group_id}")
+    assert "1 of 2 done" in page.locator("p.progress").inner_text()
+    assert page.locator("progress").get_attribute("value") == "1"
+    listed = page.locator("ul.members li a").all_inner_texts()
+    assert sorted(listed) == sorted(members)
+
+    page.get_by_role("link", name=callback_id).click()
+    page.wait_for_url(f"**/runs/{callback_id}")
+    dependencies = page.locator("section.relations ul.dependencies li").all_inner_texts()
+    assert [line.split()[0] for line in dependencies] == members
+    assert any("succeeded" in line for line in dependencies)
+    assert any("queued" in line for line in dependencies)
+    page.get_by_role("link", name=members[0]).click()
+    page.wait_for_url(f"**/runs/{members[0]}")
+    dependents = page.locator("section.relations ul.dependents li").all_inner_texts()
+    assert len(dependents) == 1 and callback_id in dependents[0] and "waiting" in dependents[0]
+    assert not page_errors

@@ -71,3 +71,53 @@ def test_killing_workers_at_random_loses_no_run_and_doubles_no_success(
     assert report["re_executions"] > 0, "no kill caught an attempt in flight"
     assert report["executions"] == RUNS + report["re_executions"]
     assert done.returncode == 0 and report["ok"] is True
+
+
+def test_killing_workers_during_a_workflow_graph_strands_no_dependent_and_releases_none_twice(
+    driver: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # Chains and fan-ins of a few hundred runs: kills land after a member's settle,
+    # between a dependency's success and its dependents' start, and mid-callback.
+    store = [] if driver == "sqlite" else ["--dsn", request.getfixturevalue("postgres_dsn")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CHAOS),
+            "--driver",
+            driver,
+            *store,
+            "--graph",
+            "--runs",
+            "300",
+            "--workers",
+            "3",
+            "--concurrency",
+            "3",
+            "--task-seconds",
+            "0.1",
+            "--kills",
+            "4",
+            "--kill-interval",
+            "0.3",
+            "--timeout",
+            "120",
+            "--dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert report["kills"] == 4, report
+    assert report["runs_triggered"] >= 300
+    assert report["lost_runs"] == 0 and report["runs_left_waiting"] == 0, report
+    assert report["dependents_released_twice"] == 0, report
+    assert report["started_before_dependencies"] == 0, report
+    assert report["runs_recorded_twice_as_succeeded"] == 0, report
+    assert report["runs_succeeded"] == report["runs_triggered"], report
+    assert report["re_executions"] > 0, "no kill caught an attempt in flight"
+    assert done.returncode == 0 and report["ok"] is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.dashboard_app import TRACEBACK_TAIL, XSS_PAYLOAD
@@ -256,3 +257,34 @@ def test_healthz_and_pages_answer_503_when_storage_cannot_be_reached(tmp_path: P
     assert api.status_code == 503
     assert api.json()["error"]["code"] == ErrorCode.STORAGE_UNAVAILABLE.value
     assert page.status_code == 503
+
+
+def test_a_group_page_shows_done_total_and_failures_and_a_run_page_its_relations(
+    dash: DashboardUnderTest,
+) -> None:
+    async def make_group(rl: Any) -> tuple[str, str, list[str]]:
+        group = await rl.trigger_group(
+            "greet", [{"name": "Ada"}, {"name": "Bo"}, {"name": 7}], then=("greet", {"name": "Z"})
+        )
+        await rl.execute_next(queues=["main"])
+        return group.id, group.callback.id, [run.id for run in group.runs]
+
+    group_id, callback_id, members = dash.read(make_group)
+    data = dash.client.get(f"/api/groups/{group_id}").json()
+    page = dash.client.get(f"/groups/{group_id}")
+
+    assert data["group"]["total"] == 3 and data["group"]["done"] == 1
+    assert data["group"]["callback_id"] == callback_id
+    assert sorted(row["id"] for row in data["members"]) == sorted(members)
+    assert page.status_code == 200
+    assert "<strong>1</strong> of <strong>3</strong> done" in page.text
+    assert f'href="/runs/{callback_id}"' in page.text
+
+    callback = dash.client.get(f"/api/runs/{callback_id}").json()
+    assert [row["id"] for row in callback["dependencies"]] == members
+    assert {row["status"] for row in callback["dependencies"]} == {"succeeded", "queued"}
+    run_page = dash.client.get(f"/runs/{callback_id}")
+    assert "Dependencies" in run_page.text and f'href="/runs/{members[0]}"' in run_page.text
+    member = dash.client.get(f"/api/runs/{members[0]}").json()
+    assert member["dependents"] == [{"id": callback_id, "task_id": "greet", "status": "waiting"}]
+    assert dash.client.get("/api/groups/no-such-group").status_code == 404

@@ -33,6 +33,7 @@ ALL_MIGRATIONS = [
     "010_claim_reads_what_it_takes",
     "011_standby_workers",
     "012_observing_runs",
+    "013_run_dependencies",
 ]
 
 
@@ -72,7 +73,11 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] == list(range(1, SCHEMA_VERSION + 1))
+    assert (
+        versions
+        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        == list(range(1, SCHEMA_VERSION + 1))
+    )
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -315,6 +320,8 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
     assert functions == [
         ("runlane_announce_finished",),
         ("runlane_claim_due_runs",),
+        ("runlane_dependencies_met",),
+        ("runlane_dependency_settled",),
         ("runlane_lock_claimable_keys",),
     ]
     async with rl:
@@ -366,7 +373,7 @@ async def test_version_12_adds_progress_and_announces_runs_queued_before_when_th
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 11, "queued-at-11")
-    assert await rl.migrate() == ["012_observing_runs"]
+    assert await rl.migrate() == ALL_MIGRATIONS[11:]
     async with rl:
         waiting = asyncio.ensure_future(rl.runs.wait("queued-at-11", timeout="10s"))
         await asyncio.sleep(0.2)
@@ -374,3 +381,16 @@ async def test_version_12_adds_progress_and_announces_runs_queued_before_when_th
         assert done is not None and done.id == "queued-at-11"
         finished = await waiting
         assert finished.status.value == "succeeded" and finished.progress is None
+
+
+async def test_version_13_adds_dependencies_and_a_run_queued_before_can_be_depended_on(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 12, "queued-at-12")
+    assert await rl.migrate() == ["013_run_dependencies"]
+    async with rl:
+        dependent = await rl.trigger(noop, None, after=["queued-at-12"])
+        assert dependent.status.value == "waiting"
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-12"
+        assert (await rl.runs.get(dependent.id)).status.value == "queued"

@@ -68,7 +68,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,13 +116,16 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
             # does not create it again.
             assert "runlane_runs_undelivered" not in after
-            assert after == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
+            kept = {k: v for k, v in after.items() if k in before}
+            assert kept == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
+            # Indexes of later migrations' new tables start empty.
+            assert all(after[k] == 0 for k in after.keys() - before.keys())
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             sql = conn.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
@@ -152,7 +155,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 11
+        assert _applied(path)[-1] == 12
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -184,7 +187,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
 
 
 def _index_names(path: Path) -> set[str]:

@@ -128,7 +128,13 @@ async def test_a_runtime_without_transport_or_retention_runs_only_its_duties(
 ) -> None:
     names = [duty.name for duty in rl.duties]
     # The lane's storage stores messages, so topics' deduplication keys are released too.
-    assert names == ["schedules", "lease_recovery", "idempotency_keys", "deduplication_keys"]
+    assert names == [
+        "schedules",
+        "lease_recovery",
+        "waiting_runs",
+        "idempotency_keys",
+        "deduplication_keys",
+    ]
     with_retention = standard_duties(
         store=rl.store,
         tasks=rl.registry.tasks,

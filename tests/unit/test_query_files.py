@@ -142,7 +142,7 @@ def test_sqlite_list_runs_bounds_its_page_on_the_primary_key_with_or_without_a_c
     # deep page does not read every newer run of the environment first.
     conn = sqlite3.connect(":memory:")
     apply_migrations_for(conn.cursor(), deliveries=True)
-    params = {"environment": "e", "cursor": cursor, "limit": 3}
+    params = {"environment": "e", "cursor": cursor, "limit": 3, "group_id": None}
     params |= {name: '["x"]' for name in ("statuses", "task_ids", "queues")}
     plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES['list_runs']}", params).fetchall()
     assert "(environment=? AND id<?)" in plan[0][3]

@@ -250,6 +250,7 @@ def test_a_dead_lettered_delivery_cannot_be_cancelled() -> None:
 def test_every_status_is_covered_by_the_cancellation_rules() -> None:
     covered = CLAIMABLE_STATUSES | TERMINAL_STATUSES
     covered |= {RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED, RunStatus.DEAD_LETTERED}
+    covered |= {RunStatus.WAITING}
     assert covered == set(RunStatus)
 
 
@@ -328,3 +329,10 @@ def test_project_changes_exactly_what_the_transition_writes(outcome: object) -> 
     waiting = request_cancellation(run, "stop")
     assert waiting is not None
     assert project(run, waiting, NOW).lease == run.lease
+
+
+def test_cancelling_a_waiting_run_cancels_it_at_once() -> None:
+    transition = request_cancellation(_run(RunStatus.WAITING, lease=None), "not needed")
+    assert transition is not None
+    assert transition.changes.status is RunStatus.CANCELLED
+    assert not transition.changes.keep_lease

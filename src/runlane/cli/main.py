@@ -12,6 +12,7 @@ from rich.logging import RichHandler
 from runlane import RunlaneError, __version__
 from runlane.cli.dashboard import dashboard
 from runlane.cli.demo import demo
+from runlane.cli.groups import groups
 from runlane.cli.maintenance import migrate, tick
 from runlane.cli.output import (
     cli_logger,
@@ -116,6 +117,7 @@ cli.add_command(tick)
 cli.add_command(migrate)
 cli.add_command(trigger)
 cli.add_command(runs)
+cli.add_command(groups)
 cli.add_command(queues)
 cli.add_command(schedules)
 cli.add_command(publish)

@@ -23,6 +23,7 @@ PIPE_WIDTH = 200
 
 STATUS_STYLES = {
     RunStatus.QUEUED: "cyan",
+    RunStatus.WAITING: "bright_black",
     RunStatus.SCHEDULED: "blue",
     RunStatus.RUNNING: "yellow",
     RunStatus.RETRYING: "magenta",
@@ -36,7 +37,8 @@ STATUS_STYLES = {
 }
 
 #: Shorter column headers where the status name is long.
-STATUS_LABELS = {RunStatus.CANCELLATION_REQUESTED: "cancelling"}
+#: WAITING runs wait for other runs; the "waiting" column counts runs waiting to start.
+STATUS_LABELS = {RunStatus.CANCELLATION_REQUESTED: "cancelling", RunStatus.WAITING: "on deps"}
 
 
 @cache
@@ -225,7 +227,15 @@ def queues_table(stats: Iterable[View]) -> Table:
     table.add_column("oldest due (UTC)", no_wrap=True)
     table.add_column("running", justify="right")
     # "running" above already counts every leased run; the status columns follow.
-    statuses = [status for status in RunStatus if status is not RunStatus.RUNNING]
+    # WAITING (runs waiting for other runs) only when a queue has some: the table is
+    # wide enough already.
+    stats = list(stats)
+    shown_waiting = any(view["counts"].get(RunStatus.WAITING.value) for view in stats)
+    statuses = [
+        status
+        for status in RunStatus
+        if status is not RunStatus.RUNNING and (status is not RunStatus.WAITING or shown_waiting)
+    ]
     for status in statuses:
         table.add_column(
             STATUS_LABELS.get(status, status.value), justify="right", style=STATUS_STYLES[status]

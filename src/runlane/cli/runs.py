@@ -18,7 +18,7 @@ from runlane.cli.output import (
     runs_table,
 )
 from runlane.cli.params import STATUS, duration, json_option
-from runlane.operator import event_view, run_row, run_view
+from runlane.operator import event_view, run_row, run_view, run_with_relations_view
 
 
 @click.group()
@@ -75,9 +75,15 @@ def list_runs(
 @click.argument("run_id")
 @json_option
 def show_run(app: str, run_id: str, as_json: bool) -> None:
-    """Everything about one run."""
-    run = with_runtime(app, lambda rl: rl.runs.get(run_id))
-    _print_run(run_view(run), as_json)
+    """Everything about one run, with its dependencies and dependents."""
+
+    async def action(rl: Runlane) -> dict[str, Any]:
+        run = await rl.runs.get(run_id)
+        dependencies = await rl.runs.dependencies(run_id)
+        dependents = await rl.runs.dependents(run_id)
+        return run_with_relations_view(run, dependencies, dependents)
+
+    _print_run(with_runtime(app, action), as_json)
 
 
 #: ``runlane runs wait`` exit statuses: succeeded, failed or cancelled, still running.

@@ -23,6 +23,20 @@ from runlane.operator import run_view
 @click.option("--idempotency-key", help="Return the run owning this key instead of a new one.")
 @click.option("--singleton-key", help="At most one active run of the task with this key.")
 @click.option("--concurrency-key", help="Partition of a bounded queue.")
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="RUN_ID",
+    help="Wait for this run to finish first (repeat for several).",
+)
+@click.option(
+    "--on-failure",
+    type=click.Choice(["cancel", "run"]),
+    default="cancel",
+    show_default=True,
+    help="With --after: cancel the run if a dependency fails, or run it anyway.",
+)
 @json_option
 def trigger(
     app: str,
@@ -33,6 +47,8 @@ def trigger(
     idempotency_key: str | None,
     singleton_key: str | None,
     concurrency_key: str | None,
+    after: tuple[str, ...],
+    on_failure: str,
     as_json: bool,
 ) -> None:
     """Create a run of TASK_ID (it has committed when this prints)."""
@@ -46,6 +62,8 @@ def trigger(
             idempotency_key=idempotency_key,
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
+            after=list(after) or None,
+            on_failure=on_failure,
         ),
     )
     view = run_view(run)

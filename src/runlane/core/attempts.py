@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -54,6 +54,7 @@ from runlane.model.transitions import (
     settle_attempt,
 )
 from runlane.model.transitions import project as project_run
+from runlane.ports.storage import TracksDependencies
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -89,6 +90,7 @@ class AttemptRunner:
         that only runs async tasks never starts a pool). Delivery runs call the
         handlers of ``subscriptions``."""
         self._store = store
+        self._read_dependencies = DependencyReader(store).read
         self._tasks = tasks
         self._subscriptions = subscriptions
         self._observers = observers
@@ -222,7 +224,9 @@ class AttemptRunner:
                 heartbeat = Heartbeat(self._store, run, settings, signal, self._keeper)
                 progress = AttemptProgress(self._progress, run)
                 try:
-                    prepared = _prepare(task, run, signal, heartbeat, progress)
+                    prepared = _prepare(
+                        task, run, signal, heartbeat, progress, self._read_dependencies
+                    )
                     if isinstance(prepared, Failed):
                         outcome = prepared
                     elif task.is_async and time_limit is None:
@@ -531,7 +535,12 @@ class OpenAttempt:
 
 
 def _prepare(
-    task: Any, run: Run, signal: Signal, heartbeat: Heartbeat, progress: AttemptProgress
+    task: Any,
+    run: Run,
+    signal: Signal,
+    heartbeat: Heartbeat,
+    progress: AttemptProgress,
+    dependencies: Callable[[str], Awaitable[list[Run]]],
 ) -> tuple[Any, Context] | Failed:
     """The handler's arguments (payload, context), or the failure of an invalid payload."""
     try:
@@ -551,6 +560,7 @@ def _prepare(
         heartbeat=heartbeat.beat,
         worker_id=lease.owner,
         progress=progress,
+        dependencies=dependencies,
     )
     return payload, ctx
 
@@ -564,3 +574,20 @@ def _min_or_none(first: float | None, second: float | None) -> float | None:
     if first is None:
         return second
     return first if second is None else min(first, second)
+
+
+class DependencyReader:
+    """``ctx.dependencies()``: a run's dependencies as storage holds them now."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StoreScope) -> None:
+        self._store = store
+
+    async def read(self, run_id: str) -> list[Run]:
+        """The dependencies of ``run_id`` in the order given (none on a storage
+        without dependencies)."""
+        storage = self._store.storage
+        if not isinstance(storage, TracksDependencies):
+            return []
+        return await storage.list_dependencies(self._store.environment, run_id)

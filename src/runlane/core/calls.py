@@ -21,6 +21,7 @@ from runlane.core.run_operations import QueueCounts
 from runlane.core.store import StoreScope
 from runlane.core.throughput import ThroughputCharts
 from runlane.core.worker import WorkBell, Worker, WorkerMode
+from runlane.core.workflows import Group, Workflows
 from runlane.model.context import Signal
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
@@ -47,10 +48,45 @@ P = TypeVar("P")
 
 
 class ProducingCalls:
-    """Creating runs and publishing messages: ``trigger``, ``trigger_many``, ``publish``."""
+    """Creating runs and publishing messages: ``trigger``, ``trigger_many``,
+    ``trigger_group``, ``trigger_chain``, ``publish``."""
 
     _producer: Producer
     _publisher: Publisher
+    _workflows: Workflows
+
+    async def trigger_group(
+        self,
+        task: TaskDef[P] | str,
+        payloads: Sequence[P | Mapping[str, Any] | None],
+        *,
+        then: tuple[TaskDef[Any] | str, Any] | None = None,
+        on_failure: str = "cancel",
+    ) -> Group:
+        """Create a group: one run of ``task`` per payload (up to 10,000) and, with
+        ``then=(task, payload)``, a callback run ``after`` every member, all in one
+        transaction (one invalid payload writes nothing).
+
+        The callback runs exactly once, when the last member has finished: under
+        ``on_failure="cancel"`` (the default) only if every member succeeded (else it
+        is cancelled with reason ``dependency_failed``), under ``"run"`` whatever they
+        ended as; it reads the members with ``ctx.dependencies()``. Follow the group
+        with ``rl.groups.get(group.id)`` and ``rl.runs.list(group=group.id)``.
+
+        >>> group = await rl.trigger_group(resize, [{"image": i} for i in range(500)],
+        ...                                then=(zip_album, {"album": 7}))
+        """
+        return await self._workflows.trigger_group(task, payloads, then=then, on_failure=on_failure)
+
+    async def trigger_chain(self, steps: Sequence[tuple[TaskDef[Any] | str, Any]]) -> list[Run]:
+        """Create runs that run one after another: each step ``(task, payload)`` waits
+        for the one before (``on_failure="cancel"``: a step that fails cancels the rest),
+        all in one transaction. Returns the runs in order.
+
+        >>> fetched, parsed, stored = await rl.trigger_chain(
+        ...     [(fetch, {"url": url}), (parse, None), (store, None)])
+        """
+        return await self._workflows.trigger_chain(steps)
 
     async def trigger(
         self,
@@ -65,11 +101,23 @@ class ProducingCalls:
         concurrency_key: str | None = None,
         trace_carrier: Mapping[str, str] | None = None,
         connection: Any = None,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = "cancel",
     ) -> Run:
         """Create a run of ``task``; it has committed when this returns.
 
         With an owned ``idempotency_key`` or an active ``singleton_key`` the
         existing run is returned instead of a new one.
+
+        With ``after`` (runs or run ids of this environment, at most 1,000) the run
+        is WAITING until every one of them has finished; in the transaction that
+        finishes the last one it becomes due, or, with ``on_failure="cancel"`` (the
+        default) and a dependency that failed or was cancelled, it is cancelled
+        with reason ``dependency_failed``. ``on_failure="run"`` runs it however its
+        dependencies ended. See the workflows guide.
+
+        >>> extract_run = await rl.trigger(extract, {"day": "2026-12-01"})
+        >>> report_run = await rl.trigger(report, None, after=[extract_run])
         """
         return await self._producer.trigger(
             task,
@@ -82,6 +130,8 @@ class ProducingCalls:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             connection=connection,
+            after=after,
+            on_failure=on_failure,
         )
 
     async def trigger_many(
@@ -95,6 +145,8 @@ class ProducingCalls:
         concurrency_key: str | None = None,
         trace_carrier: Mapping[str, str] | None = None,
         connection: Any = None,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = "cancel",
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
@@ -104,7 +156,9 @@ class ProducingCalls:
         On a storage that streams runs (PostgreSQL), a call of more than one batch
         without keys, delivery requests or ``connection`` is one transaction instead:
         each batch is validated while the one before is stored, and a bad payload or a
-        failure anywhere writes nothing."""
+        failure anywhere writes nothing.
+
+        ``after`` and ``on_failure`` apply to every run, as for :meth:`trigger`."""
         return await self._producer.trigger_many(
             task,
             payloads,
@@ -114,6 +168,8 @@ class ProducingCalls:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             connection=connection,
+            after=after,
+            on_failure=on_failure,
         )
 
     async def publish(

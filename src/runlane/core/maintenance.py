@@ -26,7 +26,7 @@ from runlane.core.store import StoreScope
 from runlane.model.context import Signal
 from runlane.model.definitions import TaskDef
 from runlane.model.transitions import LeaseExpired, settle_attempt
-from runlane.ports.storage import HandsOff
+from runlane.ports.storage import HandsOff, TracksDependencies
 from runlane.topics.constants import DEFAULT_SUBSCRIPTION_RETRY
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -194,6 +194,32 @@ class IdempotencyKeyRelease:
         )
 
 
+#: Stranded waiting runs one pass settles at most.
+STRANDED_WAITING_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedWaitingRuns:
+    """The safety net of dependencies (contract 8.1): settles WAITING runs whose
+    dependencies have all finished. The settle of a run's last dependency releases
+    it in the same transaction, so this finds nothing unless something went wrong;
+    what it finds is counted (``TickReport.waiting_runs_settled``) so that such a bug
+    shows as a figure, not as a stuck run."""
+
+    name: ClassVar[str] = "waiting_runs"
+    store: StoreScope
+    batch: int = STRANDED_WAITING_BATCH
+
+    async def run(self, report: TickReport) -> None:
+        """Settle the stranded waiting runs."""
+        store = self.store
+        storage = store.storage
+        assert isinstance(storage, TracksDependencies)
+        report.waiting_runs_settled += await storage.settle_stranded_waiting_runs(
+            store.environment, store.now(), self.batch
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class DeadOffers:
     """Removes the hand-off offers of workers that are gone (killed, or their listening
@@ -282,6 +308,9 @@ def standard_duties(
     duties.append(
         LeaseRecovery(store, tasks, observers, subscription_retries=subscription_retries or {})
     )
+    if isinstance(store.storage, TracksDependencies):
+        # Before the delivery requests: a run it makes due gets its request this pass.
+        duties.append(StrandedWaitingRuns(store))
     if dispatcher is not None:
         duties += [DeliveryRequests(dispatcher), OutboxPublish(dispatcher)]
     duties.append(IdempotencyKeyRelease(store))

@@ -31,15 +31,16 @@ from runlane.core.observing import Observers
 from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
 from runlane.model.definitions import TaskDef
+from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
 from runlane.model.payloads import prepare_payload
 from runlane.model.queue_defs import QueueDef
-from runlane.ports.storage import StreamsRuns
+from runlane.ports.storage import StreamsRuns, TracksDependencies
 from runlane.types.carriers import validate_trace_carrier
 from runlane.types.clock import Clock, aware_utc
 from runlane.types.durations import Duration, parse_duration
-from runlane.types.errors import configuration_error
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import new_run_id, validate_identifier, validate_optional_identifier
-from runlane.types.records import CreateOutcome, NewRun
+from runlane.types.records import CreateOutcome, NewGroup, NewRun, NewWaitingRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
 
@@ -159,6 +160,25 @@ class TriggerPlan:
             trace_carrier=self.trace_carrier,
             request_delivery=self.request_delivery,
         )
+
+
+# Without slot_init: it builds stores for a class's own slots only, and this is rare.
+@dataclass(frozen=True, slots=True)
+class WaitingPlan(TriggerPlan):
+    """A :class:`TriggerPlan` whose runs wait for other runs (``after=``, validated)."""
+
+    after: tuple[str, ...] = ()
+    on_failure: str = "cancel"
+
+    @property
+    def plain(self) -> bool:
+        """Never: waiting runs have edges to write."""
+        return False
+
+    def _run(self, run_id: str, instance: Any, value: Any, encoded: str) -> NewRun:
+        new = TriggerPlan._run(self, run_id, instance, value, encoded)
+        fields = {field.name: getattr(new, field.name) for field in dataclasses.fields(new)}
+        return NewWaitingRun(**fields, after=self.after, on_failure=self.on_failure)
 
 
 def plan_trigger(
@@ -305,8 +325,14 @@ class RunWriter:
         )
 
     async def create_one(self, new: NewRun, connection: Any) -> CreateOutcome:
-        """Write one run; without keys or a caller's connection it shares a commit."""
-        if connection is None and new.idempotency_key is None and new.singleton_key is None:
+        """Write one run; without keys, dependencies or a caller's connection it shares
+        a commit (a dependent's unknown dependency fails its own write only)."""
+        if (
+            connection is None
+            and new.idempotency_key is None
+            and new.singleton_key is None
+            and type(new) is NewRun
+        ):
             # Concurrent lone triggers share one write and one commit.
             loop = asyncio.get_running_loop()
             batcher = self._batchers.get(loop)
@@ -379,6 +405,35 @@ class RunWriter:
                 raise
         return [run for runs in written for run in runs]
 
+    @property
+    def environment(self) -> str:
+        """The environment runs are written to."""
+        return self._store.environment
+
+    def require_dependencies(self) -> TracksDependencies:
+        """The storage, if it keeps runs that wait for other runs; else
+        ``CAPABILITY_UNSUPPORTED``."""
+        storage = self._store.storage
+        if not isinstance(storage, TracksDependencies):
+            raise RunlaneError(
+                ErrorCode.CAPABILITY_UNSUPPORTED,
+                f"{type(storage).__name__} does not keep dependencies between runs "
+                "(after=, trigger_group, trigger_chain).",
+            )
+        return storage
+
+    async def create_group(
+        self, storage: TracksDependencies, group: NewGroup, members: Sequence[NewRun]
+    ) -> tuple[list[Run], Run | None]:
+        """Write a group's members, the group and its callback in one transaction.
+
+        The members' delivery requests (transport lanes) are published by ``tick``."""
+        await self._opened()
+        store = self._store
+        runs, callback = await storage.create_group(store.environment, group, members, store.now())
+        self._on_created()
+        return runs, callback
+
     async def create(
         self, new_runs: Sequence[NewRun], *, connection: Any = None
     ) -> list[CreateOutcome]:
@@ -441,6 +496,8 @@ class Producer:
         concurrency_key: str | None,
         trace_carrier: Mapping[str, str] | None,
         connection: Any,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = CANCEL,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
         new = self.build_new_run(
@@ -454,6 +511,8 @@ class Producer:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
+            after=after,
+            on_failure=on_failure,
         )
         observers = self._observers
         if observers:
@@ -477,6 +536,8 @@ class Producer:
         concurrency_key: str | None,
         trace_carrier: Mapping[str, str] | None,
         connection: Any,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = CANCEL,
     ) -> list[Run]:
         """``Runlane.trigger_many``: every payload validated, then written in batches."""
         plan = self.plan_trigger(
@@ -487,6 +548,8 @@ class Producer:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             source=_TRIGGERED,
+            after=after,
+            on_failure=on_failure,
         )
         writer = self._writer
         # A streamed call validates each batch as storage asks for it; otherwise every
@@ -522,10 +585,12 @@ class Producer:
         singleton_key: str | None = None,
         concurrency_key: str | None = None,
         trace_carrier: Mapping[str, str] | None = None,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = CANCEL,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
         definition = self._registry.resolve_task(task)
-        return plan_trigger(
+        plan = plan_trigger(
             definition,
             self._registry.queue_for(definition, queue),
             now=self._clock.now(),
@@ -539,6 +604,33 @@ class Producer:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
         )
+        if after is None and on_failure is CANCEL:
+            return plan  # no dependencies: the plan every trigger without after= takes
+        return self._with_dependencies(plan, after, on_failure)
+
+    def _with_dependencies(
+        self, plan: TriggerPlan, after: Sequence[Run | str] | None, on_failure: str
+    ) -> TriggerPlan:
+        """``plan`` for runs that wait for ``after`` (checked; none: ``plan`` itself)."""
+        policy = validate_on_failure(on_failure)
+        ids = dependency_ids(after, self._writer.environment) if after is not None else ()
+        if not ids:
+            return plan
+        self._writer.require_dependencies()
+        if plan.singleton_key is not None:
+            # A waiting run is not counted by the singleton rule's index of active runs.
+            raise configuration_error(
+                "a run with dependencies (after=) cannot have a singleton_key."
+            )
+        fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(plan)}
+        fields["status"] = RunStatus.WAITING
+        # Written when the dependencies release the run, if it is due then.
+        fields["request_delivery"] = (
+            self._transport
+            and plan.queue.concurrency_limit is None
+            and plan.source.type is not RunSourceType.RUN_NOW
+        )
+        return WaitingPlan(**fields, after=ids, on_failure=policy)
 
     def build_new_run(
         self,
@@ -553,6 +645,8 @@ class Producer:
         singleton_key: str | None = None,
         concurrency_key: str | None = None,
         trace_carrier: Mapping[str, str] | None = None,
+        after: Sequence[Run | str] | None = None,
+        on_failure: str = CANCEL,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
         return self.plan_trigger(
@@ -565,6 +659,8 @@ class Producer:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
+            after=after,
+            on_failure=on_failure,
         ).new_run(payload)
 
     async def create_child_run(

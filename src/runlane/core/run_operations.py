@@ -16,6 +16,7 @@ from runlane.core.waiting import RunWatcher
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
 from runlane.model.transitions import project, request_cancellation
+from runlane.ports.storage import TracksDependencies
 from runlane.topics.states import RunsOperation, delivery_state, refuse_runs_operation
 from runlane.types.clock import aware_utc
 from runlane.types.durations import Duration, parse_duration
@@ -138,8 +139,12 @@ class Runs:
         queues: Sequence[QueueDef | str] | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        group: str | None = None,
     ) -> Page[Run]:
-        """Runs newest first; pass ``page.next_cursor`` back for the next page."""
+        """Runs newest first; pass ``page.next_cursor`` back for the next page.
+
+        ``group``: only the members of that group (``rl.trigger_group``), not its callback.
+        """
         self._store.require("reads_run_history")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
             raise configuration_error(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
@@ -157,9 +162,31 @@ class Runs:
             self._registry.resolve_queue(q, purpose="run listing").name for q in queues or ()
         ]
         await self._connect()
-        run_filter = RunFilter(status_values, task_ids, queue_names)
+        if group is not None and (not isinstance(group, str) or not group):
+            raise configuration_error("group must be a group id (a non-empty string).")
+        run_filter = RunFilter(status_values, task_ids, queue_names, group=group)
         page = await _listed(self._store, run_filter, limit, cursor)
         return Page(await self._with_progress(page.data), page.next_cursor)
+
+    async def dependencies(self, run_id: str) -> builtins.list[Run]:
+        """The runs ``run_id`` was triggered ``after``, in the order given, as they are
+        now; RUN_NOT_FOUND if it is not in this environment."""
+        await self.get(run_id)
+        storage = self._store.storage
+        if not isinstance(storage, TracksDependencies):
+            return []
+        return await storage.list_dependencies(self._store.environment, run_id)
+
+    async def dependents(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
+        """Up to ``limit`` runs triggered ``after`` ``run_id`` (by id), as they are now;
+        RUN_NOT_FOUND if it is not in this environment."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+            raise configuration_error(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
+        await self.get(run_id)
+        storage = self._store.storage
+        if not isinstance(storage, TracksDependencies):
+            return []
+        return await storage.list_dependents(self._store.environment, run_id, limit)
 
     async def events(self, run_id: str) -> builtins.list[RunEvent]:
         """The run's history, oldest first."""

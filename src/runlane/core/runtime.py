@@ -33,6 +33,7 @@ from runlane.core.sync import SyncRunlane
 from runlane.core.throughput import ThroughputCharts, ThroughputRecorder
 from runlane.core.topic_operations import DeadLetters, SubscriptionOperations
 from runlane.core.worker import WorkBell
+from runlane.core.workflows import Groups, Workflows
 from runlane.model.definitions import TaskDef
 from runlane.model.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from runlane.model.queue_defs import QueueDef
@@ -234,6 +235,9 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         #: Operator calls on this lane's runs and idempotency keys.
         self.runs: Runs = Runs(store, self.registry, connect, self._producer.create_child_run)
         self.idempotency_keys: IdempotencyKeys = IdempotencyKeys(store, self.registry, connect)
+        #: Reading groups (``rl.trigger_group``).
+        self.groups: Groups = Groups(store, writer, connect)
+        self._workflows = Workflows(self._producer, writer)
         #: Listing, pausing and resuming this lane's schedules.
         self.schedules: Schedules = Schedules(store, self.registry.schedules, connect)
         #: Listing, replaying and discarding dead letters (stored, and SNS with ``subscription=``).

@@ -66,7 +66,9 @@ class _BlockingProxy:
         return value
 
 
-_SUB_APIS = frozenset({"runs", "idempotency_keys", "schedules", "dead_letters", "subscriptions"})
+_SUB_APIS = frozenset(
+    {"runs", "idempotency_keys", "schedules", "dead_letters", "subscriptions", "groups"}
+)
 
 
 class Blockable(Protocol):

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from runlane.model.progress import ProgressReport, check_progress
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.runs import Run
 
 
 class SignalReason(StrEnum):
@@ -151,6 +152,7 @@ class Context:
         heartbeat: Callable[[], Awaitable[None]],
         worker_id: str,
         progress: ProgressSink | None = None,
+        dependencies: Callable[[str], Awaitable[list[Run]]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.task_id = task_id
@@ -162,6 +164,12 @@ class Context:
         self.worker_id = worker_id
         self._heartbeat = heartbeat
         self._progress = progress
+        self._dependencies = dependencies
+        # Where dependencies_sync sends its read from a sync task's thread.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     def is_cancellation_requested(self) -> bool:
         """Whether an operator asked to cancel this run."""
@@ -202,6 +210,34 @@ class Context:
                 "(a worker, execute_next, execute_delivery or run_now).",
             )
         return self._progress
+
+    async def dependencies(self) -> list[Run]:
+        """The runs this run was triggered ``after``, in the order given, as they are
+        now (status, result, failure), read in one query; empty without any.
+
+        >>> extracted, transformed = await ctx.dependencies()
+        >>> rows = transformed.result["rows"]
+        """
+        if self._dependencies is None:
+            return []
+        return await self._dependencies(self.run_id)
+
+    def dependencies_sync(self) -> list[Run]:
+        """:meth:`dependencies` for a sync task (which runs in a worker thread)."""
+        loop = self._loop
+        if loop is None or self._dependencies is None:
+            return []
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RunlaneError(
+                ErrorCode.CONFIGURATION_INVALID,
+                "ctx.dependencies_sync() blocks: call it from a sync task; "
+                "an async task awaits ctx.dependencies().",
+            )
+        return asyncio.run_coroutine_threadsafe(self.dependencies(), loop).result()
 
     def __repr__(self) -> str:
         return f"Context(run_id={self.run_id!r}, task_id={self.task_id!r}, attempt={self.attempt})"

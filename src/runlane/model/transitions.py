@@ -196,7 +196,7 @@ def request_cancellation(run: Run, reason: str | None) -> Transition | None:
     if run.status is RunStatus.CANCELLATION_REQUESTED:
         return None
     data = {"reason": reason}
-    if run.status in CLAIMABLE_STATUSES:
+    if run.status in CLAIMABLE_STATUSES or run.status is RunStatus.WAITING:
         changes = RunChanges(status=RunStatus.CANCELLED, cancel_reason=reason, failure=run.failure)
         event = NewEvent(RunEventType.CANCELLED, data)
     else:

@@ -7,6 +7,7 @@ fields under the same names. Lease tokens are fencing secrets and never shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,7 @@ from runlane.core.schedule_service import ScheduleInfo
 from runlane.model.payloads import UnreadablePayload
 from runlane.model.throughput import OUTCOME_SERIES
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
-from runlane.types.records import HaltedKey
+from runlane.types.records import GroupStatus, HaltedKey
 from runlane.types.runs import (
     ACTIVE_STATUSES,
     QueueStats,
@@ -290,4 +291,34 @@ def halted_key_view(halted: HaltedKey) -> View:
         "dead_letter_id": halted.dead_letter_id,
         "dead_lettered_at": iso(halted.dead_lettered_at),
         "waiting": halted.waiting,
+    }
+
+
+def related_run_view(run: Run) -> View:
+    """A dependency or dependent of a run, as its run page lists it."""
+    return {"id": run.id, "task_id": run.task_id, "status": run.status.value}
+
+
+def run_with_relations_view(
+    run: Run, dependencies: Sequence[Run], dependents: Sequence[Run]
+) -> View:
+    """:func:`run_view` with the run's ``dependencies`` (in the order given) and
+    ``dependents``, each with its status (``runlane runs show``, the run page)."""
+    view = run_view(run)
+    view["dependencies"] = [related_run_view(dependency) for dependency in dependencies]
+    view["dependents"] = [related_run_view(dependent) for dependent in dependents]
+    return view
+
+
+def group_view(group: GroupStatus) -> View:
+    """A group's progress (``runlane groups show``, the group page)."""
+    return {
+        "id": group.id,
+        "task_id": group.task_id,
+        "total": group.total,
+        "done": group.done,
+        "failed": group.failed,
+        "counts": {status.value: n for status, n in sorted(group.counts.items())},
+        "callback_id": group.callback_id,
+        "created_at": iso(group.created_at),
     }

@@ -24,6 +24,9 @@ from runlane.types.records import (
     DeadLetterFilter as DeadLetterFilter,
 )
 from runlane.types.records import (
+    GroupStatus as GroupStatus,
+)
+from runlane.types.records import (
     HaltedKey as HaltedKey,
 )
 from runlane.types.records import (
@@ -36,10 +39,16 @@ from runlane.types.records import (
     NewEvent as NewEvent,
 )
 from runlane.types.records import (
+    NewGroup as NewGroup,
+)
+from runlane.types.records import (
     NewMessage as NewMessage,
 )
 from runlane.types.records import (
     NewRun as NewRun,
+)
+from runlane.types.records import (
+    NewWaitingRun as NewWaitingRun,
 )
 from runlane.types.records import (
     OutboxMessage as OutboxMessage,
@@ -544,3 +553,48 @@ class StoresMessages(Protocol):
         rule of ``claim_run``: EXCLUSIVE, another delivery of its (subscription, key)
         holds an unexpired lease; ORDERED, also an unfinished delivery of the key comes
         before it). Any other run is left alone (``False``)."""
+
+
+@runtime_checkable
+class TracksDependencies(Protocol):
+    """Optional: runs that wait for other runs, and groups (contract 8).
+
+    :meth:`Storage.create_runs` creates a :class:`NewWaitingRun` as WAITING with one edge
+    per dependency, counting the dependencies already settled at once (succeeded,
+    failed, cancelled, discarded or dead-lettered); unknown ids raise
+    ``RUN_NOT_FOUND`` and the call writes nothing. Whatever write settles a run's
+    last unsettled dependency (:meth:`Storage.apply_transitions` on any path) also,
+    in its transaction, makes the run due (QUEUED, or SCHEDULED before its
+    ``run_at``; with its delivery request when it asked for one and is due) and
+    appends ``run.dependencies_met``, or, under ``on_failure="cancel"`` with a
+    dependency that did not succeed, cancels it with reason ``dependency_failed``
+    naming that dependency, which settles its own dependents in turn.
+    :meth:`Storage.prune_runs` keeps a finished run an unfinished run depends on.
+    """
+
+    async def list_dependencies(self, environment: str, run_id: str) -> list[Run]:
+        """The runs ``run_id`` was created ``after``, in the order given, as they are now."""
+
+    async def list_dependents(self, environment: str, run_id: str, limit: int) -> list[Run]:
+        """Up to ``limit`` runs created ``after`` ``run_id``, by id."""
+
+    async def settle_stranded_waiting_runs(
+        self, environment: str, now: datetime, limit: int
+    ) -> int:
+        """The safety net: release or cancel (as the settle of their last dependency
+        would have) up to ``limit`` WAITING runs none of whose dependencies is
+        unfinished; return how many. Zero unless something went wrong."""
+
+    async def create_group(
+        self,
+        environment: str,
+        group: NewGroup,
+        members: Sequence[NewRun],
+        now: datetime,
+    ) -> tuple[list[Run], Run | None]:
+        """Create the members (plain runs with ``group_id``), the group and its
+        callback (``group.callback``, a run ``after`` every member) in one transaction;
+        returns the members in order and the callback."""
+
+    async def get_group(self, environment: str, group_id: str) -> GroupStatus | None:
+        """A group with its members counted per status, or ``None``."""

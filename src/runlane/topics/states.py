@@ -42,7 +42,9 @@ from runlane.types.storable_text import unstorable
 #: but ``FAILED`` (a delivery never fails, it is dead-lettered). Which of them are
 #: claimable, leased, unfinished or terminal is the run vocabulary's to say
 #: (``runlane.types.runs``).
-DELIVERY_STATUSES = tuple(status for status in RunStatus if status is not RunStatus.FAILED)
+DELIVERY_STATUSES = tuple(
+    status for status in RunStatus if status not in (RunStatus.FAILED, RunStatus.WAITING)
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,24 @@ class NewRun:
     request_delivery: bool = False
 
 
+# Without slot_init: it builds stores for a class's own slots only, and this is rare.
+@dataclass(frozen=True, slots=True)
+class NewWaitingRun(NewRun):
+    """A run to create WAITING for other runs of its environment (contract 8.1).
+
+    Storage counts the dependencies already finished at once, in the creating
+    transaction. ``request_delivery`` asks for the delivery request when the
+    dependencies release the run, if it is due then. A subclass rather than two
+    more fields of :class:`NewRun`: every other run is built without them.
+    """
+
+    #: The runs it waits for, in the caller's order, without repeats.
+    after: tuple[str, ...] = ()
+    #: ``"cancel"`` (a dependency that failed or was cancelled cancels the run) or
+    #: ``"run"`` (the run becomes due however its dependencies ended).
+    on_failure: str = "cancel"
+
+
 @slot_init
 @dataclass(frozen=True, slots=True)
 class OutboxMessage:
@@ -147,6 +165,46 @@ class RunFilter:
     statuses: Sequence[RunStatus] = ()
     task_ids: Sequence[str] = ()
     queues: Sequence[str] = ()
+    #: Only the members of this group (``rl.trigger_group``).
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewGroup:
+    """A group to create with its member runs and its callback (contract 8.2)."""
+
+    id: str
+    task_id: str
+    #: The callback: a run ``after`` every member (its ``after`` lists them).
+    callback: NewWaitingRun | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """A group (``rl.groups.get``): its members counted per status, and its callback.
+
+    ``counts``, ``done`` and ``total`` count members only, never the callback.
+    """
+
+    id: str
+    task_id: str
+    #: How many members the group has.
+    total: int
+    #: The callback run (``then=``), or ``None``.
+    callback_id: str | None
+    created_at: datetime
+    #: Members per status; statuses with none are left out.
+    counts: dict[RunStatus, int]
+
+    @property
+    def done(self) -> int:
+        """Members that have finished (succeeded, failed or cancelled)."""
+        return sum(n for status, n in self.counts.items() if status.is_terminal)
+
+    @property
+    def failed(self) -> int:
+        """Members that finished without succeeding (failed or cancelled)."""
+        return self.done - self.counts.get(RunStatus.SUCCEEDED, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,9 @@ class RunStatus(StrEnum):
     """Where a run is in its lifecycle."""
 
     QUEUED = "queued"
+    #: Triggered ``after`` other runs that have not all finished yet (contract 8.1):
+    #: never claimed; it becomes due, or is cancelled, when its last dependency ends.
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     RUNNING = "running"
     RETRYING = "retrying"
@@ -86,6 +89,8 @@ class RunEventType(StrEnum):
     DEAD_LETTERED = "run.dead_lettered"
     REPLAYED = "run.replayed"
     DISCARDED = "run.discarded"
+    #: A waiting run's dependencies have all finished and it is due (contract 8.1).
+    DEPENDENCIES_MET = "run.dependencies_met"
 
 
 class RunSourceType(StrEnum):
@@ -359,6 +364,9 @@ class TickReport:
     deduplication_keys_released: int = 0
     #: Hand-off offers of workers that are gone, removed (PostgreSQL).
     offers_removed: int = 0
+    #: Waiting runs whose dependencies had all finished, settled by the safety net
+    #: (zero unless a release was missed).
+    waiting_runs_settled: int = 0
     failures: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> int:
@@ -374,4 +382,5 @@ class TickReport:
             + self.outbox_published
             + self.deduplication_keys_released
             + self.offers_removed
+            + self.waiting_runs_settled
         )

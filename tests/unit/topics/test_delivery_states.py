@@ -69,8 +69,9 @@ def _events(transition: Any) -> list[tuple[str, dict[str, Any]]]:
 # --- vocabulary ---
 
 
-def test_a_delivery_can_have_every_run_status_but_failed() -> None:
-    assert set(DELIVERY_STATUSES) == set(RunStatus) - {RunStatus.FAILED}
+def test_a_delivery_can_have_every_run_status_but_failed_and_waiting() -> None:
+    # Deliveries are created by a publish, never after other runs.
+    assert set(DELIVERY_STATUSES) == set(RunStatus) - {RunStatus.FAILED, RunStatus.WAITING}
 
 
 def test_dead_lettered_is_unfinished_and_discarded_is_terminal() -> None:

@@ -4,6 +4,7 @@ from starlette.routing import BaseRoute
 
 from runlane.dashboard.routes import (
     dead_letters,
+    groups,
     monitoring,
     overview,
     queues,
@@ -22,6 +23,7 @@ def all_routes() -> list[BaseRoute]:
         *queues.ROUTES,
         *runs.ROUTES,
         *run_detail.ROUTES,
+        *groups.ROUTES,
         *schedules.ROUTES,
         *subscriptions.ROUTES,
         *dead_letters.ROUTES,

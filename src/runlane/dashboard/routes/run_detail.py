@@ -13,7 +13,7 @@ from runlane.dashboard.errors import runlane_error_status
 from runlane.dashboard.guards import check_api_operator, checked_form
 from runlane.dashboard.settings import Dashboard, dashboard_of
 from runlane.dashboard.templates import render
-from runlane.operator import View, event_view, run_view
+from runlane.operator import View, event_view, related_run_view, run_view
 
 #: Shown instead of payloads and results on a ``hide_payloads`` dashboard.
 HIDDEN = "(hidden)"
@@ -39,9 +39,20 @@ def shown_progress(dash: Dashboard, view: View) -> View:
 
 
 async def run_data(dash: Dashboard, run_id: str) -> View:
-    """``{"run": run_view, "events": [event_view...]}`` (events oldest first)."""
+    """``{"run": run_view, "events": [event_view...], "dependencies": [...],
+    "dependents": [...]}`` (events oldest first; dependencies in the order given)."""
     run, events = await _run_and_events(dash, run_id)
-    return {"run": shown_run(dash, run), "events": events}
+    return {"run": shown_run(dash, run), "events": events, **await _relations(dash, run_id)}
+
+
+async def _relations(dash: Dashboard, run_id: str) -> View:
+    """The run's dependencies and dependents, each with its status."""
+    dependencies = await dash.rl.runs.dependencies(run_id)
+    dependents = await dash.rl.runs.dependents(run_id)
+    return {
+        "dependencies": [related_run_view(run) for run in dependencies],
+        "dependents": [related_run_view(run) for run in dependents],
+    }
 
 
 async def _run_and_events(dash: Dashboard, run_id: str) -> tuple[Run, list[View]]:
@@ -89,6 +100,7 @@ async def run_page(
         "failure_meta": meta,
         "actions": allowed_actions(view["status"], delivery=delivery),
         "flash": flash,
+        **await _relations(dash, run.id),
     }
     return render(request, "run.html", context, status=status)
 

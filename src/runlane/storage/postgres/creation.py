@@ -14,7 +14,7 @@ caller's transaction, race-safe without any table lock:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -72,12 +72,24 @@ async def create_in_caller_transaction(
 ) -> list[CreateOutcome]:
     """Create ``batch`` on the caller's psycopg connection (sync or async), inside the
     caller's open transaction; nothing is committed here."""
+    return await in_caller_transaction(
+        connection, lambda session: create_runs(session, q, batch), error
+    )
+
+
+async def in_caller_transaction(
+    connection: Any,
+    create: Callable[[Session], Awaitable[list[CreateOutcome]]],
+    error: Callable[[BaseException], RunlaneError],
+) -> list[CreateOutcome]:
+    """Run ``create`` on a session of the caller's psycopg connection (sync or async),
+    inside the caller's open transaction (or one of its own when none is open)."""
     session, own_transaction = caller_session(connection)
     try:
         if own_transaction:
             async with session.transaction():
-                return await create_runs(session, q, batch)
-        return await create_runs(session, q, batch)
+                return await create(session)
+        return await create(session)
     except psycopg.Error as failure:
         raise error(failure) from None
 

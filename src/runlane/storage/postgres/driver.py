@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -23,9 +23,12 @@ import psycopg
 
 from runlane.ports.storage import (
     CreateOutcome,
+    GroupStatus,
     LeaseRequest,
+    NewGroup,
     NewMessage,
     NewRun,
+    NewWaitingRun,
     OutboxMessage,
     OutboxResult,
     PublishOutcome,
@@ -38,6 +41,7 @@ from runlane.ports.storage import (
 from runlane.storage.postgres import (
     claims,
     creation,
+    dependencies,
     dispatch,
     pruning,
     schedules,
@@ -69,7 +73,7 @@ from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.publishing import PublishCall
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.server_time import ServerTime
-from runlane.storage.postgres.sessions import DriverConnection
+from runlane.storage.postgres.sessions import AsyncSession, DriverConnection
 from runlane.storage.postgres.standby import HandOffCalls
 from runlane.storage.postgres.transitions import (
     apply_transitions,
@@ -84,6 +88,7 @@ from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     outbox_from_row,
     run_events_from_rows,
+    run_from_row,
     run_page,
 )
 from runlane.storage.sql.schedules import seen_params
@@ -312,6 +317,19 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)
             return [CreateOutcome(run, created=True) for run in created]
+        if any(isinstance(new, NewWaitingRun) for new in runs):
+            # Dependencies are rare: such calls go one run at a time, in a transaction.
+            create = partial(
+                dependencies.create_runs_with_dependencies,
+                q=self._q,
+                environment=environment,
+                runs=runs,
+                now_us=now_us,
+                outbox_claimed_until=micros_or_none(outbox_claimed_until),
+            )
+            if connection is not None:
+                return await creation.in_caller_transaction(connection, create, self._db.error)
+            return await self._db.run(partial(_in_transaction, create), replay=False)
         batch = creation_batch(
             environment, runs, now_us, lease, micros_or_none(outbox_claimed_until)
         )
@@ -407,6 +425,48 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             },
         )
         return RunStatus(rows[0]["status"]) if rows else None
+
+    # -- dependencies and groups ---------------------------------------------------
+
+    async def list_dependencies(self, environment: str, run_id: str) -> list[Run]:
+        """The runs ``run_id`` waits (or waited) for, in the order given."""
+        rows = await self._fetch(
+            "list_dependencies", {"environment": environment, "run_id": run_id}
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def list_dependents(self, environment: str, run_id: str, limit: int) -> list[Run]:
+        """Runs created after ``run_id``, by id."""
+        rows = await self._fetch(
+            "list_dependents", {"environment": environment, "run_id": run_id, "limit": limit}
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def settle_stranded_waiting_runs(
+        self, environment: str, now: datetime, limit: int
+    ) -> int:
+        """Release or cancel waiting runs whose dependencies all finished."""
+        rows = await self._fetch(
+            "settle_stranded_waiting_runs",
+            {"environment": environment, "now": to_micros(now), "limit": limit},
+        )
+        return len(rows)
+
+    async def create_group(
+        self, environment: str, group: NewGroup, members: Sequence[NewRun], now: datetime
+    ) -> tuple[list[Run], Run | None]:
+        """Members, group and callback in one transaction."""
+        check_distinct_ids(members)
+        return await self._db.run(
+            partial(
+                dependencies.create_group, self._q, environment, group, members, to_micros(now)
+            ),
+            replay=False,
+        )
+
+    async def get_group(self, environment: str, group_id: str) -> GroupStatus | None:
+        """A group with its members counted per status."""
+        return await self._db.run(partial(dependencies.get_group, self._q, environment, group_id))
 
     async def apply_transitions(
         self, environment: str, transitions: Sequence[Transition], now: datetime
@@ -606,3 +666,10 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             schedules.materialize, self._q, environment, occurrences, to_micros(now)
         )
         return await self._db.run(materialize)
+
+
+async def _in_transaction(
+    create: Callable[..., Awaitable[list[CreateOutcome]]], conn: DriverConnection
+) -> list[CreateOutcome]:
+    async with conn.transaction():
+        return await create(AsyncSession(conn))

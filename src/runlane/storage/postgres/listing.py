@@ -16,6 +16,7 @@ def list_params(
         "statuses": [s.value for s in run_filter.statuses],
         "task_ids": list(run_filter.task_ids),
         "queues": list(run_filter.queues),
+        "group_id": run_filter.group,
         "cursor": cursor,
         "limit": limit + 1,
     }

@@ -12,7 +12,13 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from runlane.ports.storage import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.ports.storage import (
+    CreateOutcome,
+    LeaseRequest,
+    NewRun,
+    NewWaitingRun,
+    OutboxMessage,
+)
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.ids import new_token
@@ -337,7 +343,10 @@ def may_hand_off(new: NewRun, run_at_us: int, now_us: int) -> bool:
 def plain_batch(runs: Sequence[NewRun]) -> bool:
     """Whether every run is a bare row (no keys or delivery request): the COPY path."""
     return not any(
-        r.idempotency_key is not None or r.singleton_key is not None or r.request_delivery
+        r.idempotency_key is not None
+        or r.singleton_key is not None
+        or r.request_delivery
+        or isinstance(r, NewWaitingRun)
         for r in runs
     )
 

@@ -10,6 +10,12 @@ WITH doomed AS (
       AND status IN ('succeeded', 'failed', 'cancelled', 'discarded')
       AND status = ANY(%(statuses)b::text[])
       AND updated_at < %(older_than)s
+      -- A finished run an unfinished run depends on stays (contract 8.1).
+      AND NOT (has_dependents AND EXISTS (
+          SELECT 1 FROM {schema}.runlane_run_dependencies e
+          JOIN {schema}.runlane_runs w ON w.id = e.dependent_id AND w.environment = e.environment
+          WHERE e.dependency_id = runlane_runs.id AND e.environment = %(environment)s
+            AND w.status NOT IN ('succeeded', 'failed', 'cancelled', 'discarded')))
     ORDER BY updated_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -40,6 +46,22 @@ progress AS (
 occurrences AS (
     DELETE FROM {schema}.runlane_schedule_occurrences s
     WHERE s.environment = %(environment)s AND s.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+-- The edges of pruned runs, either way (a pruned dependency has nothing unfinished
+-- waiting for it).
+edges AS (
+    DELETE FROM {schema}.runlane_run_dependencies d
+    WHERE d.environment = %(environment)s
+      AND (d.dependent_id = ANY(ARRAY(SELECT id FROM pruned))
+           OR d.dependency_id = ANY(ARRAY(SELECT id FROM pruned)))
+),
+waiting AS (
+    DELETE FROM {schema}.runlane_waiting_runs w
+    WHERE w.environment = %(environment)s AND w.run_id = ANY(ARRAY(SELECT id FROM pruned))
+),
+membership AS (
+    DELETE FROM {schema}.runlane_group_members m
+    WHERE m.environment = %(environment)s AND m.run_id = ANY(ARRAY(SELECT id FROM pruned))
 )
 SELECT count(*) AS pruned FROM pruned;
 

@@ -212,18 +212,27 @@ WHERE environment = %(environment)s
   AND (cardinality(%(statuses)b::text[]) = 0 OR status = ANY(%(statuses)b::text[]))
   AND (cardinality(%(task_ids)b::text[]) = 0 OR task_id = ANY(%(task_ids)b::text[]))
   AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
+  AND (%(group_id)s::text IS NULL OR id IN (
+      SELECT run_id FROM {schema}.runlane_group_members
+      WHERE group_id = %(group_id)s::text AND environment = %(environment)s))
   AND (%(cursor)s::text IS NULL OR id < %(cursor)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: list_run_events
 -- Stored events, and the run.created event a row created since migration 004 implies.
+-- A run with dependencies adds them and its policy to run.created.
 SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
-       NULL::jsonb AS data, task_id, queue, first_run_at, source
+       NULL::jsonb AS data, task_id, queue, first_run_at, source,
+       (SELECT on_failure FROM {schema}.runlane_waiting_runs
+        WHERE run_id = %(run_id)s AND environment = %(environment)s) AS on_failure,
+       (SELECT jsonb_agg(dependency_id ORDER BY position)
+        FROM {schema}.runlane_run_dependencies
+        WHERE dependent_id = %(run_id)s AND environment = %(environment)s) AS after
 FROM {schema}.runlane_runs
 WHERE environment = %(environment)s AND id = %(run_id)s AND first_run_at IS NOT NULL
 UNION ALL
-SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL
+SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL, NULL
 FROM {schema}.runlane_run_events
 WHERE environment = %(environment)s AND run_id = %(run_id)s
 ORDER BY sequence;

@@ -232,18 +232,23 @@ def event_from_row(row: Row) -> RunEvent:
 def implied_created_event(row: Row) -> RunEvent:
     """The ``run.created`` event a run's row implies, for drivers that do not store it:
     ``run_id``, ``occurred_at`` (creation), ``task_id``, ``queue``, ``first_run_at``
-    and ``source`` columns."""
+    and ``source`` columns; for a run with dependencies, ``after`` and ``on_failure``."""
+    data = {
+        "task_id": row["task_id"],
+        "queue": row["queue"],
+        "run_at": from_micros(row["first_run_at"]).isoformat(),
+        "source": load_json(row["source"]),
+    }
+    if row["on_failure"] is not None:
+        after = row["after"]
+        data["after"] = load_json(after) if isinstance(after, str) else list(after or ())
+        data["on_failure"] = row["on_failure"]
     return RunEvent(
         run_id=row["run_id"],
         sequence=1,
         type=RunEventType.CREATED,
         occurred_at=from_micros(row["occurred_at"]),
-        data={
-            "task_id": row["task_id"],
-            "queue": row["queue"],
-            "run_at": from_micros(row["first_run_at"]).isoformat(),
-            "source": load_json(row["source"]),
-        },
+        data=data,
     )
 
 

@@ -8,12 +8,25 @@ carries the owner instead.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
 from runlane.model.capacity import owner_holds
-from runlane.ports.storage import CreateOutcome, LeaseRequest, NewRun, OutboxMessage
+from runlane.model.dependencies import (
+    SETTLED_STATUSES,
+    missing_dependencies,
+    unsettled_and_failed,
+)
+from runlane.ports.storage import (
+    CreateOutcome,
+    LeaseRequest,
+    NewRun,
+    NewWaitingRun,
+    OutboxMessage,
+)
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.connections import SqliteConnection
@@ -30,7 +43,7 @@ from runlane.storage.sqlite.queries import NUMBERED, QUERIES
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.ids import new_token
-from runlane.types.runs import Run
+from runlane.types.runs import Run, RunStatus
 
 #: Stretches of at least this many same-shaped runs go in as one JSON array; fewer
 #: are cheaper row by row (encoding and reading the array has a fixed cost).
@@ -52,7 +65,7 @@ def create_runs(
     outcomes: list[CreateOutcome] = []
     if connection is None and lease is None and len(runs) == 1:
         new = runs[0]
-        if is_plain(new) and not new.request_delivery:
+        if is_plain(new) and not new.request_delivery and type(new) is NewRun:
             # A lone trigger: one row and nothing else (run.created is implied by it),
             # so one autocommitted statement.
             insert = NUMBERED["insert_plain_run"]
@@ -64,11 +77,26 @@ def create_runs(
             ]
     token = new_token() if lease is not None else None
     with db.transaction(connection) as cur:
+        if any(isinstance(new, NewWaitingRun) for new in runs):
+            # Dependencies are rare: such calls go row by row.
+            return [
+                create_waiting_run(cur, environment, new, now_us)
+                if isinstance(new, NewWaitingRun)
+                else create_run(cur, environment, new, now_us, lease, token, claimed_until)
+                for new in runs
+            ]
         if lease is None and all(is_plain(new) for new in runs):
             return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
         for new in runs:
             outcomes.append(create_run(cur, environment, new, now_us, lease, token, claimed_until))
     return outcomes
+
+
+def create_members(
+    cur: sqlite3.Cursor, environment: str, runs: Sequence[NewRun], now_us: int
+) -> list[CreateOutcome]:
+    """The members of a group: plain runs, written in bulk inside ``cur``'s transaction."""
+    return _create_plain_runs(cur, environment, runs, now_us, None)
 
 
 def _create_plain_runs(
@@ -213,3 +241,53 @@ def _find_owner(cur: sqlite3.Cursor, environment: str, new: NewRun, now_us: int)
         if row is not None:
             return run_from_row(row)
     return None
+
+
+def create_waiting_run(
+    cur: sqlite3.Cursor, environment: str, new: NewWaitingRun, now_us: int
+) -> CreateOutcome:
+    """Create ``new`` (with ``after``) as a waiting run with its edges; a run whose
+    dependencies have all finished is released or cancelled before this returns.
+    Unknown dependencies raise ``RUN_NOT_FOUND`` before anything is written."""
+    ids = json.dumps(list(new.after))
+    scope = {"environment": environment, "ids": ids}
+    statuses = {
+        row["id"]: RunStatus(row["status"])
+        for row in cur.execute(QUERIES["dependency_statuses"], scope)
+    }
+    error = missing_dependencies(new.after, statuses)
+    if error is not None:
+        raise error
+    # The delivery request, if any, is written when the run is released.
+    waiting = dataclasses.replace(new, status=RunStatus.WAITING, request_delivery=False)
+    outcome = create_run(cur, environment, waiting, now_us, None, None)
+    if not outcome.created:
+        return outcome
+    cur.execute(QUERIES["mark_dependencies"], scope)
+    pending, failed = unsettled_and_failed(new.after, statuses)
+    cur.execute(
+        QUERIES["insert_dependency_edges"],
+        {
+            "environment": environment,
+            "dependent_id": new.id,
+            "rows": json.dumps(
+                [
+                    [position, run_id, int(statuses[run_id] in SETTLED_STATUSES)]
+                    for position, run_id in enumerate(new.after)
+                ]
+            ),
+        },
+    )
+    params = {
+        "environment": environment,
+        "id": new.id,
+        "pending": pending,
+        "failed_dependency": failed,
+        "on_failure": new.on_failure,
+        "deliver_when_due": int(new.request_delivery),
+        "now": now_us,
+    }
+    cur.execute(QUERIES["insert_waiting_run"], params)
+    cur.execute(QUERIES["release_if_met"], params)
+    row = cur.execute(QUERIES["get_run"], {"environment": environment, "id": new.id}).fetchone()
+    return CreateOutcome(run_from_row(row), created=True)

@@ -20,7 +20,9 @@ from typing import Any
 
 from runlane.ports.storage import (
     CreateOutcome,
+    GroupStatus,
     LeaseRequest,
+    NewGroup,
     NewMessage,
     NewRun,
     OutboxMessage,
@@ -37,11 +39,13 @@ from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     outbox_from_row,
     run_events_from_rows,
+    run_from_row,
     run_page,
 )
 from runlane.storage.sqlite import (
     claims,
     creation,
+    dependencies,
     dispatch,
     listing,
     pruning,
@@ -293,6 +297,59 @@ class SqliteStorage(SqlStorageBase):
         """Delete finished runs with their history, ownership, outbox and occurrence rows."""
         params = pruning.prune_params(environment, older_than, statuses, limit)
         return await self._db.transact(lambda cur: pruning.prune_runs(cur, environment, params))
+
+    # -- dependencies and groups ---------------------------------------------------
+
+    async def list_dependencies(self, environment: str, run_id: str) -> list[Run]:
+        """The runs ``run_id`` waits (or waited) for, in the order given."""
+        rows = await self._db.fetch(
+            QUERIES["list_dependencies"], {"environment": environment, "run_id": run_id}
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def list_dependents(self, environment: str, run_id: str, limit: int) -> list[Run]:
+        """Runs created after ``run_id``, by id."""
+        rows = await self._db.fetch(
+            QUERIES["list_dependents"],
+            {"environment": environment, "run_id": run_id, "limit": limit},
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def settle_stranded_waiting_runs(
+        self, environment: str, now: datetime, limit: int
+    ) -> int:
+        """Release or cancel waiting runs whose dependencies all finished."""
+        now_us = to_micros(now)
+        return await self._db.transact(
+            lambda cur: dependencies.settle_stranded_waiting_runs(cur, environment, now_us, limit)
+        )
+
+    async def create_group(
+        self, environment: str, group: NewGroup, members: Sequence[NewRun], now: datetime
+    ) -> tuple[list[Run], Run | None]:
+        """Members, group and callback in one transaction."""
+        check_distinct_ids(members)
+        now_us = to_micros(now)
+
+        def op(cur: sqlite3.Cursor) -> tuple[list[Run], Run | None]:
+            try:
+                outcomes = creation.create_members(cur, environment, members, now_us)
+            except sqlite3.IntegrityError:
+                raise RunlaneError(
+                    ErrorCode.STORAGE_CONFLICT,
+                    "the group's members could not be created; trigger the group again.",
+                    retryable=True,
+                ) from None
+            created = [outcome.run for outcome in outcomes]
+            return created, dependencies.create_group(cur, environment, group, created, now_us)
+
+        return await self._db.transact(op)
+
+    async def get_group(self, environment: str, group_id: str) -> GroupStatus | None:
+        """A group with its members counted per status."""
+        return await self._db.transact(
+            lambda cur: dependencies.get_group(cur, environment, group_id)
+        )
 
     # -- topics --------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ def list_params(
         "statuses": json.dumps([s.value for s in run_filter.statuses]),
         "task_ids": json.dumps(list(run_filter.task_ids)),
         "queues": json.dumps(list(run_filter.queues)),
+        "group_id": run_filter.group,
         "cursor": cursor,
         "limit": limit + 1,
     }

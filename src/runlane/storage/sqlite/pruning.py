@@ -38,6 +38,9 @@ def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) ->
             "delete_outbox_of_runs",
             "delete_progress_of_runs",
             "delete_schedule_occurrences_of_runs",
+            "delete_dependency_edges_of_runs",
+            "delete_waiting_rows_of_runs",
+            "delete_group_membership_of_runs",
         ):
             cur.execute(QUERIES[query], scope)
     cur.execute(QUERIES["prune_messages"], params)

@@ -8,6 +8,12 @@ WHERE environment = :environment AND id IN (
     WHERE environment = :environment
       AND status IN (SELECT value FROM json_each(:statuses))
       AND updated_at < :older_than
+      -- A finished run an unfinished run depends on stays (contract 8.1).
+      AND NOT (has_dependents = 1 AND EXISTS (
+          SELECT 1 FROM runlane_run_dependencies e
+          JOIN runlane_runs w ON w.environment = e.environment AND w.id = e.dependent_id
+          WHERE e.environment = :environment AND e.dependency_id = runlane_runs.id
+            AND w.status NOT IN ('succeeded', 'failed', 'cancelled', 'discarded')))
     LIMIT :limit
 )
 RETURNING id;

@@ -63,18 +63,28 @@ WHERE environment = :environment
   AND (json_array_length(:statuses) = 0 OR status IN (SELECT value FROM json_each(:statuses)))
   AND (json_array_length(:task_ids) = 0 OR task_id IN (SELECT value FROM json_each(:task_ids)))
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:group_id IS NULL OR id IN (
+      SELECT run_id FROM runlane_group_members
+      WHERE environment = :environment AND group_id = :group_id))
   AND id < coalesce(:cursor, X'FF')
 ORDER BY id DESC
 LIMIT :limit;
 
 -- name: list_run_events
 -- Stored events, and the run.created event a row created since migration 009 implies.
+-- A run with dependencies adds them and its policy to run.created.
 SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
-       NULL AS data, task_id, queue, first_run_at, source
+       NULL AS data, task_id, queue, first_run_at, source,
+       (SELECT on_failure FROM runlane_waiting_runs
+        WHERE environment = :environment AND run_id = :run_id) AS on_failure,
+       (SELECT json_group_array(dependency_id) FROM (
+            SELECT dependency_id FROM runlane_run_dependencies
+            WHERE environment = :environment AND dependent_id = :run_id
+            ORDER BY position)) AS after
 FROM runlane_runs
 WHERE environment = :environment AND id = :run_id AND first_run_at IS NOT NULL
 UNION ALL
-SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL
+SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL, NULL
 FROM runlane_run_events
 WHERE environment = :environment AND run_id = :run_id
 ORDER BY sequence;

@@ -6,8 +6,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from runlane.model.dependencies import SETTLED_STATUSES
 from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
+from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import NUMBERED
 
@@ -20,13 +22,23 @@ def apply_transitions(
     query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
+    depended_on: list[str] = []
     for transition in transitions:
-        params = values(transition_params(environment, transition, now_us))
-        ok = cur.execute(query, params).rowcount == 1
+        params = transition_params(environment, transition, now_us)
+        ok = cur.execute(query, values(params)).rowcount == 1
+        if not ok and params["settles_alone"]:
+            # Either the compare-and-set failed, or runs wait for this one: try again
+            # without the condition (the write lock is held: nothing else changed).
+            params["settles_alone"] = 0
+            ok = cur.execute(query, values(params)).rowcount == 1
+            if ok:
+                depended_on.append(transition.run_id)
         applied.append(ok)
         if ok:
             events += transition_events(environment, transition, now_us)
     cur.executemany(insert.sql, map(insert.values, events))
+    if depended_on:
+        settle_dependents(cur, environment, depended_on, now_us)
     return applied
 
 
@@ -52,6 +64,8 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         "expected_sequence": transition.expected_sequence,
         "lease_token": transition.lease_token,
         "lease_expired_by": micros_or_none(transition.lease_expired_by),
+        # A settle is written on the first try only when no run depends on this one.
+        "settles_alone": int(changes.status in SETTLED_STATUSES),
     }
 
 

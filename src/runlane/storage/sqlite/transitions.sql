@@ -21,4 +21,7 @@ SET status = :status,
 WHERE environment = :environment AND id = :id
   AND event_sequence = :expected_sequence
   AND (:lease_token IS NULL OR lease_token = :lease_token)
-  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by);
+  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by)
+  -- :settles_alone: a settle that applies only to a run nothing depends on; one whose
+  -- run has dependents applies again without it and counts them down (contract 8.1).
+  AND (:settles_alone = 0 OR has_dependents = 0);

@@ -29,12 +29,15 @@ from runlane.testing.conformance.storage import (
     claiming_by_mode,
     claiming_model,
     dead_letters,
+    dependencies,
     executing,
+    groups,
     idempotency,
     key_wakeups,
     leadership,
     leases,
     methods,
+    methods_dependencies,
     methods_maintenance,
     observing_methods,
     operating,
@@ -54,12 +57,15 @@ from runlane.testing.conformance.storage.capacity import *  # noqa: F403
 from runlane.testing.conformance.storage.claiming_by_mode import *  # noqa: F403
 from runlane.testing.conformance.storage.claiming_model import *  # noqa: F403
 from runlane.testing.conformance.storage.dead_letters import *  # noqa: F403
+from runlane.testing.conformance.storage.dependencies import *  # noqa: F403
 from runlane.testing.conformance.storage.executing import *  # noqa: F403
+from runlane.testing.conformance.storage.groups import *  # noqa: F403
 from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
 from runlane.testing.conformance.storage.key_wakeups import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
 from runlane.testing.conformance.storage.methods import *  # noqa: F403
+from runlane.testing.conformance.storage.methods_dependencies import *  # noqa: F403
 from runlane.testing.conformance.storage.methods_maintenance import *  # noqa: F403
 from runlane.testing.conformance.storage.observing_methods import *  # noqa: F403
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
@@ -90,9 +96,12 @@ _MODULES = (
     methods,
     methods_maintenance,
     observing_methods,
+    methods_dependencies,
     topics,
     dead_letters,
     retention,
+    dependencies,
+    groups,
     claiming_by_mode,
     key_wakeups,
     claiming_model,
