@@ -78,12 +78,17 @@ def show_run(app: str, run_id: str, as_json: bool) -> None:
     """Everything about one run, with its dependencies and dependents."""
 
     async def action(rl: Runlane) -> dict[str, Any]:
-        run = await rl.runs.get(run_id)
-        dependencies = await rl.runs.dependencies(run_id)
-        dependents = await rl.runs.dependents(run_id)
-        return run_with_relations_view(run, dependencies, dependents)
+        return await _shown(rl, await rl.runs.get(run_id))
 
     _print_run(with_runtime(app, action), as_json)
+
+
+async def _shown(rl: Runlane, run: Run) -> dict[str, Any]:
+    """The view ``runs show`` and ``runs wait`` print: the run, its dependencies and
+    its dependents."""
+    dependencies = await rl.runs.dependencies(run.id)
+    dependents = await rl.runs.dependents(run.id)
+    return run_with_relations_view(run, dependencies, dependents)
 
 
 #: ``runlane runs wait`` exit statuses: succeeded, failed or cancelled, still running.
@@ -108,16 +113,17 @@ def wait_run(app: str, run_id: str, timeout: str, as_json: bool) -> None:
     """
     limit: float | None = None if timeout.strip().lower() == "none" else _timeout(timeout)
 
-    async def action(rl: Runlane) -> tuple[Run, bool]:
+    async def action(rl: Runlane) -> tuple[Run, bool, dict[str, Any]]:
         try:
-            return await rl.runs.wait(run_id, timeout=limit), False
+            run, timed_out = await rl.runs.wait(run_id, timeout=limit), False
         except TimeoutError:
-            return await rl.runs.get(run_id), True
+            run, timed_out = await rl.runs.get(run_id), True
+        return run, timed_out, await _shown(rl, run)
 
-    run, timed_out = with_runtime(app, action)
+    run, timed_out, view = with_runtime(app, action)
     if timed_out and not as_json:
         print_notice(f"run {run.id} is still {run.status.value} after {timeout}.")
-    _print_run(run_view(run), as_json)
+    _print_run(view, as_json)
     if timed_out and not run.status.is_terminal:
         raise SystemExit(WAIT_TIMED_OUT)
     raise SystemExit(WAIT_SUCCEEDED if run.status is RunStatus.SUCCEEDED else WAIT_FAILED)
