@@ -2,6 +2,7 @@
 
 from runlane.core.observing import Attempt, Observer
 from runlane.core.observing import Outcome as AttemptOutcome
+from runlane.core.queue_pauses import QueueInfo, Queues
 from runlane.core.runtime import Runlane
 from runlane.core.worker import Worker, WorkerMode
 from runlane.core.workflows import Group
@@ -71,8 +72,10 @@ __all__ = [
     "Page",
     "PublishReceipt",
     "QueueDef",
+    "QueueInfo",
     "QueueStats",
     "QueueThroughput",
+    "Queues",
     "Release",
     "RetryPolicy",
     "Run",

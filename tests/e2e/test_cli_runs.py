@@ -231,6 +231,25 @@ def test_schedules_are_listed_paused_and_resumed(cli: Cli) -> None:
     assert missing.stderr.startswith("error[schedule_not_found]: ")
 
 
+def test_queues_are_paused_and_resumed_and_their_counts_show_the_state(cli: Cli) -> None:
+    paused = cli.json("queues", "pause", APP, "reports", "--reason", "partner incident")
+    assert (paused["queue"], paused["paused"]) == ("reports", True)
+    assert paused["paused_reason"] == "partner incident" and paused["paused_at"] is not None
+    trigger(cli, "reports.render")
+    cli.run("worker", APP, "--drain")
+    stats = {entry["queue"]: entry for entry in cli.json("queues", APP)}
+    assert stats["reports"]["paused"] is True and stats["main"]["paused"] is False
+    assert stats["reports"]["counts"]["queued"] == 1
+    assert "paused" in cli.run("queues", APP).stdout
+    resumed = cli.json("queues", "resume", APP, "reports")
+    assert resumed["paused"] is False
+    cli.run("worker", APP, "--drain")
+    stats = {entry["queue"]: entry for entry in cli.json("queues", APP)}
+    assert stats["reports"]["counts"]["succeeded"] == 1
+    missing = cli.run("queues", "pause", APP, "nope", expect=1)
+    assert missing.stderr.startswith("error[queue_not_found]: ")
+
+
 def test_commands_name_the_sqlite_file_they_use(cli: Cli) -> None:
     database = str(cli.cwd.resolve() / "app.db")
 

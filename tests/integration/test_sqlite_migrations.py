@@ -218,3 +218,19 @@ async def test_the_delivery_index_follows_the_lane_and_stays_once_made(
     await plain.open()
     await plain.close()
     assert "runlane_runs_undelivered" in _index_names(path)
+
+
+async def test_version_11_adds_queue_pauses_and_an_older_files_runs_wait_out_a_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 10, monkeypatch)
+    rl = _runtime(path)
+    async with rl:
+        run = await rl.trigger(noop, None)
+        await rl.queues.pause("main")
+        assert await rl.execute_next() is None
+        await rl.queues.resume("main")
+        done = await rl.execute_next()
+        assert done is not None and done.id == run.id
+    assert _applied(path)[-1] == 11

@@ -243,7 +243,7 @@ def queues_table(stats: Iterable[View]) -> Table:
     for view in stats:
         limit = view["concurrency_limit"]
         table.add_row(
-            view["queue"],
+            f"{view['queue']} (paused)" if view.get("paused") else view["queue"],
             view["concurrency_key"] or "-",
             "-" if limit is None else str(limit),
             str(view["occupied"]),

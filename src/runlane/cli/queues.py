@@ -1,23 +1,86 @@
-"""``runlane queues``: run counts per queue and status."""
+"""``runlane queues ...``: run counts per queue and status, and pausing queues."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+from rich.table import Table
 
+from runlane import Runlane
 from runlane.cli.app import AppCommand, app_argument, with_runtime
-from runlane.cli.output import console, print_json, queues_table
+from runlane.cli.output import console, print_json, queues_table, short_time
 from runlane.cli.params import json_option
-from runlane.operator import queue_stats_view
+from runlane.operator import View, queue_stats_view, queue_view
 
 
-@click.command(cls=AppCommand)
+class _QueuesGroup(click.Group):
+    """``runlane queues APP`` stays the counts it always was; ``runlane queues pause
+    APP NAME`` and ``resume`` are subcommands beside it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["stats", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_QueuesGroup)
+def queues() -> None:
+    """Run counts per queue (``runlane queues APP``); pause and resume queues."""
+
+
+@queues.command("stats", cls=AppCommand)
 @app_argument
 @json_option
-def queues(app: str, as_json: bool) -> None:
-    """How many runs each queue holds, by status."""
-    stats = with_runtime(app, lambda rl: rl.queue_stats())
-    views = [queue_stats_view(entry) for entry in stats]
+def queue_counts(app: str, as_json: bool) -> None:
+    """How many runs each queue holds, by status, and whether it is paused."""
+
+    async def read(rl: Runlane) -> tuple[list[Any], set[str]]:
+        paused = {info.name for info in await rl.queues.list() if info.paused}
+        return await rl.queue_stats(), paused
+
+    stats, paused = with_runtime(app, read)
+    views = [{**queue_stats_view(entry), "paused": entry.queue in paused} for entry in stats]
     if as_json:
         print_json(views)
     else:
         console().print(queues_table(views))
+
+
+@queues.command("pause", cls=AppCommand)
+@app_argument
+@click.argument("name")
+@click.option("--reason", default=None, help="Why the queue is paused (shown to operators).")
+@json_option
+def pause_queue(app: str, name: str, reason: str | None, as_json: bool) -> None:
+    """Stop every worker from starting runs of queue NAME (running runs finish)."""
+    view = queue_view(with_runtime(app, lambda rl: rl.queues.pause(name, reason=reason)))
+    _print_one(view, as_json)
+
+
+@queues.command("resume", cls=AppCommand)
+@app_argument
+@click.argument("name")
+@json_option
+def resume_queue(app: str, name: str, as_json: bool) -> None:
+    """Let workers start runs of queue NAME again."""
+    view = queue_view(with_runtime(app, lambda rl: rl.queues.resume(name)))
+    _print_one(view, as_json)
+
+
+def _print_one(view: View, as_json: bool) -> None:
+    if as_json:
+        print_json(view)
+        return
+    table = Table(title="queue", title_justify="left")
+    for column in ("queue", "limit", "state", "paused at (UTC)", "reason"):
+        table.add_column(column)
+    limit = view["concurrency_limit"]
+    table.add_row(
+        view["queue"],
+        "-" if limit is None else str(limit),
+        "paused" if view["paused"] else "active",
+        short_time(view["paused_at"]),
+        view["paused_reason"] or "",
+    )
+    console().print(table)

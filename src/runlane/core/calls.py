@@ -16,6 +16,7 @@ from runlane.core.maintenance import DEFAULT_MAINTENANCE_INTERVAL, Maintenance
 from runlane.core.observing import Observers
 from runlane.core.producing import Producer
 from runlane.core.publisher import Publisher
+from runlane.core.queue_pauses import PausedQueues
 from runlane.core.registry import Registry
 from runlane.core.run_operations import QueueCounts
 from runlane.core.store import StoreScope
@@ -222,6 +223,7 @@ class ExecutingCalls:
     _producer: Producer
     _connection: LaneConnection
     _maintenance: Maintenance
+    paused_queues: PausedQueues
 
     def lease_settings(
         self, lease_duration: Duration | None, heartbeat_interval: Duration | None
@@ -241,6 +243,11 @@ class ExecutingCalls:
         settings = self.lease_settings(lease_duration, None)
         owner = validate_identifier(worker_id or self.worker_id, name="worker_id")
         await self._connection.open()
+        pauses = self.paused_queues
+        await pauses.current()
+        policies = pauses.claimable(policies)
+        if not policies:
+            return None
         return await self._attempts.execute_next(policies, settings, owner)
 
     async def run_now(
@@ -306,6 +313,7 @@ class ExecutingCalls:
             self.store,
             self._attempts,
             self.registry.queue_policies,
+            self.paused_queues,
             message,
             settings,
             worker_id=owner,
@@ -346,6 +354,7 @@ class ExecutingCalls:
             tick=self._maintenance.tick,
             work=self.work_bell,
             queues=self.registry.policies_for(queues),
+            pauses=self.paused_queues,
             concurrency=concurrency,
             mode=WorkerMode(mode or WorkerMode.POLL),
             lease=self.lease_settings(lease_duration, heartbeat_interval),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from runlane.core.attempts import AttemptRunner
     from runlane.core.lease_keeping import LeaseSettings
+    from runlane.core.queue_pauses import PausedQueues
     from runlane.core.store import StoreScope
     from runlane.ports.storage import StoresMessages
     from runlane.types.records import QueuePolicy
@@ -53,6 +54,7 @@ async def execute_delivery(
     store: StoreScope,
     attempts: AttemptRunner,
     queues: Sequence[QueuePolicy],
+    pauses: PausedQueues,
     message: DeliveryMessage,
     settings: LeaseSettings,
     *,
@@ -61,7 +63,8 @@ async def execute_delivery(
     max_attempt_duration: float | None,
 ) -> DeliveryResult:
     """Re-read storage, claim the run's lease (within its queue's policy among
-    ``queues``), execute one attempt through ``attempts``."""
+    ``queues``), execute one attempt through ``attempts``. A wakeup for a run of a
+    queue in ``pauses`` is ignored: resuming the queue requests its delivery again."""
     if message.environment != store.environment:
         return _ignored(IgnoredReason.ENVIRONMENT_MISMATCH, None)
     if not could_be_run_id(message.run_id):
@@ -74,6 +77,8 @@ async def execute_delivery(
     reason = _why_not_runnable(store, run)
     if reason is not None:
         return _ignored(reason, run)
+    if run.queue in await pauses.current():
+        return _ignored(IgnoredReason.QUEUE_PAUSED, run)
     policy = next((p for p in queues if p.name == run.queue), None)
     claimed = await store.storage.claim_run(
         store.environment,

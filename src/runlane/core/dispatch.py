@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
+from runlane.core.queue_pauses import PausedQueues
 from runlane.core.store import StoreScope
 from runlane.model.queue_defs import QueueDef
 from runlane.ports.transport import (
@@ -66,9 +67,11 @@ class Dispatcher:
         transport: Transport,
         queues: Sequence[QueueDef],
         lease_duration: float,
+        pauses: PausedQueues,
     ) -> None:
         self._store = store
         self.transport = transport
+        self._pauses = pauses
         # A bounded queue's reservation lasts its dispatch timeout, else one lease.
         self._policies = [
             QueuePolicy(
@@ -173,12 +176,17 @@ class Dispatcher:
                 return total_published, total_failed
 
     async def request_due_deliveries(self) -> int:
-        """Append delivery requests for runs that became due (a tick duty)."""
+        """Append delivery requests for runs that became due (a tick duty); a paused
+        queue's runs get none (their wakeups would be ignored) until it is resumed."""
         store = self._store
         total = 0
+        await self._pauses.current()
+        policies = self._pauses.claimable(self.policies())
+        if not policies:
+            return 0
         while True:
             count = await store.storage.request_due_deliveries(
-                store.environment, self.policies(), store.now(), DELIVERY_REQUEST_BATCH
+                store.environment, policies, store.now(), DELIVERY_REQUEST_BATCH
             )
             total += count
             if count < DELIVERY_REQUEST_BATCH:

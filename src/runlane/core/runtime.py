@@ -25,6 +25,7 @@ from runlane.core.maintenance import (
 from runlane.core.observing import Observer, Observers
 from runlane.core.producing import Producer, RunWriter
 from runlane.core.publisher import Publisher
+from runlane.core.queue_pauses import PausedQueues, Queues
 from runlane.core.registry import Registry
 from runlane.core.run_operations import IdempotencyKeys, QueueCounts, Runs
 from runlane.core.schedule_service import ScheduleMaterializer, Schedules
@@ -168,11 +169,15 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         if self.brokered_topics is not None:
             self.brokered_topics.check_lane(lane.topic_transport)
         store = StoreScope(lane.storage, self.environment, clock)
+        #: The paused queues as this process knows them; every claimer leaves them out.
+        self.paused_queues = PausedQueues(store)
         dispatcher = None
         if lane.transport is not None:
             queues = list(self.registry.queues.values())
             check_transport_bindings(lane.transport, queues)
-            dispatcher = Dispatcher(store, lane.transport, queues, self.lease_duration)
+            dispatcher = Dispatcher(
+                store, lane.transport, queues, self.lease_duration, self.paused_queues
+            )
         self._connection.lane = lane
         connect = self._connection.open
         self.lane = lane
@@ -238,6 +243,15 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         #: Reading groups (``rl.trigger_group``).
         self.groups: Groups = Groups(store, writer, connect)
         self._workflows = Workflows(self._producer, writer)
+        self._queues = Queues(
+            store,
+            self.registry.queues,
+            self.paused_queues,
+            connect,
+            on_resumed=self.work_bell.ring,
+            dispatcher=dispatcher,
+            eager_dispatch=self.eager_dispatch,
+        )
         #: Listing, pausing and resuming this lane's schedules.
         self.schedules: Schedules = Schedules(store, self.registry.schedules, connect)
         #: Listing, replaying and discarding dead letters (stored, and SNS with ``subscription=``).
@@ -264,9 +278,10 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         return self.registry.tasks
 
     @property
-    def queues(self) -> Mapping[str, QueueDef]:
-        """Registered queues by name."""
-        return self.registry.queues
+    def queues(self) -> Queues:
+        """Registered queues by name (a read-only mapping), with ``pause``, ``resume``
+        and ``list`` for operators."""
+        return self._queues
 
     @property
     def topics(self) -> Mapping[str, TopicDef]:

@@ -63,7 +63,26 @@ class _BlockingProxy:
             return blocking
         if name in _SUB_APIS:
             return _BlockingProxy(value, self._portal)
+        if name == "queues":
+            return _BlockingMapping(value, self._portal)
         return value
+
+
+class _BlockingMapping(_BlockingProxy):
+    """A sub-API that is also a read-only mapping (``rl.queues``): lookups, ``in``
+    and iteration go to the target as they are."""
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._target[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._target)
+
+    def __len__(self) -> int:
+        return len(self._target)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._target
 
 
 _SUB_APIS = frozenset(

@@ -26,6 +26,7 @@ from runlane.types.runs import Run
 if TYPE_CHECKING:
     from runlane.core.attempts import AttemptRunner
     from runlane.core.observing import Observers
+    from runlane.core.queue_pauses import PausedQueues
     from runlane.core.store import StoreScope
     from runlane.types.runs import TickReport
 
@@ -93,6 +94,7 @@ class Worker(WorkerSlots, WorkerIdling):
         tick: Callable[[], Awaitable[TickReport]],
         work: WorkBell,
         queues: Sequence[QueuePolicy],
+        pauses: PausedQueues,
         concurrency: int,
         mode: WorkerMode,
         lease: LeaseSettings,
@@ -119,6 +121,8 @@ class Worker(WorkerSlots, WorkerIdling):
         self._tick = tick
         self._work = work
         self.queues = list(queues)
+        #: The paused queues (read again every poll interval): claims leave them out.
+        self._pauses = pauses
         self.concurrency = concurrency
         self.mode = mode
         self.lease = lease
@@ -185,6 +189,8 @@ class Worker(WorkerSlots, WorkerIdling):
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
+        await self._read_pauses()
+        watching = loop.create_task(self._watch_pauses())
         #: Set while claims fail in a row (None, a plain store, on the hot path otherwise).
         backoff: ErrorBackoff | None = None
         logger.info(
@@ -212,14 +218,19 @@ class Worker(WorkerSlots, WorkerIdling):
                     continue
                 work.clear()
                 busy_before_claim = bool(self._active)
+                queues = self._pauses.claimable(self.queues)
                 self._reserved += free
                 try:
-                    claimed = await store.storage.claim_due_runs(
-                        store.environment,
-                        self.queues,
-                        free,
-                        attempts.lease_request(self.worker_id, self.lease),
-                        store.now(),
+                    claimed = (
+                        await store.storage.claim_due_runs(
+                            store.environment,
+                            queues,
+                            free,
+                            attempts.lease_request(self.worker_id, self.lease),
+                            store.now(),
+                        )
+                        if queues
+                        else []
                     )
                 except Exception as error:
                     # Storage errors arrive as RunlaneError; anything else is a bug, but a
@@ -256,6 +267,8 @@ class Worker(WorkerSlots, WorkerIdling):
                 await self._idle(work)
         finally:
             self._work.unsubscribe(work)
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
             if renewing is not None:
                 renewing.cancel()
                 await asyncio.gather(renewing, return_exceptions=True)
@@ -274,6 +287,22 @@ class Worker(WorkerSlots, WorkerIdling):
                 self.worker_id,
                 self.executed,
                 extra={"event": "worker.stopped", "worker_id": self.worker_id},
+            )
+
+    async def _watch_pauses(self) -> None:
+        """Read the paused queues again every poll interval, so a pause stored by any
+        process stops this worker's claims within one interval."""
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            await self._read_pauses()
+
+    async def _read_pauses(self) -> None:
+        try:
+            await self._pauses.refresh()
+        except Exception as error:
+            # The last set read stays; the claims report storage trouble themselves.
+            logger.warning(
+                "worker %s: reading the paused queues failed (%s)", self.worker_id, error
             )
 
     def _start_maintenance(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:

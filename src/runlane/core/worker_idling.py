@@ -13,6 +13,7 @@ from runlane.ports.storage import HandsOff, Standby, WorkNotifier
 
 if TYPE_CHECKING:
     from runlane.core.lease_keeping import LeaseSettings
+    from runlane.core.queue_pauses import PausedQueues
     from runlane.core.store import StoreScope
     from runlane.model.context import Signal
     from runlane.types.records import QueuePolicy
@@ -30,6 +31,7 @@ class WorkerIdling:
     _holding: set[tuple[str, int]]
     _buffer: deque[tuple[Run, float]]
     queues: list[QueuePolicy]
+    _pauses: PausedQueues
     concurrency: int
     lease: LeaseSettings
     worker_id: str
@@ -56,7 +58,11 @@ class WorkerIdling:
             return None
         slots = self.concurrency - len(self._holding) - len(self._buffer)
         # Bounded queues are claimed within their capacity, never handed off.
-        queues = list(dict.fromkeys(q.name for q in self.queues if q.concurrency_limit is None))
+        queues = list(
+            dict.fromkeys(
+                q.name for q in self._pauses.claimable(self.queues) if q.concurrency_limit is None
+            )
+        )
         if slots < 1 or not queues:
             return None
         try:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from runlane.core.attempts import AttemptRunner
     from runlane.core.observing import Observers
+    from runlane.core.queue_pauses import PausedQueues
     from runlane.core.store import StoreScope
     from runlane.model.context import Signal
 
@@ -66,6 +67,7 @@ class WorkerSlots:
     _more_due: bool
     _settles: TransitionBatcher
     queues: list[QueuePolicy]
+    _pauses: PausedQueues
     concurrency: int
     claim_ahead: int
     lease: LeaseSettings
@@ -308,11 +310,14 @@ class WorkerSlots:
         free = self._room()
         if free < self._claim_batch:
             return None
+        queues = self._pauses.claimable(self.queues)
+        if not queues:
+            return None
         # About as many as are settled: the next flush claims for the next batch.
         limit = min(free, max(settling, self._claim_batch))
         self._reserved += limit
         lease = self._attempts.lease_request(self.worker_id, self.lease)
-        return ClaimRequest(self.queues, limit, lease)
+        return ClaimRequest(queues, limit, lease)
 
     def claimed(self, runs: list[Run], request: ClaimRequest) -> None:
         """Start the runs claimed with a flush of settles."""

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from runlane.core.queue_pauses import QueueInfo
 from runlane.core.schedule_service import ScheduleInfo
 from runlane.model.payloads import UnreadablePayload
 from runlane.model.throughput import OUTCOME_SERIES
@@ -137,6 +138,18 @@ def queue_stats_view(stats: QueueStats) -> View:
         "due": stats.due,
         "oldest_due_at": iso(stats.oldest_due_at),
         "counts": {status.value: stats.counts.get(status, 0) for status in RunStatus},
+    }
+
+
+def queue_view(info: QueueInfo) -> View:
+    """A registered queue with its limits and pause state."""
+    return {
+        "queue": info.name,
+        "default": info.default,
+        "concurrency_limit": info.concurrency_limit,
+        "paused": info.paused,
+        "paused_at": iso(info.paused_at),
+        "paused_reason": info.paused_reason,
     }
 
 

@@ -63,6 +63,9 @@ from runlane.types.records import (
     PublishOutcome as PublishOutcome,
 )
 from runlane.types.records import (
+    QueuePause as QueuePause,
+)
+from runlane.types.records import (
     QueuePolicy as QueuePolicy,
 )
 from runlane.types.records import (
@@ -326,6 +329,23 @@ class Storage(Protocol):
 
     async def release_maintenance_lead(self, environment: str, holder: str) -> None:
         """Give up the lead if ``holder`` has it, so another contender takes it at once."""
+
+    async def pause_queue(
+        self, environment: str, queue: str, reason: str | None, now: datetime
+    ) -> QueuePause:
+        """Store a pause of ``queue`` and return it; a queue already paused keeps its
+        first pause (time and reason) and that one is returned."""
+
+    async def resume_queue(self, environment: str, queue: str) -> bool:
+        """Drop the pause of ``queue``; return whether there was one.
+
+        The queue's waiting runs lose their delivery requests in the same
+        transaction (their wakeups were ignored while it was paused), so the next
+        request for due deliveries wakes each of them again.
+        """
+
+    async def list_queue_pauses(self, environment: str) -> list[QueuePause]:
+        """Every paused queue of the environment, by name."""
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""

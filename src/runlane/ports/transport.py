@@ -47,6 +47,8 @@ class IgnoredReason(StrEnum):
     #: A delivery whose key is busy (EXCLUSIVE) or not yet at its head (ORDERED); it
     #: is woken again once claimable.
     KEY_UNAVAILABLE = "key_unavailable"
+    #: The run's queue is paused; resuming it requests the run's delivery again.
+    QUEUE_PAUSED = "queue_paused"
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,6 +218,15 @@ class QueuePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePause:
+    """A stored pause of one queue: no worker starts its runs until it is resumed."""
+
+    queue: str
+    paused_at: datetime
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleState:
     """What storage remembers of a schedule: its newest materialised slot, its pause
     flag, and when a tick first saw it (no slot before that point ever fires)."""

@@ -32,6 +32,7 @@ from runlane.ports.storage import (
     OutboxMessage,
     OutboxResult,
     PublishOutcome,
+    QueuePause,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
@@ -87,6 +88,7 @@ from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     outbox_from_row,
+    queue_pause_from_row,
     run_events_from_rows,
     run_from_row,
     run_page,
@@ -632,6 +634,21 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         await self._leadership.release(environment, holder)
 
     # -- schedules -----------------------------------------------------------------
+
+    async def pause_queue(
+        self, environment: str, queue: str, reason: str | None, now: datetime
+    ) -> QueuePause:
+        """Store a pause of ``queue`` (a paused queue keeps its first pause)."""
+        rows = await self._fetch(
+            "pause_queue",
+            {"environment": environment, "queue": queue, "reason": reason, "now": to_micros(now)},
+        )
+        return queue_pause_from_row(rows[0])
+
+    async def resume_queue(self, environment: str, queue: str) -> bool:
+        """Drop the pause of ``queue`` and its waiting runs' ignored delivery requests."""
+        rows = await self._fetch("resume_queue", {"environment": environment, "queue": queue})
+        return bool(rows[0]["resumed"])
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

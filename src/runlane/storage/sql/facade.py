@@ -14,6 +14,7 @@ from runlane.ports.storage import (
     DeadLetterFilter,
     HaltedKey,
     ProgressWrite,
+    QueuePause,
     QueuePolicy,
     ScheduleState,
     StoredDeadLetter,
@@ -31,7 +32,7 @@ from runlane.storage.sql.messages import (
     subscription_counts,
 )
 from runlane.storage.sql.progress import progress_from_row, progress_writes_json
-from runlane.storage.sql.rows import run_from_row, schedule_states
+from runlane.storage.sql.rows import queue_pause_from_row, run_from_row, schedule_states
 from runlane.storage.sql.stats import build_queue_stats, finished_counts, queue_stats_rows
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.runs import Page, QueueStats, Run, RunProgress, RunStatus
@@ -176,6 +177,11 @@ class SqlStorageBase(ABC):
         return schedule_states(
             await self._fetch("get_schedule_states", {"environment": environment})
         )
+
+    async def list_queue_pauses(self, environment: str) -> list[QueuePause]:
+        """Every paused queue, by name."""
+        rows = await self._fetch("list_queue_pauses", {"environment": environment})
+        return [queue_pause_from_row(row) for row in rows]
 
     # -- topics --------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from runlane.ports.storage import OutboxMessage, ScheduleState
+from runlane.ports.storage import OutboxMessage, QueuePause, ScheduleState
 from runlane.storage.sql.encoding import load_carrier, load_json, load_payload
 from runlane.types.clock import from_micros
 from runlane.types.runs import (
@@ -273,3 +273,8 @@ def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:
         )
         for row in rows
     }
+
+
+def queue_pause_from_row(row: Row) -> QueuePause:
+    """A ``runlane_queue_pauses`` row."""
+    return QueuePause(row["queue"], from_micros(row["paused_at"]), row["reason"])

@@ -28,6 +28,7 @@ from runlane.ports.storage import (
     OutboxMessage,
     OutboxResult,
     PublishOutcome,
+    QueuePause,
     QueuePolicy,
     RunFilter,
     ScheduleOccurrence,
@@ -38,6 +39,7 @@ from runlane.storage.sql.batches import check_distinct_ids
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     outbox_from_row,
+    queue_pause_from_row,
     run_events_from_rows,
     run_from_row,
     run_page,
@@ -442,6 +444,30 @@ class SqliteStorage(SqlStorageBase):
         await self._db.write_count(QUERIES["release_maintenance_lead"], params)
 
     # -- schedules -----------------------------------------------------------------
+
+    async def pause_queue(
+        self, environment: str, queue: str, reason: str | None, now: datetime
+    ) -> QueuePause:
+        """Store a pause of ``queue`` (a paused queue keeps its first pause)."""
+        params = {"environment": environment, "queue": queue, "reason": reason}
+
+        def pause(cur: sqlite3.Cursor) -> QueuePause:
+            cur.execute(QUERIES["pause_queue"], {**params, "now": to_micros(now)})
+            return queue_pause_from_row(cur.execute(QUERIES["get_queue_pause"], params).fetchone())
+
+        return await self._db.transact(pause)
+
+    async def resume_queue(self, environment: str, queue: str) -> bool:
+        """Drop the pause of ``queue`` and its waiting runs' ignored delivery requests."""
+        params = {"environment": environment, "queue": queue}
+
+        def resume(cur: sqlite3.Cursor) -> bool:
+            if cur.execute(QUERIES["resume_queue"], params).rowcount == 0:
+                return False
+            cur.execute(QUERIES["forget_paused_delivery_requests"], params)
+            return True
+
+        return await self._db.transact(resume)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

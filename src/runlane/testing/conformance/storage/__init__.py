@@ -42,8 +42,10 @@ from runlane.testing.conformance.storage import (
     observing_methods,
     operating,
     outbox,
+    pausing,
     producing,
     progress,
+    queue_pause_methods,
     retention,
     schedules,
     settle_and_claim,
@@ -70,8 +72,10 @@ from runlane.testing.conformance.storage.methods_maintenance import *  # noqa: F
 from runlane.testing.conformance.storage.observing_methods import *  # noqa: F403
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
+from runlane.testing.conformance.storage.pausing import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.progress import *  # noqa: F403
+from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F403
 from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
@@ -108,6 +112,8 @@ _MODULES = (
     waiting,
     progress,
     throughput,
+    pausing,
+    queue_pause_methods,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [
