@@ -236,4 +236,40 @@ def test_an_operator_follows_a_group_from_its_page_to_its_callback_and_its_membe
     page.wait_for_url(f"**/runs/{members[0]}")
     dependents = page.locator("section.relations ul.dependents li").all_inner_texts()
     assert len(dependents) == 1 and callback_id in dependents[0] and "waiting" in dependents[0]
+
+
+def _paused_queues(folder: Path) -> dict[str, str | None]:
+    async def read() -> dict[str, str | None]:
+        async with build_runtime(folder / "app.db") as rl:
+            return {q.name: q.paused_reason for q in await rl.queues.list() if q.paused}
+
+    return run_async(read)
+
+
+def test_an_operator_pauses_a_queue_from_the_overview_and_resumes_it(
+    browser: Browser, served: DashboardProcess
+) -> None:
+    page: Page = browser.new_page(viewport={"width": 1600, "height": 900})
+    page_errors: list[object] = []
+    page.on("pageerror", lambda error: page_errors.append(error))
+    page.goto(f"{served.url}login")
+    page.get_by_label("Operator token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(served.url)
+
+    row = page.locator("#queues tbody tr", has=page.get_by_role("link", name="reports"))
+    row.get_by_label("reason").fill("partner incident")
+    row.get_by_role("button", name="Pause").click()
+    # The queue's own page shows the pause with its reason, and the Resume button.
+    page.wait_for_url("**/queues/reports")
+    assert "partner incident" in page.locator("#pause-state").inner_text()
+    assert _paused_queues(served.folder) == {"reports": "partner incident"}
+    page.goto(served.url)
+    paused_row = page.locator("#queues tbody tr", has=page.get_by_role("link", name="reports"))
+    assert paused_row.locator(".queue-state .badge").inner_text() == "paused"
+
+    paused_row.get_by_role("button", name="Resume").click()
+    page.wait_for_url("**/queues/reports")
+    assert _paused_queues(served.folder) == {}
+    assert page.locator("#pause-state .badge").count() == 0
     assert not page_errors

@@ -34,6 +34,7 @@ def _form_posts(dash: DashboardUnderTest) -> list[str]:
         f"/runs/{seeded.greetings[0]}/rerun",
         f"/runs/{seeded.reports[0]}/cancel",
         "/schedules/reports.nightly/pause",
+        "/queues/reports/pause",
     ]
 
 
@@ -62,10 +63,11 @@ def test_a_read_only_dashboard_renders_no_buttons_and_refuses_every_action(
     login = read_only.client.post("/login", data={"token": TOKEN})
 
     assert "Retry" not in failed_page and "Sign in to act" not in failed_page
-    assert [a.status_code for a in form_answers + api_answers] == [403] * 8
+    assert [a.status_code for a in form_answers + api_answers] == [403] * 10
     assert api_answers[0].json()["error"]["code"] == "forbidden"
     assert login.status_code == 403 and SESSION_COOKIE not in login.cookies
     assert read_only.state() == before and not _paused(read_only)
+    assert _paused_queues(read_only) == []
 
 
 def test_signed_out_visitors_see_a_sign_in_link_and_their_posts_are_401(
@@ -77,8 +79,8 @@ def test_signed_out_visitors_see_a_sign_in_link_and_their_posts_are_401(
     answers = [dash.client.post(p, data={"csrf_token": "x"}) for p in _form_posts(dash)]
 
     assert "Sign in to act" in page and ">Retry<" not in page
-    assert [a.status_code for a in answers] == [401] * 4
-    assert dash.state() == before and not _paused(dash)
+    assert [a.status_code for a in answers] == [401] * 5
+    assert dash.state() == before and not _paused(dash) and _paused_queues(dash) == []
 
 
 def test_the_api_needs_the_bearer_token_and_ignores_cookies(dash: DashboardUnderTest) -> None:
@@ -126,7 +128,7 @@ def test_a_form_with_a_wrong_or_missing_csrf_token_is_refused(dash: DashboardUnd
         {"csrf_token": csrf_token(OperatorAuth(TOKEN), other_session)},
     ):
         answers = [dash.client.post(p, data=data) for p in _form_posts(dash)]
-        assert [a.status_code for a in answers] == [403] * 4
+        assert [a.status_code for a in answers] == [403] * 5
     assert dash.state() == before and not _paused(dash)
 
 
@@ -223,6 +225,55 @@ def test_cancel_rerun_pause_and_resume_from_the_browser(dash: DashboardUnderTest
     assert pause.status_code == resume.status_code == 303
     assert pause.headers["location"] == "/schedules"
     assert paused_now and ">Resume<" in paused_page and not _paused(dash)
+
+
+def _paused_queues(dash: DashboardUnderTest) -> list[str]:
+    async def paused(rl: Runlane) -> list[str]:
+        return [q.name for q in await rl.queues.list() if q.paused]
+
+    return dash.read(paused)
+
+
+def test_a_queue_is_paused_and_resumed_from_the_overview_and_the_api(
+    dash: DashboardUnderTest,
+) -> None:
+    dash.sign_in()
+    csrf = dash.csrf_token()
+    overview = dash.client.get("/").text
+
+    pause = dash.client.post(
+        "/queues/reports/pause",
+        data={"csrf_token": csrf, "reason": "partner down"},
+        follow_redirects=False,
+    )
+    paused_page = dash.client.get("/").text
+    queue_page = dash.client.get("/queues/reports").text
+    paused_json = dash.client.get("/api/overview").json()
+    paused_now = _paused_queues(dash)
+    resume = dash.client.post(
+        "/queues/reports/resume", data={"csrf_token": csrf}, follow_redirects=False
+    )
+    resumed_now = _paused_queues(dash)
+    api_pause = dash.client.post(
+        "/api/queues/main/pause", headers=BEARER, json={"reason": "scripted"}
+    )
+    unknown = dash.client.post("/api/queues/nope/pause", headers=BEARER)
+    bad_action = dash.client.post("/api/queues/main/explode", headers=BEARER)
+
+    assert ">Pause<" in overview and "paused" not in overview
+    assert pause.status_code == resume.status_code == 303
+    assert pause.headers["location"] == "/queues/reports"
+    assert paused_now == ["reports"] and resumed_now == []
+    assert ">Resume<" in paused_page and 'title="partner down">paused<' in paused_page
+    assert ">Resume<" in queue_page and "partner down" in queue_page
+    reports = next(q for q in paused_json["queues"] if q["queue"] == "reports")
+    assert (reports["paused"], reports["paused_reason"]) == (True, "partner down")
+    assert api_pause.status_code == 200
+    assert api_pause.json()["queue"]["paused"] is True
+    assert api_pause.json()["queue"]["paused_reason"] == "scripted"
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "queue_not_found"
+    assert bad_action.status_code == 400
+    assert _paused_queues(dash) == ["main"]
 
 
 def test_an_action_the_run_state_forbids_shows_the_operator_message_with_409(

@@ -112,6 +112,28 @@ def test_the_gauges_move_after_a_drain(dash: DashboardUnderTest) -> None:
     assert value(after, "runlane_queue_oldest_due_age_seconds", queue="reports") == 0
 
 
+def test_a_paused_queue_has_its_gauge_set_and_keeps_its_due_runs(
+    dash: DashboardUnderTest,
+) -> None:
+    before = scrape(dash.client)
+
+    async def pause_and_drain(rl: Runlane) -> int:
+        await rl.queues.pause("reports")
+        return len(await drain(rl))
+
+    executed = dash.read(pause_and_drain)
+    paused = scrape(dash.client)
+    dash.read(lambda rl: rl.queues.resume("reports"))
+    resumed = scrape(dash.client)
+
+    assert value(before, "runlane_queue_paused", queue="reports") == 0
+    assert executed == 0
+    assert value(paused, "runlane_queue_paused", queue="reports") == 1
+    assert value(paused, "runlane_queue_paused", queue="main") == 0
+    assert value(paused, "runlane_queue_due", queue="reports") == 2
+    assert value(resumed, "runlane_queue_paused", queue="reports") == 0
+
+
 def test_the_outbox_backlog_counts_wakeups_not_yet_published(tmp_path: Path) -> None:
     db = tmp_path / "app.db"
     clock = ManualClock()

@@ -17,7 +17,7 @@ vanishes at zero breaks alert rules written against it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from runlane import ErrorCode, QueueStats, Runlane, RunlaneError, RunStatus
@@ -44,6 +44,8 @@ class StorageSnapshot:
     outbox_backlog: dict[str, int]
     #: Next fire time of every unpaused, enabled schedule, by schedule id.
     next_fires: dict[str, datetime]
+    #: Whether each registered queue is paused, by name.
+    paused: dict[str, bool] = field(default_factory=dict)
 
 
 async def read_storage_snapshot(rl: Runlane) -> StorageSnapshot:
@@ -51,12 +53,14 @@ async def read_storage_snapshot(rl: Runlane) -> StorageSnapshot:
     stats = await rl.queue_stats()
     backlog = await rl.outbox_backlog()
     schedules = await rl.schedules.list()
+    queues = await rl.queues.list()
     return StorageSnapshot(
         environment=rl.environment,
         taken_at=rl.clock.now(),
         queue_stats=stats,
         outbox_backlog=backlog,
         next_fires={s.id: s.next_fire_at for s in schedules if s.next_fire_at is not None},
+        paused={q.name: q.paused for q in queues},
     )
 
 
@@ -73,6 +77,7 @@ class StorageGaugeCollector(Collector):
     ``runlane_queue_limit``                     queue          concurrency limit per key
     ``runlane_outbox_backlog``                  queue          wakeups not yet published
     ``runlane_schedule_next_fire_timestamp_...  schedule       next fire (unpaused)
+    ``runlane_queue_paused``                    queue          1 while paused, else 0
     ==========================================  =============  ========================
     """
 
@@ -120,7 +125,10 @@ class StorageGaugeCollector(Collector):
         )
         for schedule_id, moment in sorted(snap.next_fires.items()):
             next_fire.add_metric([schedule_id], moment.timestamp())
-        yield from (runs, due, oldest, occupied, limit, backlog, next_fire)
+        paused = _per_queue("runlane_queue_paused", "1 while the queue is paused, else 0.")
+        for queue, is_paused in sorted(snap.paused.items()):
+            paused.add_metric([queue], 1.0 if is_paused else 0.0)
+        yield from (runs, due, oldest, occupied, limit, backlog, next_fire, paused)
 
 
 def _per_queue(name: str, documentation: str) -> GaugeMetricFamily:

@@ -25,9 +25,13 @@ async def overview_data(dash: Dashboard) -> View:
         label: {t.queue: throughput_view(t) for t in await dash.rl.throughput(since)}
         for label, since in THROUGHPUT_WINDOWS.items()
     }
+    pauses = {info.name: info for info in await dash.rl.queues.list()}
     queues = [
         {
             **_queue_row(name, parts),
+            "paused": pauses[name].paused,
+            "paused_at": iso(pauses[name].paused_at),
+            "paused_reason": pauses[name].paused_reason,
             "throughput": {
                 label: {k: v for k, v in by_queue[name].items() if k != "queue"}
                 for label, by_queue in windows.items()
