@@ -30,6 +30,7 @@ from runlane.topics.outcomes import (
 from runlane.topics.records import DeadLetter, PublishReceipt, SubscriptionStats
 from runlane.types.clock import Clock, ManualClock, SystemClock
 from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.rate_limits import RateLimit
 from runlane.types.records import GroupStatus, HaltedKey
 from runlane.types.retry import BackoffType, RetryPolicy
 from runlane.types.runs import (
@@ -76,6 +77,7 @@ __all__ = [
     "QueueStats",
     "QueueThroughput",
     "Queues",
+    "RateLimit",
     "Release",
     "RetryPolicy",
     "Run",

@@ -31,7 +31,7 @@ from runlane.ports.transport import DeliveryMessage, DeliveryResult
 from runlane.topics.definitions import TopicDef
 from runlane.topics.records import PublishReceipt
 from runlane.types.durations import Duration, parse_duration, parse_optional_duration
-from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import validate_identifier
 from runlane.types.runs import (
     QueueStats,
@@ -277,6 +277,12 @@ class ExecutingCalls:
             trace_carrier=trace_carrier,
             source=_RUN_NOW,
         )
+        if self.registry.queues[new.queue].rate_limit is not None:
+            # run_now starts its attempt at once, which a rate limit cannot promise.
+            raise configuration_error(
+                f"run_now cannot start a run of rate-limited queue {new.queue!r}; "
+                "trigger it and let a worker start it when a token is free."
+            )
         settings = self.lease_settings(lease_duration, None)
         await self._connection.open()
         return await self._attempts.run_now(new, settings, self.worker_id)

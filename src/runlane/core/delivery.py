@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from runlane.model.context import Signal
+from runlane.model.rate_limiting import next_token_at, tokens_available
 from runlane.ports.transport import (
     DeliveryMessage,
     DeliveryOutcome,
     DeliveryResult,
     IgnoredReason,
 )
+from runlane.types.clock import from_micros, to_micros
 from runlane.types.ids import could_be_run_id
 from runlane.types.runs import LEASED_STATUSES, Run
 
@@ -48,6 +50,25 @@ async def _key_or_capacity(store: StoreScope, run: Run) -> IgnoredReason:
         if await messages.mark_key_unavailable(store.environment, run.id, store.now()):
             return IgnoredReason.KEY_UNAVAILABLE
     return IgnoredReason.CAPACITY_UNAVAILABLE
+
+
+async def _rate_limited(
+    store: StoreScope, run: Run, policy: QueuePolicy | None
+) -> IgnoredReason | None:
+    """RATE_LIMITED when the run's partition has no token now; its delivery is then
+    requested again for the time of the next token (through the outbox), so the wakeup
+    is neither lost nor spent in a busy loop."""
+    if policy is None or policy.rate_limit is None:
+        return None
+    now = store.now()
+    now_us = to_micros(now)
+    states = await store.storage.list_rate_limit_states(store.environment)
+    tat = next((s.tat for s in states if s.queue == run.queue and s.rate_key == ""), None)
+    if tokens_available(policy.rate_limit, tat, now_us) > 0:
+        return None
+    at = from_micros(next_token_at(policy.rate_limit, tat, now_us))
+    await store.storage.defer_delivery(store.environment, run.id, at, now)
+    return IgnoredReason.RATE_LIMITED
 
 
 async def execute_delivery(
@@ -91,7 +112,11 @@ async def execute_delivery(
         fresh = await store.storage.get_run(store.environment, run.id)
         if fresh is None:
             return _ignored(IgnoredReason.NOT_FOUND, None)
-        why = _why_not_runnable(store, fresh) or await _key_or_capacity(store, fresh)
+        why = (
+            _why_not_runnable(store, fresh)
+            or await _rate_limited(store, fresh, policy)
+            or await _key_or_capacity(store, fresh)
+        )
         return _ignored(why, fresh)
     settled = await attempts.execute(
         claimed, settings, stop=signal, max_attempt_duration=max_attempt_duration

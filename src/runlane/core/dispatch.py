@@ -78,6 +78,8 @@ class Dispatcher:
                 q.name,
                 q.concurrency_limit,
                 (q.dispatch_timeout or lease_duration) if q.concurrency_limit else None,
+                q.rate_limit,
+                q.rate_limit_by is not None,
             )
             for q in queues
         ]

@@ -62,7 +62,13 @@ class Registry:
                     self.resolve_queue(entry.queue, purpose=f"schedule {entry.id!r}")
                 self.schedules[entry.id] = (entry, task_def)
         self.queue_policies = [
-            QueuePolicy(q.name, q.concurrency_limit) for q in self.queues.values()
+            QueuePolicy(
+                q.name,
+                q.concurrency_limit,
+                rate_limit=q.rate_limit,
+                rate_keyed=q.rate_limit_by is not None,
+            )
+            for q in self.queues.values()
         ]
 
     def resolve_queue(self, definition: QueueDef | str, *, purpose: str = "call") -> QueueDef:

@@ -57,10 +57,13 @@ class WorkerIdling:
         if not self.hand_offs or not isinstance(storage, HandsOff) or self._stop.is_set():
             return None
         slots = self.concurrency - len(self._holding) - len(self._buffer)
-        # Bounded queues are claimed within their capacity, never handed off.
+        # Bounded and rate-limited queues are claimed within their capacity and tokens,
+        # never handed off.
         queues = list(
             dict.fromkeys(
-                q.name for q in self._pauses.claimable(self.queues) if q.concurrency_limit is None
+                q.name
+                for q in self._pauses.claimable(self.queues)
+                if q.concurrency_limit is None and q.rate_limit is None
             )
         )
         if slots < 1 or not queues:

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from runlane.types.durations import Duration, parse_optional_duration
 from runlane.types.errors import configuration_error
 from runlane.types.ids import validate_identifier
+from runlane.types.rate_limits import RateLimit, parse_rate_limit
+
+#: The one partitioning of a rate limit besides the whole queue: each run's rate key.
+RATE_LIMIT_BY_KEY = "key"
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -17,6 +21,10 @@ class QueueDef:
     default: bool
     concurrency_limit: int | None
     dispatch_timeout: float | None
+    #: Attempt starts allowed per period, fleet-wide, per partition (None: unlimited).
+    rate_limit: RateLimit | None
+    #: ``"key"``: each run's ``rate_key`` is its own partition; None: the whole queue.
+    rate_limit_by: str | None
 
     def __init__(
         self,
@@ -25,6 +33,8 @@ class QueueDef:
         default: bool = False,
         concurrency_limit: int | None = None,
         dispatch_timeout: Duration | None = None,
+        rate_limit: RateLimit | str | None = None,
+        rate_limit_by: str | None = None,
     ) -> None:
         validate_identifier(name, name="queue name")
         if concurrency_limit is not None and (
@@ -40,8 +50,22 @@ class QueueDef:
                 f"queue {name!r}: dispatch_timeout needs concurrency_limit "
                 "(it bounds how long reserved capacity may sit unclaimed)."
             )
+        limit = parse_rate_limit(rate_limit)
+        if rate_limit_by is not None and rate_limit_by != RATE_LIMIT_BY_KEY:
+            raise configuration_error(
+                f"queue {name!r}: rate_limit_by must be {RATE_LIMIT_BY_KEY!r} or None."
+            )
+        if rate_limit_by is not None and limit is None:
+            raise configuration_error(f"queue {name!r}: rate_limit_by needs a rate_limit.")
+        if rate_limit_by is not None:
+            raise configuration_error(
+                f"queue {name!r}: rate limits per key are not supported yet; "
+                "limit the queue as a whole."
+            )
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "default", bool(default))
+        object.__setattr__(self, "rate_limit", limit)
+        object.__setattr__(self, "rate_limit_by", rate_limit_by)
         object.__setattr__(self, "concurrency_limit", concurrency_limit)
         object.__setattr__(
             self,
@@ -56,15 +80,26 @@ def queue(
     default: bool = False,
     concurrency_limit: int | None = None,
     dispatch_timeout: Duration | None = None,
+    rate_limit: RateLimit | str | None = None,
+    rate_limit_by: str | None = None,
 ) -> QueueDef:
     """Define a queue.
 
+    ``rate_limit`` (``"10/s"``, ``"100/m"``, ``"N/h"``, ``"N/d"`` or a
+    :class:`~runlane.RateLimit`) limits how many attempts start per period across
+    every worker; with ``rate_limit_by="key"`` each run's ``rate_key`` gets its own
+    limit. Bad values raise ``CONFIGURATION_INVALID`` here.
+
     >>> main = queue("main", default=True)
     >>> invoices = queue("invoice_sync", concurrency_limit=1, dispatch_timeout="2m")
+    >>> partner = queue("partner_api", rate_limit="10/s")
+    >>> tenants = queue("tenant_sync", rate_limit="100/m", rate_limit_by="key")
     """
     return QueueDef(
         name,
         default=default,
         concurrency_limit=concurrency_limit,
         dispatch_timeout=dispatch_timeout,
+        rate_limit=rate_limit,
+        rate_limit_by=rate_limit_by,
     )

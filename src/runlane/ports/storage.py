@@ -69,6 +69,9 @@ from runlane.types.records import (
     QueuePolicy as QueuePolicy,
 )
 from runlane.types.records import (
+    RateLimitState as RateLimitState,
+)
+from runlane.types.records import (
     RunChanges as RunChanges,
 )
 from runlane.types.records import (
@@ -346,6 +349,21 @@ class Storage(Protocol):
 
     async def list_queue_pauses(self, environment: str) -> list[QueuePause]:
         """Every paused queue of the environment, by name."""
+
+    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
+        """The token state of every rate-limit partition that has started a run.
+
+        Claims on a queue whose ``QueuePolicy.rate_limit`` is set start runs only with
+        a token of their partition and take it in the transaction that leases them
+        (``runlane.model.rate_limiting``); ``claim_run`` does the same for one run.
+        """
+
+    async def defer_delivery(
+        self, environment: str, run_id: str, available_at: datetime, now: datetime
+    ) -> bool:
+        """Append a delivery request for a waiting run, published at ``available_at``
+        (its partition's next token), with ``run.delivery_requested``; False when the
+        run is not waiting."""
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""

@@ -49,6 +49,9 @@ class IgnoredReason(StrEnum):
     KEY_UNAVAILABLE = "key_unavailable"
     #: The run's queue is paused; resuming it requests the run's delivery again.
     QUEUE_PAUSED = "queue_paused"
+    #: The run's rate-limit partition has no token now; a delivery request for the
+    #: time of its next token was written.
+    RATE_LIMITED = "rate_limited"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runlane.types.rate_limits import RateLimit
 from runlane.types.runs import (
     JsonValue,
     Run,
@@ -215,6 +216,20 @@ class QueuePolicy:
     concurrency_limit: int | None = None
     #: Seconds a dispatch reservation may sit unclaimed (bounded queues on transport lanes).
     reservation_window: float | None = None
+    #: Attempt starts per period of each partition (None: unlimited).
+    rate_limit: RateLimit | None = None
+    #: Whether each run's rate key is its own partition (else the queue is one).
+    rate_keyed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitState:
+    """The stored token state of one rate-limit partition: its GCRA theoretical
+    arrival time (``runlane.model.rate_limiting``), in microseconds since the epoch."""
+
+    queue: str
+    rate_key: str
+    tat: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ import psycopg
 from psycopg import pq
 
 from runlane.model.capacity import has_capacity
+from runlane.model.rate_limiting import tat_after, tokens_available
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.postgres.sessions import (
     AsyncSession,
@@ -43,7 +44,12 @@ from runlane.storage.postgres.sessions import (
     Queries,
     column_names,
 )
-from runlane.storage.sql.claiming import claim_order, split_by_capacity
+from runlane.storage.sql.claiming import (
+    WHOLE_QUEUE,
+    claim_order,
+    split_by_capacity,
+    split_rate_limited,
+)
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
 from runlane.types.runs import Run
 
@@ -61,28 +67,37 @@ async def claim_due_runs(
     limit: int,
     params: dict[str, Any],
 ) -> list[Run]:
-    """Claim up to ``limit`` due runs: bounded queues within capacity, then the others."""
+    """Claim up to ``limit`` due runs: rate-limited queues within their tokens, bounded
+    queues within capacity, then the others."""
     session = AsyncSession(conn)
-    limits, unbounded = split_by_capacity(queues)
-    if not limits:
+    rated, others = split_rate_limited(queues)
+    limits, unbounded = split_by_capacity(others)
+    if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
         (cur,) = conn.cursors(1)
         await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
         return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
-        locked = await session.fetch(
-            q["lock_capacity"],
-            {**params, "queues": sorted(limits), "wait": False, "lock_prefix": lock_prefix},
-        )
-        names = [row["name"] for row in locked]
-        rows = []
+        rows = await _claim_with_tokens(session, q, lock_prefix, rated, limit, params)
+        names = []
+        if limits and len(rows) < limit:
+            locked = await session.fetch(
+                q["lock_capacity"],
+                {**params, "queues": sorted(limits), "wait": False, "lock_prefix": lock_prefix},
+            )
+            names = [row["name"] for row in locked]
         if names:
             # The bounded queues' keys only: the unbounded claim below takes its own.
             await session.fetch(q["lock_claimable_keys"], {**params, "queues": names})
-            rows = await session.fetch(
+            rows += await session.fetch(
                 q["claim_bounded_runs"],
-                {**params, "queues": names, "limits": [limits[n] for n in names]},
+                {
+                    **params,
+                    "queues": names,
+                    "limits": [limits[n] for n in names],
+                    "limit": limit - len(rows),
+                },
             )
         if unbounded and len(rows) < limit:
             rows += await session.fetch(
@@ -90,6 +105,59 @@ async def claim_due_runs(
                 {**params, "queues": unbounded, "limit": limit - len(rows)},
             )
     return _runs(rows)
+
+
+async def _claim_with_tokens(
+    session: AsyncSession,
+    q: Queries,
+    lock_prefix: str,
+    rated: Sequence[QueuePolicy],
+    limit: int,
+    params: dict[str, Any],
+) -> list[Any]:
+    """Rate-limited queues, in the caller's transaction: under each queue's capacity
+    lock (skipped while another claimer holds it: it is spending the tokens), claim up
+    to the tokens its partition has and take one per run claimed."""
+    if not rated:
+        return []
+    locked = await session.fetch(
+        q["lock_capacity"],
+        {
+            **params,
+            "queues": sorted(p.name for p in rated),
+            "wait": False,
+            "lock_prefix": lock_prefix,
+        },
+    )
+    held = {row["name"] for row in locked}
+    rows: list[Any] = []
+    now = params["now"]
+    for policy in rated:
+        if len(rows) >= limit:
+            break
+        if policy.name not in held:
+            continue
+        assert policy.rate_limit is not None
+        state = {"environment": params["environment"], "queue": policy.name}
+        state["rate_key"] = WHOLE_QUEUE
+        found = await session.fetch(q["get_rate_limit_state"], state)
+        tat = found[0]["tat"] if found else None
+        take = min(limit - len(rows), tokens_available(policy.rate_limit, tat, now))
+        if take < 1:
+            continue
+        one = {**params, "queues": [policy.name], "limit": take}
+        if policy.concurrency_limit is not None:
+            await session.fetch(q["lock_claimable_keys"], one)
+            claimed = await session.fetch(
+                q["claim_bounded_runs"], {**one, "limits": [policy.concurrency_limit]}
+            )
+        else:
+            claimed = await session.fetch(q["claim_due_runs"], one)
+        if claimed:
+            new_tat = tat_after(policy.rate_limit, tat, now, len(claimed))
+            await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
+        rows += claimed
+    return rows
 
 
 async def claim_run(
@@ -102,6 +170,8 @@ async def claim_run(
     """Claim one run if it is claimable, due, allowed by its key and, for a bounded
     ``queue``, within capacity."""
     session = AsyncSession(conn)
+    if queue is not None and queue.rate_limit is not None:
+        return await _claim_run_with_token(session, conn, q, lock_prefix, queue, params)
     if queue is None or queue.concurrency_limit is None:
         results = await _in_one_round_trip(
             conn, [(q["lock_run_key"], params)], q["claim_run"], params
@@ -129,6 +199,51 @@ async def claim_run(
     return run_from_row(rows[0]) if rows else None
 
 
+async def _claim_run_with_token(
+    session: AsyncSession,
+    conn: DriverConnection,
+    q: Queries,
+    lock_prefix: str,
+    queue: QueuePolicy,
+    params: dict[str, Any],
+) -> Run | None:
+    """``claim_run`` on a rate-limited queue: under the queue's capacity lock (waited
+    for, after the run's key lock as every waiter orders them), only with a token of
+    its partition, which it takes; within capacity on a bounded queue too."""
+    assert queue.rate_limit is not None
+    async with conn.transaction():
+        current = await session.fetch(q["get_run"], params)
+        if not current:
+            return None
+        await session.fetch(q["lock_run_key"], params)
+        await session.fetch(
+            q["lock_capacity"],
+            {**params, "queues": [queue.name], "wait": True, "lock_prefix": lock_prefix},
+        )
+        state = {"environment": params["environment"], "queue": queue.name}
+        state["rate_key"] = WHOLE_QUEUE
+        found = await session.fetch(q["get_rate_limit_state"], state)
+        tat = found[0]["tat"] if found else None
+        if tokens_available(queue.rate_limit, tat, params["now"]) < 1:
+            return None
+        if queue.concurrency_limit is not None:
+            (occupied,) = await session.fetch(
+                q["occupied_capacity"],
+                {
+                    **params,
+                    "queue": queue.name,
+                    "concurrency_key": current[0]["concurrency_key"],
+                },
+            )
+            if not has_capacity(occupied["n"], queue.concurrency_limit):
+                return None
+        rows = await session.fetch(q["claim_run"], params)
+        if rows:
+            new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
+            await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
+    return run_from_row(rows[0]) if rows else None
+
+
 async def apply_and_claim(
     conn: DriverConnection,
     q: Queries,
@@ -140,8 +255,9 @@ async def apply_and_claim(
 ) -> tuple[list[set[str]], list[Run]]:
     """In one transaction: ``apply_transitions`` once per round (the ids each applied),
     then claim up to ``limit`` due runs as :func:`claim_due_runs` does, seeing them."""
-    if any(p.concurrency_limit is not None for p in queues):
-        # Bounded queues decide on the advisory locks' answer: statement by statement.
+    if any(p.concurrency_limit is not None or p.rate_limit is not None for p in queues):
+        # Bounded and rate-limited queues decide on the advisory locks' answer:
+        # statement by statement.
         session = AsyncSession(conn)
         async with conn.transaction():
             applied = [

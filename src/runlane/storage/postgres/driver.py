@@ -635,6 +635,21 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
 
     # -- schedules -----------------------------------------------------------------
 
+    async def defer_delivery(
+        self, environment: str, run_id: str, available_at: datetime, now: datetime
+    ) -> bool:
+        """A delivery request for a waiting run, published at ``available_at``."""
+        rows = await self._fetch(
+            "defer_delivery_request",
+            {
+                "environment": environment,
+                "id": run_id,
+                "now": to_micros(now),
+                "available_at": to_micros(available_at),
+            },
+        )
+        return bool(rows[0]["deferred"])
+
     async def pause_queue(
         self, environment: str, queue: str, reason: str | None, now: datetime
     ) -> QueuePause:

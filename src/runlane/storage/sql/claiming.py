@@ -23,6 +23,22 @@ def split_by_capacity(queues: Sequence[QueuePolicy]) -> tuple[dict[str, int], li
     return bounded, unbounded
 
 
+def split_rate_limited(
+    queues: Sequence[QueuePolicy],
+) -> tuple[list[QueuePolicy], list[QueuePolicy]]:
+    """The rate-limited queues (each once, in the order given) and the others: a
+    rate-limited queue's claim takes its tokens in the claim's transaction, so it is
+    claimed apart, and the others' claims stay as they were."""
+    limited = list({q.name: q for q in queues if q.rate_limit is not None}.values())
+    if not limited:
+        return limited, list(queues)
+    return limited, [q for q in queues if q.rate_limit is None]
+
+
+#: The partition of a queue limited as a whole.
+WHOLE_QUEUE = ""
+
+
 def claim_order(run: Run) -> tuple[datetime, str]:
     """Claimed runs come back oldest ``run_at`` first, ties broken by id."""
     return run.run_at, run.id

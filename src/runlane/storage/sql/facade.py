@@ -16,6 +16,7 @@ from runlane.ports.storage import (
     ProgressWrite,
     QueuePause,
     QueuePolicy,
+    RateLimitState,
     ScheduleState,
     StoredDeadLetter,
     StoredMessage,
@@ -182,6 +183,11 @@ class SqlStorageBase(ABC):
         """Every paused queue, by name."""
         rows = await self._fetch("list_queue_pauses", {"environment": environment})
         return [queue_pause_from_row(row) for row in rows]
+
+    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
+        """Every rate-limit partition's token state."""
+        rows = await self._fetch("list_rate_limit_states", {"environment": environment})
+        return [RateLimitState(row["queue"], row["rate_key"], row["tat"]) for row in rows]
 
     # -- topics --------------------------------------------------------------------
 

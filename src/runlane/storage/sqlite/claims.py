@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.capacity import has_capacity
+from runlane.model.rate_limiting import tat_after, tokens_available
 from runlane.ports.storage import QueuePolicy
-from runlane.storage.sql.claiming import split_by_capacity
+from runlane.storage.sql.claiming import WHOLE_QUEUE, split_by_capacity, split_rate_limited
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.queries import QUERIES
 from runlane.types.runs import Run
@@ -40,17 +41,23 @@ def claim_due_runs(
     lease_params: dict[str, Any],
     rotation: QueueRotation,
 ) -> list[Run]:
-    """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity."""
-    limits, unbounded = split_by_capacity(queues)
+    """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity
+    and, on rate-limited queues, the tokens their partitions have."""
+    rated, others = split_rate_limited(queues)
+    limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []
-    if limits:
+    for policy in rated:
+        if len(runs) >= limit:
+            break
+        runs += _claim_with_tokens(cur, environment, policy, limit - len(runs), lease_params)
+    if limits and len(runs) < limit:
         runs += _claim_rows(
             cur,
             "claim_bounded_runs",
             {
                 "environment": environment,
                 "bounded": json.dumps(list(limits.items())),
-                "limit": limit,
+                "limit": limit - len(runs),
                 **lease_params,
             },
         )
@@ -73,10 +80,49 @@ def claim_due_runs(
     return runs
 
 
+def _claim_with_tokens(
+    cur: sqlite3.Cursor,
+    environment: str,
+    policy: QueuePolicy,
+    limit: int,
+    lease_params: dict[str, Any],
+) -> list[Run]:
+    """Claim up to the tokens the queue's partition has (and ``limit``), and take one
+    token per run claimed, in the caller's write transaction."""
+    assert policy.rate_limit is not None
+    state = {"environment": environment, "queue": policy.name, "rate_key": WHOLE_QUEUE}
+    row = cur.execute(QUERIES["get_rate_limit_state"], state).fetchone()
+    tat = None if row is None else row["tat"]
+    now = lease_params["now"]
+    take = min(limit, tokens_available(policy.rate_limit, tat, now))
+    if take < 1:
+        return []
+    if policy.concurrency_limit is not None:
+        bounded = json.dumps([(policy.name, policy.concurrency_limit)])
+        params = {"environment": environment, "bounded": bounded, "limit": take}
+        runs = _claim_rows(cur, "claim_bounded_runs", {**params, **lease_params})
+    else:
+        params = {"environment": environment, "queue": policy.name, "limit": take}
+        runs = _claim_rows(cur, "claim_due_runs", {**params, **lease_params})
+    if runs:
+        new_tat = tat_after(policy.rate_limit, tat, now, len(runs))
+        cur.execute(QUERIES["set_rate_limit_state"], {**state, "tat": new_tat})
+    return runs
+
+
 def claim_run(
     cur: sqlite3.Cursor, environment: str, params: dict[str, Any], queue: QueuePolicy | None
 ) -> Run | None:
-    """Lease one run if it is claimable, due, and its partition has capacity."""
+    """Lease one run if it is claimable, due, its partition has capacity and, on a
+    rate-limited queue, a token (taken here)."""
+    tat: int | None = None
+    state: dict[str, Any] = {}
+    if queue is not None and queue.rate_limit is not None:
+        state = {"environment": environment, "queue": queue.name, "rate_key": WHOLE_QUEUE}
+        row = cur.execute(QUERIES["get_rate_limit_state"], state).fetchone()
+        tat = None if row is None else row["tat"]
+        if tokens_available(queue.rate_limit, tat, params["now"]) < 1:
+            return None
     if queue is not None and queue.concurrency_limit is not None:
         current = cur.execute(QUERIES["get_run"], params).fetchone()
         if current is None:
@@ -93,6 +139,17 @@ def claim_run(
         if not has_capacity(occupied, queue.concurrency_limit):
             return None
     runs = _claim_rows(cur, "claim_run", params)
+    if runs and queue is not None and queue.rate_limit is not None:
+        new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
+        cur.execute(
+            QUERIES["set_rate_limit_state"],
+            {
+                "environment": environment,
+                "queue": queue.name,
+                "rate_key": WHOLE_QUEUE,
+                "tat": new_tat,
+            },
+        )
     _insert_started_events(cur, environment, runs, params["now"])
     return runs[0] if runs else None
 

@@ -445,6 +445,47 @@ class SqliteStorage(SqlStorageBase):
 
     # -- schedules -----------------------------------------------------------------
 
+    async def defer_delivery(
+        self, environment: str, run_id: str, available_at: datetime, now: datetime
+    ) -> bool:
+        """A delivery request for a waiting run, published at ``available_at``."""
+        now_us = to_micros(now)
+        params = {"environment": environment, "id": run_id, "now": now_us}
+
+        def defer(cur: sqlite3.Cursor) -> bool:
+            row = cur.execute(QUERIES["defer_delivery_request"], params).fetchone()
+            if row is None:
+                return False
+            outbox_id = f"{row['id']}.{row['event_sequence']}"
+            cur.execute(
+                QUERIES["insert_event"],
+                {
+                    "environment": environment,
+                    "run_id": run_id,
+                    "sequence": row["event_sequence"],
+                    "type": "run.delivery_requested",
+                    "occurred_at": now_us,
+                    "data": json.dumps(
+                        {"queue": row["queue"], "outbox_id": outbox_id, "reason": "rate_limited"}
+                    ),
+                },
+            )
+            cur.execute(
+                QUERIES["insert_deferred_outbox"],
+                {
+                    "environment": environment,
+                    "id": outbox_id,
+                    "run_id": run_id,
+                    "queue": row["queue"],
+                    "available_at": to_micros(available_at),
+                    "now": now_us,
+                    "trace_carrier": row["trace_carrier"],
+                },
+            )
+            return True
+
+        return await self._db.transact(defer)
+
     async def pause_queue(
         self, environment: str, queue: str, reason: str | None, now: datetime
     ) -> QueuePause:

@@ -46,6 +46,7 @@ from runlane.testing.conformance.storage import (
     producing,
     progress,
     queue_pause_methods,
+    rate_limits,
     retention,
     schedules,
     settle_and_claim,
@@ -76,6 +77,7 @@ from runlane.testing.conformance.storage.pausing import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.progress import *  # noqa: F403
 from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F403
+from runlane.testing.conformance.storage.rate_limits import *  # noqa: F403
 from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
@@ -114,6 +116,7 @@ _MODULES = (
     throughput,
     pausing,
     queue_pause_methods,
+    rate_limits,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

@@ -1,0 +1,38 @@
+"""Token arithmetic of rate limits, written once for every driver: GCRA.
+
+One stored value per partition, its *theoretical arrival time* ``tat`` (microseconds):
+the moment the partition's bucket is full again. With ``T`` the interval between
+tokens and a tolerance of ``(burst - 1) * T``, a start at ``now`` is allowed while
+``tat - tolerance <= now``, and each start moves ``tat`` to ``max(tat, now) + T``. An
+idle partition (``tat`` in the past, or none stored) so starts ``burst`` at once and
+then one per ``T``; in any window of length ``per`` at most ``count + burst - 1``
+start. Tokens are never given back: ``tat`` only moves forward.
+"""
+
+from __future__ import annotations
+
+from runlane.types.rate_limits import RateLimit
+
+
+def tokens_available(limit: RateLimit, tat: int | None, now: int) -> int:
+    """How many starts the partition may make at ``now`` (0 to ``burst``)."""
+    interval = limit.interval_micros
+    start = now if tat is None or tat < now else tat
+    # Start k (0-based) needs start + k*T - (burst - 1)*T <= now.
+    room = now - start + (limit.burst - 1) * interval
+    if room < 0:
+        return 0
+    return min(limit.burst, room // interval + 1)
+
+
+def tat_after(limit: RateLimit, tat: int | None, now: int, taken: int) -> int:
+    """The partition's stored value after ``taken`` starts at ``now``."""
+    start = now if tat is None or tat < now else tat
+    return start + taken * limit.interval_micros
+
+
+def next_token_at(limit: RateLimit, tat: int | None, now: int) -> int:
+    """When the partition may start again (``now`` if it may already)."""
+    if tat is None:
+        return now
+    return max(now, tat - (limit.burst - 1) * limit.interval_micros)
