@@ -13,8 +13,18 @@ from starlette.testclient import TestClient
 from tests.support.dashboard_app import build_runtime, greet, main, publish_orders, reports
 from tests.support.dashboard_client import DashboardUnderTest, dashboard_under_test
 
-from runlane import ErrorCode, Lane, ManualClock, Runlane, RunlaneError, RunStatus, sqlite_lane
+from runlane import (
+    ErrorCode,
+    Lane,
+    ManualClock,
+    QueueStats,
+    Runlane,
+    RunlaneError,
+    RunStatus,
+    sqlite_lane,
+)
 from runlane.dashboard import create_app
+from runlane.metrics import StorageGaugeCollector, StorageSnapshot
 from runlane.testing import drain
 from runlane.transport.memory import MemoryTransport
 
@@ -187,3 +197,18 @@ def test_the_overview_and_gauges_agree_on_each_storage_driver(
     assert value(before, "runlane_queue_due", queue="reports") == 2
     assert value(after, "runlane_queue_due", queue="reports") == 0
     assert value(after, "runlane_runs", queue="reports", status="succeeded") == 2
+
+
+def test_the_rate_limited_gauge_sums_a_queues_runs_waiting_for_tokens() -> None:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    stats = [
+        QueueStats("partner", "a", 1, {}, 0, due=4, rate_limited=3),
+        QueueStats("partner", "b", 1, {}, 0, due=1, rate_limited=1),
+        QueueStats("main", None, None, {}, 0, due=2),
+    ]
+    snapshot = StorageSnapshot("env", now, stats, {}, {}, {"partner": False, "main": True})
+    families = {f.name: f for f in StorageGaugeCollector(snapshot).collect()}
+    limited = {s.labels["queue"]: s.value for s in families["runlane_queue_rate_limited"].samples}
+    paused = {s.labels["queue"]: s.value for s in families["runlane_queue_paused"].samples}
+    assert limited == {"partner": 4, "main": 0}
+    assert paused == {"partner": 0, "main": 1}

@@ -215,6 +215,21 @@ def events_table(events: Iterable[View], *, title: str | None = None) -> Table:
     return table
 
 
+def _queue_cell(view: View) -> str:
+    """The queue's name, with its pause and its rate limit (runs waiting for tokens and
+    the next token's time) when it has them."""
+    cell = str(view["queue"])
+    if view.get("paused"):
+        cell += " (paused)"
+    if view.get("rate_limit"):
+        cell += f"\nrate {view['rate_limit']}"
+        if view.get("rate_limited"):
+            cell += f", {view['rate_limited']} waiting for tokens"
+        if view.get("next_token_at"):
+            cell += f", next token {short_time(view['next_token_at'])}"
+    return cell
+
+
 def queues_table(stats: Iterable[View]) -> Table:
     """Capacity and counts per queue (and per concurrency key), one column per status."""
     table = Table(title="queues", title_justify="left")
@@ -243,7 +258,7 @@ def queues_table(stats: Iterable[View]) -> Table:
     for view in stats:
         limit = view["concurrency_limit"]
         table.add_row(
-            f"{view['queue']} (paused)" if view.get("paused") else view["queue"],
+            _queue_cell(view),
             view["concurrency_key"] or "-",
             "-" if limit is None else str(limit),
             str(view["occupied"]),

@@ -33,14 +33,23 @@ def queues() -> None:
 @app_argument
 @json_option
 def queue_counts(app: str, as_json: bool) -> None:
-    """How many runs each queue holds, by status, and whether it is paused."""
+    """How many runs each queue holds, by status; whether it is paused; its rate limit,
+    the runs waiting for its tokens and when its next token is due."""
 
-    async def read(rl: Runlane) -> tuple[list[Any], set[str]]:
-        paused = {info.name for info in await rl.queues.list() if info.paused}
-        return await rl.queue_stats(), paused
+    async def read(rl: Runlane) -> tuple[list[Any], dict[str, View]]:
+        queues = {info.name: queue_view(info) for info in await rl.queues.list()}
+        return await rl.queue_stats(), queues
 
-    stats, paused = with_runtime(app, read)
-    views = [{**queue_stats_view(entry), "paused": entry.queue in paused} for entry in stats]
+    stats, queues = with_runtime(app, read)
+    views = [
+        {
+            **queue_stats_view(entry),
+            "paused": queues[entry.queue]["paused"],
+            "rate_limit": queues[entry.queue]["rate_limit"],
+            "next_token_at": queues[entry.queue]["next_token_at"],
+        }
+        for entry in stats
+    ]
     if as_json:
         print_json(views)
     else:
@@ -73,12 +82,13 @@ def _print_one(view: View, as_json: bool) -> None:
         print_json(view)
         return
     table = Table(title="queue", title_justify="left")
-    for column in ("queue", "limit", "state", "paused at (UTC)", "reason"):
+    for column in ("queue", "limit", "rate limit", "state", "paused at (UTC)", "reason"):
         table.add_column(column)
     limit = view["concurrency_limit"]
     table.add_row(
         view["queue"],
         "-" if limit is None else str(limit),
+        view["rate_limit"] or "-",
         "paused" if view["paused"] else "active",
         short_time(view["paused_at"]),
         view["paused_reason"] or "",

@@ -21,7 +21,10 @@ from typing import Protocol
 
 from runlane.core.store import StoreScope
 from runlane.model.queue_defs import QueueDef
+from runlane.model.rate_limiting import next_token_at
+from runlane.types.clock import from_micros, to_micros
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.rate_limits import RateLimit
 from runlane.types.records import QueuePolicy
 from runlane.types.storable_text import unstorable
 
@@ -80,6 +83,10 @@ class QueueInfo:
     paused_reason: str | None
     concurrency_limit: int | None
     default: bool
+    #: Attempt starts allowed per period (None: unlimited).
+    rate_limit: RateLimit | None = None
+    #: When the rate-limited queue may start a run again; None while it has a token.
+    next_token_at: datetime | None = None
 
 
 class RequestsDeliveries(Protocol):
@@ -143,9 +150,18 @@ class Queues(Mapping[str, QueueDef]):
         store = self._store
         await self._connect()
         pauses = {p.queue: p for p in await store.storage.list_queue_pauses(store.environment)}
+        tats: dict[tuple[str, str], int] = {}
+        if any(q.rate_limit is not None for q in self._queues.values()):
+            states = await store.storage.list_rate_limit_states(store.environment)
+            tats = {(s.queue, s.rate_key): s.tat for s in states}
+        now_us = to_micros(store.now())
         items = []
         for name, definition in sorted(self._queues.items()):
             pause = pauses.get(name)
+            next_token = None
+            if definition.rate_limit is not None:
+                at = next_token_at(definition.rate_limit, tats.get((name, "")), now_us)
+                next_token = from_micros(at) if at > now_us else None
             items.append(
                 QueueInfo(
                     name=name,
@@ -154,6 +170,8 @@ class Queues(Mapping[str, QueueDef]):
                     paused_reason=pause.reason if pause else None,
                     concurrency_limit=definition.concurrency_limit,
                     default=definition.default,
+                    rate_limit=definition.rate_limit,
+                    next_token_at=next_token,
                 )
             )
         return items
@@ -197,6 +215,7 @@ class Queues(Mapping[str, QueueDef]):
             pause.reason,
             definition.concurrency_limit,
             definition.default,
+            definition.rate_limit,
         )
 
     async def resume(self, queue: QueueDef | str) -> QueueInfo:
@@ -216,7 +235,15 @@ class Queues(Mapping[str, QueueDef]):
                     await self._dispatcher.publish_pending()
             self._on_resumed()
         definition = self._queues[name]
-        return QueueInfo(name, False, None, None, definition.concurrency_limit, definition.default)
+        return QueueInfo(
+            name,
+            False,
+            None,
+            None,
+            definition.concurrency_limit,
+            definition.default,
+            definition.rate_limit,
+        )
 
     def _registered(self, queue: QueueDef | str) -> str:
         name = queue.name if isinstance(queue, QueueDef) else queue

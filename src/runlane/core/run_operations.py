@@ -15,10 +15,11 @@ from runlane.core.maintenance import prune_finished_runs
 from runlane.core.waiting import RunWatcher
 from runlane.model.definitions import TaskDef
 from runlane.model.queue_defs import QueueDef
+from runlane.model.rate_limiting import rate_limited_counts, tokens_available
 from runlane.model.transitions import project, request_cancellation
 from runlane.ports.storage import TracksDependencies
 from runlane.topics.states import RunsOperation, delivery_state, refuse_runs_operation
-from runlane.types.clock import aware_utc
+from runlane.types.clock import aware_utc, to_micros
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import could_be_run_id, validate_identifier
@@ -299,9 +300,22 @@ class QueueCounts:
         """``Runlane.queue_stats``."""
         await self._connect()
         store = self._store
-        return await store.storage.queue_stats(
-            store.environment, self._registry.queue_policies, store.now()
-        )
+        policies = self._registry.queue_policies
+        now = store.now()
+        stats = await store.storage.queue_stats(store.environment, policies, now)
+        limits = {p.name: p.rate_limit for p in policies if p.rate_limit is not None}
+        if not limits:
+            return stats
+        states = await store.storage.list_rate_limit_states(store.environment)
+        tats = {(s.queue, s.rate_key): s.tat for s in states}
+        now_us = to_micros(now)
+        for name, limit in limits.items():
+            indexes = [i for i, entry in enumerate(stats) if entry.queue == name]
+            tokens = tokens_available(limit, tats.get((name, "")), now_us)
+            waiting = rate_limited_counts([stats[i].due for i in indexes], tokens)
+            for i, count in zip(indexes, waiting, strict=True):
+                stats[i] = replace(stats[i], rate_limited=count)
+        return stats
 
     async def throughput(self, since: Duration | datetime) -> list[QueueThroughput]:
         """``Runlane.throughput``."""

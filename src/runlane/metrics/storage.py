@@ -78,6 +78,7 @@ class StorageGaugeCollector(Collector):
     ``runlane_outbox_backlog``                  queue          wakeups not yet published
     ``runlane_schedule_next_fire_timestamp_...  schedule       next fire (unpaused)
     ``runlane_queue_paused``                    queue          1 while paused, else 0
+    ``runlane_queue_rate_limited``              queue          due runs waiting for tokens
     ==========================================  =============  ========================
     """
 
@@ -125,10 +126,15 @@ class StorageGaugeCollector(Collector):
         )
         for schedule_id, moment in sorted(snap.next_fires.items()):
             next_fire.add_metric([schedule_id], moment.timestamp())
+        rate_limited = _per_queue(
+            "runlane_queue_rate_limited", "Due runs a rate limit keeps waiting for tokens."
+        )
+        for queue, parts in _by_queue(snap.queue_stats).items():
+            rate_limited.add_metric([queue], sum(p.rate_limited for p in parts))
         paused = _per_queue("runlane_queue_paused", "1 while the queue is paused, else 0.")
         for queue, is_paused in sorted(snap.paused.items()):
             paused.add_metric([queue], 1.0 if is_paused else 0.0)
-        yield from (runs, due, oldest, occupied, limit, backlog, next_fire, paused)
+        yield from (runs, due, oldest, occupied, limit, backlog, next_fire, paused, rate_limited)
 
 
 def _per_queue(name: str, documentation: str) -> GaugeMetricFamily:

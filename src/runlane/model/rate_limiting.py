@@ -36,3 +36,14 @@ def next_token_at(limit: RateLimit, tat: int | None, now: int) -> int:
     if tat is None:
         return now
     return max(now, tat - (limit.burst - 1) * limit.interval_micros)
+
+
+def rate_limited_counts(due: list[int], tokens: int) -> list[int]:
+    """Of the due runs of one partition's entries (``due``, in order), how many in each
+    wait for tokens: the ``tokens`` available now go to the entries first to last."""
+    waiting = []
+    for count in due:
+        served = min(count, tokens)
+        tokens -= served
+        waiting.append(count - served)
+    return waiting

@@ -137,6 +137,7 @@ def queue_stats_view(stats: QueueStats) -> View:
         "occupied": stats.occupied,
         "due": stats.due,
         "oldest_due_at": iso(stats.oldest_due_at),
+        "rate_limited": stats.rate_limited,
         "counts": {status.value: stats.counts.get(status, 0) for status in RunStatus},
     }
 
@@ -150,6 +151,8 @@ def queue_view(info: QueueInfo) -> View:
         "paused": info.paused,
         "paused_at": iso(info.paused_at),
         "paused_reason": info.paused_reason,
+        "rate_limit": None if info.rate_limit is None else str(info.rate_limit),
+        "next_token_at": iso(info.next_token_at),
     }
 
 

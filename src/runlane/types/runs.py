@@ -289,6 +289,8 @@ class QueueStats:
     due: int = 0
     #: The earliest ``run_at`` among the due runs (``None`` when none is due).
     oldest_due_at: datetime | None = None
+    #: Due runs that a rate limit keeps waiting: more than their partition's tokens now.
+    rate_limited: int = 0
 
     @property
     def waiting(self) -> int:

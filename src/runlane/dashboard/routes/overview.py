@@ -10,7 +10,7 @@ from runlane import QueueStats, RunStatus
 from runlane.dashboard.routes.queues import CHART_WINDOWS, chart_window, charts, throughput_data
 from runlane.dashboard.settings import Dashboard, dashboard_of
 from runlane.dashboard.templates import render
-from runlane.operator import View, iso, queue_stats_view, throughput_view
+from runlane.operator import View, iso, queue_stats_view, queue_view, throughput_view
 
 #: Windows of the "finished" columns: label → how far back.
 THROUGHPUT_WINDOWS = {"5m": "5m", "1h": "1h"}
@@ -32,6 +32,8 @@ async def overview_data(dash: Dashboard) -> View:
             "paused": pauses[name].paused,
             "paused_at": iso(pauses[name].paused_at),
             "paused_reason": pauses[name].paused_reason,
+            "rate_limit": queue_view(pauses[name])["rate_limit"],
+            "next_token_at": iso(pauses[name].next_token_at),
             "throughput": {
                 label: {k: v for k, v in by_queue[name].items() if k != "queue"}
                 for label, by_queue in windows.items()
@@ -68,6 +70,7 @@ def _queue_row(name: str, parts: list[QueueStats]) -> View:
         "oldest_due_at": iso(oldest),
         "running": sum(p.running for p in parts),
         "occupied": sum(p.occupied for p in parts),
+        "rate_limited": sum(p.rate_limited for p in parts),
         "counts": {s.value: sum(p.counts.get(s, 0) for p in parts) for s in RunStatus},
         "partitions": [queue_stats_view(p) for p in parts] if bounded else [],
     }

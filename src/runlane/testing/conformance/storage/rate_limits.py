@@ -131,6 +131,27 @@ async def test_a_run_starts_only_with_both_a_slot_and_a_token(make_runtime: Fact
     assert state.queue == "both"
 
 
+async def test_queue_stats_count_rate_limited_runs_and_the_queue_list_shows_the_next_token(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, call = _starts_recorder(clock)
+    rl = await make_runtime([call], queues=[MAIN, PARTNER], clock=clock)
+    await rl.trigger_many(call, [None] * 3, queue=PARTNER)
+    assert await rl.execute_next() is not None
+    stats = {entry.queue: entry for entry in await rl.queue_stats()}
+    assert (stats["partner_api"].due, stats["partner_api"].rate_limited) == (2, 2)
+    assert stats["main"].rate_limited == 0
+    listed = {info.name: info for info in await rl.queues.list()}
+    assert listed["partner_api"].rate_limit == RateLimit(2, per="1s")
+    assert listed["partner_api"].next_token_at == clock.now() + timedelta(milliseconds=500)
+    assert listed["main"].rate_limit is None and listed["main"].next_token_at is None
+    clock.advance("500ms")
+    stats = {entry.queue: entry for entry in await rl.queue_stats()}
+    assert stats["partner_api"].rate_limited == 1  # one of the two due runs has a token
+    assert {i.name: i for i in await rl.queues.list()}["partner_api"].next_token_at is None
+
+
 async def test_run_now_refuses_a_rate_limited_queue_and_writes_nothing(
     make_runtime: Factory,
 ) -> None:
