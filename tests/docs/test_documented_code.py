@@ -35,6 +35,7 @@ PAGES = [
     "docs/getting-started.md",
     "docs/guides/concepts.md",
     "docs/guides/capacity.md",
+    "docs/guides/flow-control.md",
     "docs/guides/idempotency.md",
     "docs/guides/schedules.md",
     "docs/guides/transactional-enqueue.md",

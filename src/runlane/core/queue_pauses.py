@@ -106,8 +106,7 @@ class Queues(Mapping[str, QueueDef]):
     operators also pause, resume and list.
 
     >>> await rl.queues.pause("emails", reason="provider incident")
-    >>> [q.name for q in await rl.queues.list() if q.paused]
-    ['emails']
+    >>> paused = [q.name for q in await rl.queues.list() if q.paused]
     >>> await rl.queues.resume("emails")
     """
 
