@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import signal
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 from tests.support import worker_app
 from tests.support.app_processes import app_log, processes, wait_until_finished
 
-from runlane import Runlane
+from runlane import RunEventType, Runlane, RunStatus
 
 pytestmark = pytest.mark.slow
 
@@ -77,3 +79,47 @@ async def test_concurrent_ticking_processes_fire_each_slot_once(
     assert len(slots) == len(set(slots)) == len(runs)
     ordered = sorted(slots)
     assert all((b - a).total_seconds() == 1 for a, b in itertools.pairwise(ordered))
+
+
+async def test_a_rate_limit_holds_across_worker_processes_and_a_kill_9(
+    app: Runlane, postgres_dsn: str, environment: str
+) -> None:
+    limit = worker_app.paced.rate_limit
+    assert limit is not None
+    runs = await app.trigger_many(worker_app.paced_call, [{"hang": False}] * 40)
+    hung = await app.trigger(worker_app.paced_call, {"hang": True})
+    with processes("worker", 3, postgres_dsn, environment) as procs:
+        # Kill -9 whichever worker took the hanging run once it has started.
+        deadline = asyncio.get_running_loop().time() + 60
+        while not any(row[0] == hung.id for row in app_log(postgres_dsn, environment, "paced")):
+            assert asyncio.get_running_loop().time() < deadline, "the hanging run never started"
+            await asyncio.sleep(0.1)
+        (pid,) = {
+            row[4] for row in app_log(postgres_dsn, environment, "paced") if row[0] == hung.id
+        }
+        victim = next(proc for proc in procs if proc.pid == pid)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        # Not wait_until_finished: the app's every-second schedule adds runs of its own.
+        deadline = asyncio.get_running_loop().time() + 120
+        for run in [hung, *runs]:
+            while (await app.runs.get(run.id)).status is not RunStatus.SUCCEEDED:
+                assert asyncio.get_running_loop().time() < deadline, "the runs did not finish"
+                await asyncio.sleep(0.2)
+    # Every start as storage recorded it (the claim that took the token), the killed
+    # attempt and its retry included.
+    starts: list[datetime] = []
+    for run in [*runs, hung]:
+        events = await app.runs.events(run.id)
+        starts += [e.occurred_at for e in events if e.type is RunEventType.STARTED]
+    starts.sort()
+    assert len(starts) == len(runs) + 2
+    period = timedelta(seconds=limit.per)
+    for index, start in enumerate(starts):
+        in_window = sum(1 for later in starts[index:] if later - start < period)
+        assert in_window <= limit.count + limit.burst - 1, (start, in_window)
+    # The handlers saw the same starts: one per attempt, the killed one included.
+    handled = app_log(postgres_dsn, environment, "paced")
+    assert sorted((row[0], row[1]) for row in handled) == sorted(
+        [(run.id, "1") for run in runs] + [(hung.id, "1"), (hung.id, "2")]
+    )

@@ -18,6 +18,7 @@ import psycopg
 
 from runlane import (
     Context,
+    RateLimit,
     RetryPolicy,
     Runlane,
     WorkerMode,
@@ -33,6 +34,8 @@ ENVIRONMENT = os.environ.get("RUNLANE_APP_ENV", "default")
 
 main = queue("main", default=True)
 limited = queue("limited", concurrency_limit=3)
+#: Ten starts a second across every worker process, after a burst of three.
+paced = queue("paced", rate_limit=RateLimit(10, per="1s", burst=3))
 
 _log: psycopg.AsyncConnection[Any] | None = None
 
@@ -62,6 +65,15 @@ async def interval(payload: Any, ctx: Context) -> None:
     await _record("interval", ctx.run_id, payload["key"], True)
     await asyncio.sleep(0.01)
     await _record("interval", ctx.run_id, payload["key"], False)
+
+
+@task("paced", queue=paced, retry=RetryPolicy(max_attempts=5, initial_delay="100ms"))
+async def paced_call(payload: Any, ctx: Context) -> None:
+    """Records its start, as a partner's API would count the call; the first attempt of
+    a run marked ``hang`` hangs (until its worker is killed)."""
+    await _record("paced", ctx.run_id, str(ctx.attempt), True)
+    if payload.get("hang") and ctx.attempt == 1:
+        await asyncio.sleep(3600)
 
 
 @task("every.second", schedules=[schedule("every-second", every="1s")])
@@ -100,8 +112,8 @@ def build_runtime(dsn: str, environment: str, sqlite_path: str = "") -> Runlane:
     given (the test process builds the same one)."""
     return Runlane(
         lane=sqlite_lane(sqlite_path) if sqlite_path else postgres_lane(dsn),
-        queues=[main, limited],
-        tasks=[count, interval, every_second, stall, hold],
+        queues=[main, limited, paced],
+        tasks=[count, interval, every_second, stall, hold, paced_call],
         environment=environment,
         lease_duration="5s",
     )

@@ -25,14 +25,21 @@ def split_by_capacity(queues: Sequence[QueuePolicy]) -> tuple[dict[str, int], li
 
 def split_rate_limited(
     queues: Sequence[QueuePolicy],
-) -> tuple[list[QueuePolicy], list[QueuePolicy]]:
+) -> tuple[Sequence[QueuePolicy], Sequence[QueuePolicy]]:
     """The rate-limited queues (each once, in the order given) and the others: a
     rate-limited queue's claim takes its tokens in the claim's transaction, so it is
     claimed apart, and the others' claims stay as they were."""
+    for policy in queues:
+        if policy.rate_limit is not None:
+            break
+    else:
+        # The common case, on every claim: no copy, nothing built.
+        return _NONE_LIMITED, queues
     limited = list({q.name: q for q in queues if q.rate_limit is not None}.values())
-    if not limited:
-        return limited, list(queues)
     return limited, [q for q in queues if q.rate_limit is None]
+
+
+_NONE_LIMITED: list[QueuePolicy] = []
 
 
 #: The partition of a queue limited as a whole.
