@@ -255,7 +255,7 @@ async def apply_and_claim(
 ) -> tuple[list[set[str]], list[Run]]:
     """In one transaction: ``apply_transitions`` once per round (the ids each applied),
     then claim up to ``limit`` due runs as :func:`claim_due_runs` does, seeing them."""
-    if any(p.concurrency_limit is not None or p.rate_limit is not None for p in queues):
+    if _decides_under_locks(queues):
         # Bounded and rate-limited queues decide on the advisory locks' answer:
         # statement by statement.
         session = AsyncSession(conn)
@@ -274,6 +274,15 @@ async def apply_and_claim(
     # itself, then claims in a fresh snapshot that sees the rounds) whole runs.
     applied = [{row[0] for row in rows} for rows in results.before]
     return applied, _runs(results.rows, results.columns)
+
+
+def _decides_under_locks(queues: Sequence[QueuePolicy]) -> bool:
+    """Whether a bounded or rate-limited queue is among ``queues`` (a plain loop: this
+    runs with every settle that claims)."""
+    for policy in queues:
+        if policy.concurrency_limit is not None or policy.rate_limit is not None:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
