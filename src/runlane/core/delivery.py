@@ -56,8 +56,9 @@ async def _rate_limited(
     store: StoreScope, run: Run, policy: QueuePolicy | None
 ) -> IgnoredReason | None:
     """RATE_LIMITED when the run's partition has no token now; its delivery is then
-    requested again for the time of the next token (through the outbox), so the wakeup
-    is neither lost nor spent in a busy loop."""
+    requested again (through the outbox) for the time a token is due for it, one
+    interval per due run ahead of it after the next token, so the wakeup is neither
+    lost nor spent in a busy loop."""
     if policy is None or policy.rate_limit is None:
         return None
     now = store.now()
@@ -67,7 +68,8 @@ async def _rate_limited(
     if tokens_available(policy.rate_limit, tat, now_us) > 0:
         return None
     at = from_micros(next_token_at(policy.rate_limit, tat, now_us))
-    await store.storage.defer_delivery(store.environment, run.id, at, now)
+    interval = policy.rate_limit.per / policy.rate_limit.count
+    await store.storage.defer_delivery(store.environment, run.id, at, interval, now)
     return IgnoredReason.RATE_LIMITED
 
 

@@ -359,11 +359,17 @@ class Storage(Protocol):
         """
 
     async def defer_delivery(
-        self, environment: str, run_id: str, available_at: datetime, now: datetime
+        self,
+        environment: str,
+        run_id: str,
+        available_at: datetime,
+        interval: float,
+        now: datetime,
     ) -> bool:
         """Append a delivery request for a waiting run, published at ``available_at``
-        (its partition's next token), with ``run.delivery_requested``; False when the
-        run is not waiting."""
+        (its partition's next token) plus ``interval`` seconds per due run of its queue
+        that goes before it, with ``run.delivery_requested``; False when the run is
+        not waiting."""
 
     async def get_schedule_states(self, environment: str) -> dict[str, ScheduleState]:
         """Every schedule's stored state, by schedule id."""

@@ -636,9 +636,14 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
     # -- schedules -----------------------------------------------------------------
 
     async def defer_delivery(
-        self, environment: str, run_id: str, available_at: datetime, now: datetime
+        self,
+        environment: str,
+        run_id: str,
+        available_at: datetime,
+        interval: float,
+        now: datetime,
     ) -> bool:
-        """A delivery request for a waiting run, published at ``available_at``."""
+        """A delivery request for a waiting run, published when a token is due for it."""
         rows = await self._fetch(
             "defer_delivery_request",
             {
@@ -646,6 +651,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
                 "id": run_id,
                 "now": to_micros(now),
                 "available_at": to_micros(available_at),
+                "interval": round(interval * 1_000_000),
             },
         )
         return bool(rows[0]["deferred"])

@@ -17,8 +17,18 @@ ORDER BY queue, rate_key;
 
 -- name: defer_delivery_request
 -- execute_delivery's rate_limited path: the run keeps its delivery request, and a new
--- outbox row publishes its wakeup again once its partition has a token.
-WITH marked AS (
+-- outbox row publishes its wakeup again once its partition has a token for it: the
+-- next token plus one interval per due run of its queue that goes before it (those
+-- take the tokens first), so a backlog's wakeups do not all come back at once.
+WITH ahead AS (
+    SELECT count(*) AS n FROM {schema}.runlane_runs o, {schema}.runlane_runs r
+    WHERE r.environment = %(environment)s AND r.id = %(id)s
+      AND o.environment = r.environment AND o.queue = r.queue
+      AND o.status IN ('queued', 'scheduled', 'retrying', 'released')
+      AND o.run_at <= %(now)s
+      AND (o.run_at, o.id) < (r.run_at, r.id)
+),
+marked AS (
     UPDATE {schema}.runlane_runs r
     SET event_sequence = r.event_sequence + 1, delivery_requested_at = %(now)s
     WHERE r.environment = %(environment)s AND r.id = %(id)s
@@ -39,7 +49,7 @@ outbox AS (
         environment, id, run_id, queue, status, available_at, requested_at, trace_carrier
     )
     SELECT %(environment)s, id || '.' || event_sequence, id, queue, 'pending',
-           %(available_at)s, %(now)s, trace_carrier
+           %(available_at)s + %(interval)s * (SELECT n FROM ahead), %(now)s, trace_carrier
     FROM marked
 )
 SELECT count(*) AS deferred FROM marked;

@@ -446,13 +446,19 @@ class SqliteStorage(SqlStorageBase):
     # -- schedules -----------------------------------------------------------------
 
     async def defer_delivery(
-        self, environment: str, run_id: str, available_at: datetime, now: datetime
+        self,
+        environment: str,
+        run_id: str,
+        available_at: datetime,
+        interval: float,
+        now: datetime,
     ) -> bool:
-        """A delivery request for a waiting run, published at ``available_at``."""
+        """A delivery request for a waiting run, published when a token is due for it."""
         now_us = to_micros(now)
         params = {"environment": environment, "id": run_id, "now": now_us}
 
         def defer(cur: sqlite3.Cursor) -> bool:
+            ahead = cur.execute(QUERIES["due_runs_ahead"], params).fetchone()["ahead"]
             row = cur.execute(QUERIES["defer_delivery_request"], params).fetchone()
             if row is None:
                 return False
@@ -477,7 +483,7 @@ class SqliteStorage(SqlStorageBase):
                     "id": outbox_id,
                     "run_id": run_id,
                     "queue": row["queue"],
-                    "available_at": to_micros(available_at),
+                    "available_at": to_micros(available_at) + ahead * round(interval * 1_000_000),
                     "now": now_us,
                     "trace_carrier": row["trace_carrier"],
                 },

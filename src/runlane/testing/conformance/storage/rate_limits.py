@@ -152,6 +152,26 @@ async def test_queue_stats_count_rate_limited_runs_and_the_queue_list_shows_the_
     assert {i.name: i for i in await rl.queues.list()}["partner_api"].next_token_at is None
 
 
+async def test_deferred_wakeups_of_a_backlog_come_back_one_token_apart(
+    make_transport_runtime: TransportFactory,
+) -> None:
+    clock = ManualClock()
+    _, call = _starts_recorder(clock)
+    rl, transport = await make_transport_runtime([call], queues=[MAIN, PARTNER], clock=clock)
+    runs = await rl.trigger_many(call, [None] * 4, queue=PARTNER)
+    wakeups = {a.message.run_id: a.message for a in transport.published}
+    results = [await rl.execute_delivery(wakeups[run.id]) for run in runs]
+    assert [r.reason for r in results] == [None] + [IgnoredReason.RATE_LIMITED] * 3
+    # Each waiting run's wakeup comes back when a token is due for it, oldest first:
+    # one every half second, never all at the next token.
+    for waiting in runs[1:]:
+        clock.advance("500ms")
+        assert (await rl.tick()).outbox_published == 1
+        message = transport.published[-1].message
+        assert message.run_id == waiting.id
+        assert (await rl.execute_delivery(message)).outcome is DeliveryOutcome.EXECUTED
+
+
 async def test_run_now_refuses_a_rate_limited_queue_and_writes_nothing(
     make_runtime: Factory,
 ) -> None:
