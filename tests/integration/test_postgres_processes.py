@@ -88,7 +88,9 @@ async def test_a_rate_limit_holds_across_worker_processes_and_a_kill_9(
     assert limit is not None
     runs = await app.trigger_many(worker_app.paced_call, [{"hang": False}] * 40)
     hung = await app.trigger(worker_app.paced_call, {"hang": True})
-    with processes("worker", 3, postgres_dsn, environment) as procs:
+    with processes(
+        "worker", 3, postgres_dsn, environment, RUNLANE_APP_QUEUES="main,paced"
+    ) as procs:
         # Kill -9 whichever worker took the hanging run once it has started.
         deadline = asyncio.get_running_loop().time() + 60
         while not any(row[0] == hung.id for row in app_log(postgres_dsn, environment, "paced")):

@@ -135,7 +135,11 @@ async def _main(role: str) -> None:
             await _record_host_clock()
         # Not opened first: the worker opens the lane, waiting if the server is down.
         try:
+            # The rate-limited queue is served only by the tests that ask for it, so
+            # the others' workers claim as they always did.
+            names = os.environ.get("RUNLANE_APP_QUEUES", "main,limited").split(",")
             await rl.worker(
+                queues=names,
                 concurrency=concurrency,
                 mode=WorkerMode.POLL,
                 poll_interval=os.environ.get("RUNLANE_APP_POLL_INTERVAL", "50ms"),
