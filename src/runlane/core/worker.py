@@ -37,6 +37,9 @@ logger = logging.getLogger("runlane.worker")
 #: the claim riding on them) while the worker runs another.
 SETTLE_BATCH_DIVISOR = 2
 MAX_SETTLE_FLUSHES = 2
+#: Shortest idle wait of a worker pacing a rate-limited queue's backlog (seconds): a
+#: faster queue takes several tokens per claim (its burst) rather than a claim per token.
+MIN_TOKEN_WAIT = 0.01
 
 
 class WorkerMode(StrEnum):
@@ -123,6 +126,14 @@ class Worker(WorkerSlots, WorkerIdling):
         self.queues = list(queues)
         #: The paused queues (read again every poll interval): claims leave them out.
         self._pauses = pauses
+        #: The shortest interval between two tokens of the rate-limited queues it serves
+        #: (None: it serves none), and their names.
+        intervals = [q.rate_limit.per / q.rate_limit.count for q in queues if q.rate_limit]
+        self._token_interval = max(MIN_TOKEN_WAIT, min(intervals)) if intervals else None
+        self._rate_limited = frozenset(q.name for q in queues if q.rate_limit)
+        #: Until when (loop time) idle waits last one token interval: a rate-limited
+        #: queue started runs lately, so its backlog may get a token any moment.
+        self._paced_until = 0.0
         self.concurrency = concurrency
         self.mode = mode
         self.lease = lease
@@ -250,6 +261,8 @@ class Worker(WorkerSlots, WorkerIdling):
                 finally:
                     self._reserved -= free
                 backoff = None
+                if self._token_interval is not None and claimed:
+                    self._note_rate_limited_starts(claimed, loop.time())
                 self._more_due = len(claimed) >= free
                 self._start(claimed)
                 if claimed:
@@ -264,7 +277,7 @@ class Worker(WorkerSlots, WorkerIdling):
                     if self._active:
                         await self._wait_for(self._slot_freed, None)
                     continue
-                await self._idle(work)
+                await self._idle(work, self._idle_limit(loop.time()))
         finally:
             self._work.unsubscribe(work)
             watching.cancel()
@@ -288,6 +301,19 @@ class Worker(WorkerSlots, WorkerIdling):
                 self.executed,
                 extra={"event": "worker.stopped", "worker_id": self.worker_id},
             )
+
+    def _note_rate_limited_starts(self, claimed: list[Run], now: float) -> None:
+        if any(run.queue in self._rate_limited for run in claimed):
+            self._paced_until = now + self.poll_interval
+
+    def _idle_limit(self, now: float) -> float:
+        """The poll interval; a token interval while a rate-limited queue started runs
+        within the last poll interval (its backlog takes each token as it comes, where
+        waiting a whole poll interval would leave tokens unused). Once its claims find
+        nothing for a poll interval, the worker polls as usual again."""
+        if self._token_interval is not None and now < self._paced_until:
+            return min(self.poll_interval, self._token_interval)
+        return self.poll_interval
 
     async def _watch_pauses(self) -> None:
         """Read the paused queues again every poll interval, so a pause stored by any

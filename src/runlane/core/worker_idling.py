@@ -42,12 +42,13 @@ class WorkerIdling:
 
         def _start(self, runs: list[Run]) -> None: ...
 
-    async def _idle(self, work: asyncio.Event) -> None:
-        """Wait for work, a notification or the poll interval, standing by meanwhile
+    async def _idle(self, work: asyncio.Event, limit: float) -> None:
+        """Wait for work, a notification or ``limit`` seconds (the poll interval, or a
+        token interval while a rate-limited queue has a backlog), standing by meanwhile
         (when storage hands off) so a lone trigger may hand a due run straight here."""
         offer = await self._stand_by()
         try:
-            await self._wait_for(work, self.poll_interval, notify=True, offer=offer)
+            await self._wait_for(work, limit, notify=True, offer=offer)
         finally:
             if offer is not None:
                 await self._stand_down(offer)
