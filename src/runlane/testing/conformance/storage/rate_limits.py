@@ -172,6 +172,27 @@ async def test_deferred_wakeups_of_a_backlog_come_back_one_token_apart(
         assert (await rl.execute_delivery(message)).outcome is DeliveryOutcome.EXECUTED
 
 
+async def test_a_new_deploy_with_another_rate_follows_it_without_a_burst_or_lost_runs(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, call = _starts_recorder(clock)
+    before = await make_runtime([call], queues=[MAIN, PARTNER], clock=clock)
+    runs = await before.trigger_many(call, [None] * 3, queue=PARTNER)
+    assert await before.execute_next() is not None  # the old limit's token: next at +500ms
+    await before.close()
+    faster = queue("partner_api", rate_limit=RateLimit(10, per="1s", burst=5))
+    after = await make_runtime([call], queues=[MAIN, faster], clock=clock)
+    # The stored state carries no saved-up tokens: the bigger burst does not start at once.
+    assert await after.execute_next() is None
+    clock.advance("100ms")
+    assert await after.execute_next() is not None
+    assert await after.execute_next() is None
+    clock.advance("100ms")
+    assert await after.execute_next() is not None
+    assert [(await after.runs.get(r.id)).status for r in runs] == [RunStatus.SUCCEEDED] * 3
+
+
 async def test_run_now_refuses_a_rate_limited_queue_and_writes_nothing(
     make_runtime: Factory,
 ) -> None:
