@@ -77,10 +77,11 @@ def test_the_charts_render_and_add_up_to_the_stored_runs(
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
 
-    # The queue's own page: its limit, a place for the pause state, and its charts by day.
+    # The queue's own page: its limits, its pause state, and its charts by day.
     page.get_by_role("link", name="main", exact=True).first.click()
     page.wait_for_url("**/queues/main")
-    assert "not available yet" in page.locator("#pause-state").inner_text()
+    assert page.locator("#pause-state").inner_text().startswith("no")
+    assert page.locator("#rate-limit").inner_text() == "none"
     page.get_by_role("link", name="1d", exact=True).click()
     page.wait_for_url("**/queues/main?window=1d")
     assert page.locator("svg.chart-finished g.bar").count() == 96

@@ -220,11 +220,11 @@ async def test_the_delivery_index_follows_the_lane_and_stays_once_made(
     assert "runlane_runs_undelivered" in _index_names(path)
 
 
-async def test_version_11_adds_queue_pauses_and_an_older_files_runs_wait_out_a_pause(
+async def test_version_12_adds_flow_control_and_an_older_files_runs_wait_out_a_pause(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    _migrate_up_to(path, 10, monkeypatch)
+    _migrate_up_to(path, 11, monkeypatch)
     rl = _runtime(path)
     async with rl:
         run = await rl.trigger(noop, None)
@@ -233,4 +233,4 @@ async def test_version_11_adds_queue_pauses_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert _applied(path)[-1] == 11
+    assert _applied(path)[-1] == 12

@@ -62,6 +62,7 @@ async def queue_page(request: Request) -> Response:
         "window": window,
         "windows": CHART_WINDOWS,
         "concurrency_limit": stats[0].concurrency_limit if stats else None,
+        "rate_limited": sum(p.rate_limited for p in stats),
         "counts": {s.value: sum(p.counts.get(s, 0) for p in stats) for s in RunStatus},
         "partitions": [queue_stats_view(p) for p in stats],
         "series": series,
