@@ -34,6 +34,7 @@ ALL_MIGRATIONS = [
     "011_standby_workers",
     "012_observing_runs",
     "013_run_dependencies",
+    "014_flow_control",
 ]
 
 
@@ -75,7 +76,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     versions = _versions(postgres_dsn, schema)
     assert (
         versions
-        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         == list(range(1, SCHEMA_VERSION + 1))
     )
 
@@ -387,10 +388,23 @@ async def test_version_13_adds_dependencies_and_a_run_queued_before_can_be_depen
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 12, "queued-at-12")
-    assert await rl.migrate() == ["013_run_dependencies"]
+    assert await rl.migrate() == ALL_MIGRATIONS[12:]
     async with rl:
         dependent = await rl.trigger(noop, None, after=["queued-at-12"])
         assert dependent.status.value == "waiting"
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-12"
         assert (await rl.runs.get(dependent.id)).status.value == "queued"
+
+
+async def test_version_14_adds_flow_control_and_a_run_queued_before_waits_out_a_pause(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 13, "queued-at-13")
+    assert await rl.migrate() == ["014_flow_control"]
+    async with rl:
+        await rl.queues.pause("main")
+        assert await rl.execute_next() is None
+        await rl.queues.resume("main")
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-13"

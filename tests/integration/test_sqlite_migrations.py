@@ -68,7 +68,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,7 +116,7 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
@@ -155,7 +155,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 12
+        assert _applied(path)[-1] == 13
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -187,7 +187,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
 
 
 def _index_names(path: Path) -> set[str]:
@@ -220,11 +220,11 @@ async def test_the_delivery_index_follows_the_lane_and_stays_once_made(
     assert "runlane_runs_undelivered" in _index_names(path)
 
 
-async def test_version_12_adds_flow_control_and_an_older_files_runs_wait_out_a_pause(
+async def test_version_13_adds_flow_control_and_an_older_files_runs_wait_out_a_pause(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    _migrate_up_to(path, 11, monkeypatch)
+    _migrate_up_to(path, 12, monkeypatch)
     rl = _runtime(path)
     async with rl:
         run = await rl.trigger(noop, None)
@@ -233,4 +233,4 @@ async def test_version_12_adds_flow_control_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert _applied(path)[-1] == 12
+    assert _applied(path)[-1] == 13
