@@ -44,6 +44,7 @@ PAGES = [
     "docs/guides/sns.md",
     "docs/guides/observability.md",
     "docs/guides/observing.md",
+    "docs/guides/workflows.md",
 ]
 #: Pages whose blocks are a user's app and its tests, run by pytester elsewhere
 #: (tests/e2e/test_pytest_plugin.py), not as plain scripts.
