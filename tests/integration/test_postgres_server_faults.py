@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -289,3 +291,53 @@ async def test_a_worker_started_during_an_outage_waits_for_the_server(
         cluster.resume()
         await wait_until_finished(app, 50, within=120)
         assert proc.poll() is None
+
+
+@contextlib.contextmanager
+def ticking_every(app: str, every: str, pythonpath: Path, logs: Path) -> Iterator[Any]:
+    """``runlane tick APP --every EVERY`` in a process of its own, stdout and stderr in
+    ``logs``/out and ``logs``/err, stopped (SIGTERM) at the end."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)])}
+    with (logs / "out").open("w") as out, (logs / "err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runlane", "tick", app, "--every", every],
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=NEVER_HANGS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def test_tick_every_started_during_an_outage_waits_for_the_server(
+    app: Runlane, dsn: str, environment: str, cluster: PostgresServer, tmp_path: Path
+) -> None:
+    (tmp_path / "tick_app.py").write_text(
+        "from tests.support.worker_app import build_runtime\n"
+        f"rl = build_runtime({dsn!r}, {environment!r})\n"
+    )
+    errors = tmp_path / "err"
+    cluster.halt()
+    with ticking_every("tick_app:rl", "200ms", tmp_path, tmp_path) as ticking:
+        await asyncio.sleep(3)  # it starts, finds no server, and waits
+        assert ticking.poll() is None, f"tick gave up: {errors.read_text()}"
+        cluster.resume()
+        # Its passes run once the server is back: the app's every-second schedule
+        # fires, which only a tick does here.
+        deadline = time.monotonic() + NEVER_HANGS
+        listed: list[Any] = []
+        while not listed and time.monotonic() < deadline:
+            with contextlib.suppress(RunlaneError):
+                listed = (await app.runs.list()).data
+            await asyncio.sleep(0.2)
+        assert {run.task_id for run in listed} == {"every.second"}, errors.read_text()
+        assert ticking.poll() is None
+    assert "storage unavailable at start" in errors.read_text()
+    assert "tick #1" in (tmp_path / "out").read_text()
