@@ -1,13 +1,15 @@
 """The server misbehaving under real worker processes (SPEC-flow 10.1): restarts
 (``pg_ctl restart -m fast`` and ``-m immediate``), backends terminated during a
-drain, an outage. Each test runs a cluster of its own, so restarting it hits no
-other test."""
+drain, an outage, under worker processes and under an SQS consumer (on a real SQS
+emulator). Each test runs a cluster of its own, so restarting it hits no other test."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -29,8 +31,19 @@ from tests.support.app_processes import (
 from tests.support.dashboard_client import dashboard_under_test
 from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_missing
 
-from runlane import ErrorCode, Runlane, RunlaneError, RunStatus, postgres_lane
+from runlane import (
+    Context,
+    ErrorCode,
+    Runlane,
+    RunlaneError,
+    RunStatus,
+    postgres_lane,
+    postgres_sqs_lane,
+    task,
+)
+from runlane.sqs import create_sqs_delivery_consumer, sqs_queue, sqs_transport
 
+pytest_plugins = ["tests.support.ministack"]
 pytestmark = pytest.mark.slow
 
 #: Worker processes and slots per process in the drains below: at most this many
@@ -289,3 +302,181 @@ async def test_a_worker_started_during_an_outage_waits_for_the_server(
         cluster.resume()
         await wait_until_finished(app, 50, within=120)
         assert proc.poll() is None
+
+
+#: Executions of ``sqs_count`` in this process, by run id.
+sqs_executed: list[str] = []
+
+
+@task("faults.sqs.count")
+async def sqs_count(payload: Any, ctx: Context) -> None:
+    """Records one execution; the short sleep keeps a batch in flight when the server goes."""
+    sqs_executed.append(ctx.run_id)
+    await asyncio.sleep(0.01)
+
+
+def sqs_runtime(dsn: str, environment: str, client: Any, url: str, **options: Any) -> Runlane:
+    """A runtime on a PostgreSQL + SQS lane whose wakeups go to the queue at ``url``."""
+    sqs = sqs_transport(client=client, queues=[sqs_queue(worker_app.main, queue_url=url)])
+    return Runlane(
+        lane=postgres_sqs_lane(postgres=dsn, sqs=sqs, **options),
+        queues=[worker_app.main],
+        tasks=[sqs_count],
+        environment=environment,
+        lease_duration="5s",
+    )
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate", "outage"])
+async def test_the_sqs_consumer_survives_a_server_restart_and_every_run_succeeds_once(
+    dsn: str,
+    environment: str,
+    cluster: PostgresServer,
+    sqs_client: Any,
+    sqs_queue_factory: Any,
+    mode: str,
+) -> None:
+    total, batch = 400, 10
+    sqs_executed.clear()
+    url = sqs_queue_factory("faults")
+
+    # The consumer's runtime is not the test's: the test triggers and ticks (as a
+    # deployment's `runlane tick` would) on one of its own.
+    observer = sqs_runtime(dsn, environment, sqs_client, url)
+    consuming = sqs_runtime(dsn, environment, sqs_client, url)
+    await observer.migrate()
+    async with observer, consuming:
+        runs = await observer.trigger_many(sqs_count, [None] * total)
+        consumer = create_sqs_delivery_consumer(
+            client=sqs_client,
+            queue_url=url,
+            execute_delivery=consuming.execute_delivery,
+            max_number_of_messages=batch,
+            wait_time_seconds=1,
+            # A wakeup whose delivery failed during the outage comes back this soon.
+            visibility_timeout_seconds=5,
+        )
+        await consumer.start()
+        try:
+            while len(sqs_executed) < total // 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            before = len(set(sqs_executed))
+            if mode == "outage":
+                # Down for longer than a statement is retried: deliveries fail meanwhile.
+                cluster.halt()
+                await asyncio.sleep(6)
+                cluster.resume()
+            else:
+                cluster.restart(mode)
+            assert before < total, "the drain was over before the server went away"
+            await wait_until_finished(observer, total, within=240, tick=True)
+            # It was not restarted: it logged, backed off and carried on by itself.
+            assert consumer.running, "the consumer stopped"
+        finally:
+            await consumer.stop()
+        ids = {run.id for run in runs}
+        assert not await _not_succeeded(observer, ids), await histories(
+            observer, ids - set(sqs_executed)
+        )
+        assert succeeded_more_than_once(dsn, environment) == []
+        # At least once: only handlers in flight when the server went away may have run
+        # again (their outcome could not be written), at most one batch of them.
+        twice = [run_id for run_id, n in collections.Counter(sqs_executed).items() if n > 1]
+        assert len(sqs_executed) - len(set(sqs_executed)) <= batch, await histories(observer, twice)
+
+
+@contextlib.contextmanager
+def ticking_every(app: str, every: str, pythonpath: Path, logs: Path) -> Iterator[Any]:
+    """``runlane tick APP --every EVERY`` in a process of its own, stdout and stderr in
+    ``logs``/out and ``logs``/err, stopped (SIGTERM) at the end."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)])}
+    with (logs / "out").open("w") as out, (logs / "err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runlane", "tick", app, "--every", every],
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=NEVER_HANGS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def test_tick_every_started_during_an_outage_waits_for_the_server(
+    app: Runlane, dsn: str, environment: str, cluster: PostgresServer, tmp_path: Path
+) -> None:
+    (tmp_path / "tick_app.py").write_text(
+        "from tests.support.worker_app import build_runtime\n"
+        f"rl = build_runtime({dsn!r}, {environment!r})\n"
+    )
+    errors = tmp_path / "err"
+    cluster.halt()
+    with ticking_every("tick_app:rl", "200ms", tmp_path, tmp_path) as ticking:
+        await asyncio.sleep(3)  # it starts, finds no server, and waits
+        assert ticking.poll() is None, f"tick gave up: {errors.read_text()}"
+        cluster.resume()
+        # Its passes run once the server is back: the app's every-second schedule
+        # fires, which only a tick does here.
+        deadline = time.monotonic() + NEVER_HANGS
+        listed: list[Any] = []
+        while not listed and time.monotonic() < deadline:
+            with contextlib.suppress(RunlaneError):
+                listed = (await app.runs.list()).data
+            await asyncio.sleep(0.2)
+        assert {run.task_id for run in listed} == {"every.second"}, errors.read_text()
+        assert ticking.poll() is None
+    assert "storage unavailable at start" in errors.read_text()
+    assert "tick #1" in (tmp_path / "out").read_text()
+
+
+async def test_the_sqs_consumer_backs_off_while_storage_is_unavailable_and_carries_on(
+    dsn: str,
+    environment: str,
+    cluster: PostgresServer,
+    sqs_client: Any,
+    sqs_queue_factory: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    total = 50
+    sqs_executed.clear()
+    url = sqs_queue_factory("faults")
+    observer = sqs_runtime(dsn, environment, sqs_client, url)
+    # A short wait for a connection, so that deliveries fail fast during the outage.
+    consuming = sqs_runtime(dsn, environment, sqs_client, url, pool_timeout=0.5)
+    await observer.migrate()
+    async with observer:
+        runs = await observer.trigger_many(sqs_count, [None] * total)
+    cluster.halt()
+    consumer = create_sqs_delivery_consumer(
+        client=sqs_client,
+        queue_url=url,
+        execute_delivery=consuming.execute_delivery,
+        wait_time_seconds=1,
+        # What could not be executed during the outage comes back this soon.
+        visibility_timeout_seconds=3,
+    )
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + NEVER_HANGS
+        while caplog.text.count("storage unavailable; receiving again") < 2:
+            assert time.monotonic() < deadline, "the consumer did not back off"
+            await asyncio.sleep(0.1)
+        assert consumer.running, "the consumer stopped instead of waiting"
+        assert sqs_executed == []
+        cluster.resume()
+        async with observer:
+            await wait_until_finished(observer, total, within=120, tick=True)
+            ids = {run.id for run in runs}
+            assert not await _not_succeeded(observer, ids)
+        assert consumer.running
+    finally:
+        await consumer.stop()
+        await consuming.close()
+    assert sorted(sqs_executed) == sorted(run.id for run in runs)
+    assert succeeded_more_than_once(dsn, environment) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from datetime import UTC, datetime
@@ -23,7 +24,10 @@ from runlane.cli.output import (
     print_notice,
 )
 from runlane.cli.params import duration, json_option
+from runlane.core.backoff import connect_when_reachable
 from runlane.operator import View, tick_report_view
+
+logger = logging.getLogger("runlane.maintenance")
 
 
 @click.command(cls=AppCommand)
@@ -60,7 +64,9 @@ def tick(
         with serving_metrics(rl, metrics_port, metrics_host):
             await _tick_forever(rl, every, as_json)
 
-    with_runtime(app, action)
+    # The loop opens the lane itself, waiting while the storage is unavailable (started
+    # during a database restart or outage), as a polling worker does.
+    with_runtime(app, action, open_first=False)
 
 
 async def _tick_forever(rl: Runlane, every: float, as_json: bool) -> None:
@@ -75,7 +81,8 @@ async def _tick_forever(rl: Runlane, every: float, as_json: bool) -> None:
         print_notice(f"ticking every {every:g}s; Ctrl-C stops after the current pass.")
     passes = 0
     try:
-        while not stop.is_set():
+        connected = await connect_when_reachable(rl.open, stop, "tick", logger)
+        while connected and not stop.is_set():
             started = time.monotonic()
             passes += 1
             try:

@@ -1,40 +1,57 @@
-"""How long a worker's loop waits after a storage error before trying again."""
+"""How a long-running process started while its storage is down waits for it, and the
+back-off it waits with (kept in :mod:`runlane.types.backoff`, so transports share it)."""
 
 from __future__ import annotations
 
-import random
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-#: The first wait after an error, in seconds; it doubles with each error in a row.
-ERROR_BACKOFF_INITIAL = 0.5
-#: The longest wait, in seconds: well under the default lease (30 s), so that a worker
-#: whose server was restarted or unreachable is back at work within a few seconds of
-#: its return, long before the leases it holds (renewed every third of a lease) expire.
-ERROR_BACKOFF_MAX = 5.0
+from runlane.types.backoff import ERROR_BACKOFF_INITIAL, ERROR_BACKOFF_MAX, ErrorBackoff
+from runlane.types.errors import ErrorCode, RunlaneError
+
+__all__ = [
+    "ERROR_BACKOFF_INITIAL",
+    "ERROR_BACKOFF_MAX",
+    "ErrorBackoff",
+    "StopFlag",
+    "connect_when_reachable",
+]
 
 
-class ErrorBackoff:
-    """Waits that double from ``initial`` to ``maximum`` while errors come in a row, each
-    drawn between half and all of its step (jitter), so that the workers a restart hit
-    all at once do not all reconnect at once.
+class StopFlag(Protocol):
+    """What ends the wait: an :class:`asyncio.Event` or a runlane ``Signal``."""
 
-    >>> backoff = ErrorBackoff(); delay = backoff.next_delay(); backoff.reset()
-    """
+    def is_set(self) -> bool:
+        """Whether the process was asked to stop."""
 
-    __slots__ = ("_initial", "_maximum", "_step")
+    async def wait(self) -> Any:
+        """Until it is asked to stop."""
 
-    def __init__(
-        self, initial: float = ERROR_BACKOFF_INITIAL, maximum: float = ERROR_BACKOFF_MAX
-    ) -> None:
-        self._initial = initial
-        self._maximum = maximum
-        self._step = initial
 
-    def next_delay(self) -> float:
-        """The wait after one more error in a row."""
-        step = self._step
-        self._step = min(step * 2, self._maximum)
-        return random.uniform(step / 2, step)
-
-    def reset(self) -> None:
-        """An operation succeeded: the next error waits ``initial`` again."""
-        self._step = self._initial
+async def connect_when_reachable(
+    connect: Callable[[], Awaitable[None]], stop: StopFlag, who: str, log: logging.Logger
+) -> bool:
+    """Run ``connect`` until it succeeds, waiting with :class:`ErrorBackoff` while storage
+    is unavailable: a long-running process (a polling worker, ``runlane tick --every``)
+    started during a database restart or outage waits for the server instead of exiting.
+    False if ``stop`` is set first. Any other error (bad settings, an old schema) raises
+    at once, since waiting would not cure it."""
+    backoff = ErrorBackoff()
+    while True:
+        try:
+            await connect()
+            return True
+        except RunlaneError as error:
+            if error.code is not ErrorCode.STORAGE_UNAVAILABLE:
+                raise
+            delay = backoff.next_delay()
+            log.warning(
+                "%s: storage unavailable at start (%s); trying again in %.1fs", who, error, delay
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        if stop.is_set():
+            return False

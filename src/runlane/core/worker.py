@@ -12,14 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from runlane.core.backoff import ErrorBackoff
+from runlane.core.backoff import ErrorBackoff, connect_when_reachable
 from runlane.core.batching import TransitionBatcher
 from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
 from runlane.core.worker_idling import WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
 from runlane.model.context import Signal, SignalReason
-from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
+from runlane.types.errors import RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
@@ -191,7 +191,10 @@ class Worker(WorkerSlots, WorkerIdling):
         environment's maintenance lead and runs the maintenance passes while it has it.
         """
         store, attempts, observers = self._store, self._attempts, self._observers
-        if not await self._connect_when_reachable():
+        # Started during a database restart or outage, it waits for the server.
+        if not await connect_when_reachable(
+            self._connect, self._stop, f"worker {self.worker_id}", logger
+        ):
             return
         loop = asyncio.get_running_loop()
         self._slot_freed = asyncio.Event()
@@ -344,30 +347,6 @@ class Worker(WorkerSlots, WorkerIdling):
         # Settles of finishing attempts may still start runs they claimed: wait for those too.
         while self._active:
             await asyncio.gather(*self._active.values(), return_exceptions=True)
-
-    async def _connect_when_reachable(self) -> bool:
-        """Open the lane, waiting (with back-off) while storage is unavailable, as a
-        worker started during a database restart or outage must; False if stopped
-        first. Any other error (bad settings, an old schema) raises at once."""
-        backoff = ErrorBackoff()
-        while True:
-            try:
-                await self._connect()
-                return True
-            except RunlaneError as error:
-                if error.code is not ErrorCode.STORAGE_UNAVAILABLE:
-                    raise
-                delay = backoff.next_delay()
-                logger.warning(
-                    "worker %s: storage unavailable at start (%s); trying again in %.1fs",
-                    self.worker_id,
-                    error,
-                    delay,
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
-            if self._stop.is_set():
-                return False
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():

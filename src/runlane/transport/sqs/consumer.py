@@ -37,6 +37,7 @@ from runlane.transport.sqs.provider import (
     provider_call_error,
     response_request_id,
 )
+from runlane.types.backoff import ErrorBackoff
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 
 #: Messages per ``ReceiveMessage`` (SQS allows 1-10).
@@ -84,9 +85,14 @@ class SqsDeliveryConsumer:
         self._calls = BlockingCalls(max_threads)
         options = dict(delivery_options)
         self._forwarded_signal: Signal | None = options.pop("signal", None)
+        self._execute_delivery = execute_delivery
         self._delivery = WakeupDelivery(
-            execute_delivery, {**options, "signal": self.signal}, on_delivery_failure
+            self._execute, {**options, "signal": self.signal}, on_delivery_failure
         )
+        #: A delivery of the current batch found storage unavailable (a database
+        #: restart or outage): the next receive waits for ``_storage_backoff``.
+        self._storage_unavailable = False
+        self._storage_backoff = ErrorBackoff()
         self._receive_params = dict(receive_params)
         self._state = _State.NEW
         self._task: asyncio.Task[None] | None = None
@@ -171,10 +177,39 @@ class SqsDeliveryConsumer:
                     deleting = None
                 if observer_error is not None:
                     raise observer_error
+                await self._back_off_while_storage_is_unavailable()
         finally:
             if deleting is not None:
                 await _settle_quietly(deleting, "deleting resolved wakeups")
             self._state = _State.CLOSED
+
+    async def _execute(self, message: DeliveryMessage, **options: Any) -> Any:
+        try:
+            return await self._execute_delivery(message, **options)
+        except RunlaneError as error:
+            if error.code is ErrorCode.STORAGE_UNAVAILABLE:
+                self._storage_unavailable = True
+            raise
+
+    async def _back_off_while_storage_is_unavailable(self) -> None:
+        """After a batch that found storage unavailable, receive again only after a
+        jittered pause that grows while it lasts: the consumer keeps running through a
+        database restart or outage, without pulling wakeups it cannot execute (each
+        pull counts toward the queue's redrive limit). Those it could not execute
+        stay in the queue and come back after their visibility timeout."""
+        assert self._stop_requested is not None
+        if not self._storage_unavailable:
+            self._storage_backoff.reset()
+            return
+        self._storage_unavailable = False
+        delay = self._storage_backoff.next_delay()
+        logger.warning(
+            "SQS consumer of %s: storage unavailable; receiving again in %.1fs",
+            self.queue_url,
+            delay,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), delay)
 
     async def _receive(self) -> Sequence[Mapping[str, Any]] | None:
         assert self._stop_requested is not None
@@ -337,6 +372,10 @@ def create_sqs_delivery_consumer(
     must end in ``.fifo``) a batch is handled in order and stops at its first
     failure. ``visibility_timeout_seconds`` should exceed the longest delivery.
     boto3 calls (the long poll, deletes) run on at most ``max_threads`` threads.
+    While deliveries find storage unavailable (a database restart or outage) the
+    consumer keeps running: it logs and waits before receiving again (0.5 s doubling
+    to 5 s, jittered), and what it could not execute comes back after the visibility
+    timeout.
 
     >>> consumer = create_sqs_delivery_consumer(
     ...     client=boto3.client("sqs"), queue_url=url, execute_delivery=rl.execute_delivery,
