@@ -425,14 +425,18 @@ class RunWriter:
     async def create_group(
         self, storage: TracksDependencies, group: NewGroup, members: Sequence[NewRun]
     ) -> tuple[list[Run], Run | None]:
-        """Write a group's members, the group and its callback in one transaction.
-
-        The members' delivery requests (transport lanes) are published by ``tick``."""
+        """Write a group's members, the group and its callback in one transaction; on a
+        transport lane publish the members' wakeups right after commit, as :meth:`create`."""
         await self._opened()
         store = self._store
-        runs, callback = await storage.create_group(store.environment, group, members, store.now())
+        now = store.now()
+        claimed_until = self._outbox_claim(now, connection=None)
+        outcomes, callback = await storage.create_group(
+            store.environment, group, members, now, outbox_claimed_until=claimed_until
+        )
         self._on_created()
-        return runs, callback
+        await self._publish_claimed(outcomes, claimed_until)
+        return [outcome.run for outcome in outcomes], callback
 
     async def create(
         self, new_runs: Sequence[NewRun], *, connection: Any = None
@@ -441,22 +445,36 @@ class RunWriter:
         await self._opened()
         store = self._store
         now = store.now()
-        # Inside the caller's transaction nothing may be published before it commits,
-        # so those wakeups wait in the outbox for tick.
-        publish_now = self._dispatcher is not None and self._eager and connection is None
+        claimed_until = self._outbox_claim(now, connection)
         outcomes = await store.storage.create_runs(
             store.environment,
             new_runs,
             now,
             connection=connection,
-            outbox_claimed_until=now + OUTBOX_CLAIM_WINDOW if publish_now else None,
+            outbox_claimed_until=claimed_until,
         )
         # Runs created leased (handed to a worker standing by, or run_now's) wake nobody.
         if any(o.created and o.run.lease is None for o in outcomes):
             self._on_created()
-        if publish_now and self._dispatcher is not None:
-            await self._dispatcher.publish([m for o in outcomes for m in o.outbox])
+        await self._publish_claimed(outcomes, claimed_until)
         return outcomes
+
+    def _outbox_claim(self, now: datetime, connection: Any) -> datetime | None:
+        """Until when a write's delivery requests are claimed by this process, which
+        publishes them right after commit (eager dispatch on a transport lane); ``None``
+        leaves them pending for ``tick``. Inside the caller's transaction nothing may be
+        published before it commits, so those wakeups always wait in the outbox."""
+        if self._dispatcher is None or not self._eager or connection is not None:
+            return None
+        return now + OUTBOX_CLAIM_WINDOW
+
+    async def _publish_claimed(
+        self, outcomes: Sequence[CreateOutcome], claimed_until: datetime | None
+    ) -> None:
+        """Publish the delivery requests a committed write claimed (see
+        :meth:`_outbox_claim`); one that fails stays in the outbox for ``tick``."""
+        if claimed_until is not None and self._dispatcher is not None:
+            await self._dispatcher.publish([m for o in outcomes for m in o.outbox])
 
 
 class Producer:

@@ -635,10 +635,13 @@ class TracksDependencies(Protocol):
         group: NewGroup,
         members: Sequence[NewRun],
         now: datetime,
-    ) -> tuple[list[Run], Run | None]:
+        *,
+        outbox_claimed_until: datetime | None = None,
+    ) -> tuple[list[CreateOutcome], Run | None]:
         """Create the members (plain runs with ``group_id``), the group and its
         callback (``group.callback``, a run ``after`` every member) in one transaction;
-        returns the members in order and the callback."""
+        returns the members' outcomes in order (with their delivery requests) and the
+        callback. ``outbox_claimed_until`` works as for :meth:`Storage.create_runs`."""
 
     async def get_group(self, environment: str, group_id: str) -> GroupStatus | None:
         """A group with its members counted per status, or ``None``."""

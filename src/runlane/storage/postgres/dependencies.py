@@ -99,11 +99,14 @@ async def create_group(
     members: Sequence[NewRun],
     now_us: int,
     conn: DriverConnection,
-) -> tuple[list[Run], Run | None]:
-    """Members, group row and callback in one transaction on ``conn``."""
+    *,
+    outbox_claimed_until: int | None = None,
+) -> tuple[list[CreateOutcome], Run | None]:
+    """Members, group row and callback in one transaction on ``conn``; the members'
+    delivery requests are claimed until ``outbox_claimed_until`` if given."""
     async with conn.transaction():
         session = AsyncSession(conn)
-        batch = creation_batch(environment, members, now_us, None)
+        batch = creation_batch(environment, members, now_us, None, outbox_claimed_until)
         inserted = await session.fetch(q["insert_runs"], batch.insert_params())
         if len(inserted) != len(members):
             raise RunlaneError(
@@ -111,7 +114,8 @@ async def create_group(
                 "the group's members could not be created; trigger the group again.",
                 retryable=True,
             )
-        created = [outcome.run for outcome in batch.outcomes()]
+        outcomes = batch.outcomes()
+        created = [outcome.run for outcome in outcomes]
         await session.fetch(
             q["join_group"],
             {"environment": environment, "group_id": group.id, "ids": [r.id for r in created]},
@@ -131,7 +135,7 @@ async def create_group(
                 "now": now_us,
             },
         )
-    return created, callback
+    return outcomes, callback
 
 
 async def get_group(

@@ -455,13 +455,25 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         return len(rows)
 
     async def create_group(
-        self, environment: str, group: NewGroup, members: Sequence[NewRun], now: datetime
-    ) -> tuple[list[Run], Run | None]:
+        self,
+        environment: str,
+        group: NewGroup,
+        members: Sequence[NewRun],
+        now: datetime,
+        *,
+        outbox_claimed_until: datetime | None = None,
+    ) -> tuple[list[CreateOutcome], Run | None]:
         """Members, group and callback in one transaction."""
         check_distinct_ids(members)
         return await self._db.run(
             partial(
-                dependencies.create_group, self._q, environment, group, members, to_micros(now)
+                dependencies.create_group,
+                self._q,
+                environment,
+                group,
+                members,
+                to_micros(now),
+                outbox_claimed_until=micros_or_none(outbox_claimed_until),
             ),
             replay=False,
         )

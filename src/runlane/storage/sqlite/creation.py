@@ -93,10 +93,15 @@ def create_runs(
 
 
 def create_members(
-    cur: sqlite3.Cursor, environment: str, runs: Sequence[NewRun], now_us: int
+    cur: sqlite3.Cursor,
+    environment: str,
+    runs: Sequence[NewRun],
+    now_us: int,
+    claimed_until: int | None,
 ) -> list[CreateOutcome]:
-    """The members of a group: plain runs, written in bulk inside ``cur``'s transaction."""
-    return _create_plain_runs(cur, environment, runs, now_us, None)
+    """The members of a group: plain runs, written in bulk inside ``cur``'s transaction
+    (with their delivery requests, claimed until ``claimed_until`` if given)."""
+    return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
 
 
 def _create_plain_runs(

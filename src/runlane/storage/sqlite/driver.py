@@ -36,6 +36,7 @@ from runlane.ports.storage import (
     Transition,
 )
 from runlane.storage.sql.batches import check_distinct_ids
+from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.facade import SqlStorageBase
 from runlane.storage.sql.rows import (
     outbox_from_row,
@@ -327,15 +328,22 @@ class SqliteStorage(SqlStorageBase):
         )
 
     async def create_group(
-        self, environment: str, group: NewGroup, members: Sequence[NewRun], now: datetime
-    ) -> tuple[list[Run], Run | None]:
+        self,
+        environment: str,
+        group: NewGroup,
+        members: Sequence[NewRun],
+        now: datetime,
+        *,
+        outbox_claimed_until: datetime | None = None,
+    ) -> tuple[list[CreateOutcome], Run | None]:
         """Members, group and callback in one transaction."""
         check_distinct_ids(members)
         now_us = to_micros(now)
+        claimed_until = micros_or_none(outbox_claimed_until)
 
-        def op(cur: sqlite3.Cursor) -> tuple[list[Run], Run | None]:
+        def op(cur: sqlite3.Cursor) -> tuple[list[CreateOutcome], Run | None]:
             try:
-                outcomes = creation.create_members(cur, environment, members, now_us)
+                outcomes = creation.create_members(cur, environment, members, now_us, claimed_until)
             except sqlite3.IntegrityError:
                 raise RunlaneError(
                     ErrorCode.STORAGE_CONFLICT,
@@ -343,7 +351,7 @@ class SqliteStorage(SqlStorageBase):
                     retryable=True,
                 ) from None
             created = [outcome.run for outcome in outcomes]
-            return created, dependencies.create_group(cur, environment, group, created, now_us)
+            return outcomes, dependencies.create_group(cur, environment, group, created, now_us)
 
         return await self._db.transact(op)
 

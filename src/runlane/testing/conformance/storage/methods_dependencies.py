@@ -229,7 +229,8 @@ async def test_create_group_writes_members_callback_and_group_in_one_call(
     created, cb = await store.create_group(
         environment, NewGroup("g1", "orders.record", callback), members, NOW
     )
-    assert [r.id for r in created] == ["m0", "m1", "m2"]
+    assert [o.run.id for o in created] == ["m0", "m1", "m2"]
+    assert all(o.created and o.outbox == () for o in created)
     assert cb is not None and cb.status is RunStatus.WAITING
     group = await store.get_group(environment, "g1")
     assert group is not None
@@ -238,11 +239,29 @@ async def test_create_group_writes_members_callback_and_group_in_one_call(
     page = await storage.list_runs(environment, RunFilter(group="g1"), 10, None)
     assert sorted(r.id for r in page.data) == ["m0", "m1", "m2"]
     for member in created:
-        await succeed_run(storage, environment, member.id, NOW)
+        await succeed_run(storage, environment, member.run.id, NOW)
     assert (await _get(storage, environment, "cb")).status is RunStatus.QUEUED
     finished = await store.get_group(environment, "g1")
     assert finished is not None and finished.done == 3 and finished.failed == 0
     assert await store.get_group(environment, "no-such-group") is None
+
+
+async def test_create_group_writes_claimed_delivery_requests_when_the_caller_publishes_them(
+    storage: Storage, environment: str
+) -> None:
+    store = deps(storage)
+    until = NOW + timedelta(seconds=30)
+    members = [new_run(f"d{i}", request_delivery=True) for i in range(2)]
+    created, _ = await store.create_group(
+        environment, NewGroup("g3", "orders.record", None), members, NOW, outbox_claimed_until=until
+    )
+    assert [[m.run_id for m in o.outbox] for o in created] == [["d0"], ["d1"]]
+    # Claimed by the caller: tick does not publish them a second time.
+    assert await storage.claim_outbox(environment, NOW, 10, until) == []
+    pending = [new_run(f"p{i}", request_delivery=True) for i in range(2)]
+    await store.create_group(environment, NewGroup("g4", "orders.record", None), pending, NOW)
+    claimed = await storage.claim_outbox(environment, NOW, 10, until)
+    assert sorted(m.run_id for m in claimed) == ["p0", "p1"]
 
 
 async def test_create_group_with_an_existing_member_id_writes_nothing(
