@@ -42,19 +42,30 @@ def processes(
         **extra,
     }
     command = [*prefix, sys.executable, "-m", "tests.support.worker_app", role]
-    procs = [subprocess.Popen(command, cwd=ROOT, env=env) for _ in range(count)]
+    # Each in a process group of its own, signalled as a group: with a ``prefix`` the
+    # Popen child is the wrapper (faketime forks the worker and waits), and a signal to
+    # the wrapper alone would leave the worker running, orphaned, after the test.
+    procs = [
+        subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True) for _ in range(count)
+    ]
     try:
         yield procs
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+            _signal_group(proc, signal.SIGTERM)
         for proc in procs:
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
+            # The wrapper may have ended before the worker it started: end the rest.
+            _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signum)
 
 
 async def wait_until_finished(rl: Runlane, total: int, within: float, tick: bool = False) -> None:
