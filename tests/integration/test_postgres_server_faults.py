@@ -113,6 +113,23 @@ async def _not_succeeded(rl: Runlane, run_ids: set[str]) -> set[str]:
     return {run.id for run in runs if run.status is not RunStatus.SUCCEEDED}
 
 
+async def _not_succeeded_after_retries(
+    rl: Runlane, run_ids: set[str], within: float = 60
+) -> set[str]:
+    """The runs of ``run_ids`` still not succeeded once their retries had time to run.
+
+    The queue's success count that ``wait_until_finished`` reads includes the app's
+    schedule runs, and a test handler whose own log write the fault cut retries a
+    couple of seconds later: wait for those retries before judging.
+    """
+    deadline = time.monotonic() + within
+    while (remaining := await _not_succeeded(rl, run_ids)) and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            await rl.tick()
+        await asyncio.sleep(0.5)
+    return remaining
+
+
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_workers_survive_a_server_restart_and_every_run_succeeds_once(
     app: Runlane, dsn: str, environment: str, cluster: PostgresServer, mode: str
@@ -125,11 +142,15 @@ async def test_workers_survive_a_server_restart_and_every_run_succeeds_once(
             await asyncio.sleep(0.05)
         cluster.restart(mode)
         await wait_until_finished(app, 3_000, within=240, tick=True)
+        # Handlers whose own log write the restart cut are retried by these workers.
+        await _not_succeeded_after_retries(app, {run.id for run in runs})
         # The workers were not restarted: they reconnected on their own.
         assert all(proc.poll() is None for proc in procs)
     executed = [row[0] for row in app_log(dsn, environment, "count")]
     ids = {run.id for run in runs}
-    assert not await _not_succeeded(app, ids), await histories(app, ids - set(executed))
+    assert not await _not_succeeded_after_retries(app, ids), await histories(
+        app, ids - set(executed)
+    )
     assert succeeded_more_than_once(dsn, environment) == []
     # Delivery is at least once: only handlers in flight when the server went away may
     # have run again (their outcome could not be written), at most one per slot.
@@ -155,13 +176,16 @@ async def test_a_drain_goes_on_while_backends_are_terminated_every_300ms(
         terminator.start()
         try:
             await wait_until_finished(app, 2_000, within=240, tick=True)
+            await _not_succeeded_after_retries(app, {run.id for run in runs})
         finally:
             stop.set()
             terminator.join()
     assert sum(terminated) > 0, "no backend was terminated: the test proved nothing"
     executed = [row[0] for row in app_log(dsn, environment, "count")]
     ids = {run.id for run in runs}
-    assert not await _not_succeeded(app, ids), await histories(app, ids - set(executed))
+    assert not await _not_succeeded_after_retries(app, ids), await histories(
+        app, ids - set(executed)
+    )
     assert succeeded_more_than_once(dsn, environment) == []
     # A statement cut off with its connection runs again on another one at once, so
     # settles and heartbeats keep their leases: no handler runs twice.
