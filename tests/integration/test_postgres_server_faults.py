@@ -109,8 +109,15 @@ def succeeded_more_than_once(url: str, environment: str) -> list[str]:
 
 
 async def _not_succeeded(rl: Runlane, run_ids: set[str]) -> set[str]:
-    runs = await asyncio.gather(*(rl.runs.get(run_id) for run_id in sorted(run_ids)))
-    return {run.id for run in runs if run.status is not RunStatus.SUCCEEDED}
+    # One listing of the runs in any other status, page by page, rather than a read per run.
+    others = [status for status in RunStatus if status is not RunStatus.SUCCEEDED]
+    found: set[str] = set()
+    cursor = None
+    while True:
+        page = await rl.runs.list(statuses=others, limit=500, cursor=cursor)
+        found.update(run.id for run in page.data if run.id in run_ids)
+        if (cursor := page.next_cursor) is None:
+            return found
 
 
 async def _not_succeeded_after_retries(
