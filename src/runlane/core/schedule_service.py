@@ -156,6 +156,7 @@ class ScheduleMaterializer:
                     queue=entry.queue,
                     run_at=slot,
                     idempotency_key=occurrence_key(schedule_id, slot),
+                    priority=entry.priority,
                     source=RunSource(
                         RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot
                     ),

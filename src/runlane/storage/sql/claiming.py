@@ -46,8 +46,15 @@ _NONE_LIMITED: list[QueuePolicy] = []
 WHOLE_QUEUE = ""
 
 
+def priority_windows(queues: Sequence[QueuePolicy]) -> dict[str, float]:
+    """Each queue's priority window (seconds) by name: its claim's index range ends
+    at now plus the window."""
+    return {q.name: q.priority_window for q in queues}
+
+
 def claim_order(run: Run) -> tuple[datetime, str]:
-    """Claimed runs come back oldest ``run_at`` first, ties broken by id."""
+    """Claimed runs come back oldest ``run_at`` first, ties broken by id. (Which runs
+    a claim takes follows their priorities; the runs of one claim start together.)"""
     return run.run_at, run.id
 
 
