@@ -47,10 +47,12 @@ from runlane.storage.postgres.sessions import (
 from runlane.storage.sql.claiming import (
     WHOLE_QUEUE,
     claim_order,
+    priority_windows,
     split_by_capacity,
     split_rate_limited,
 )
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
+from runlane.types.priorities import claim_horizon
 from runlane.types.runs import Run
 
 
@@ -72,11 +74,16 @@ async def claim_due_runs(
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
+    horizons = _horizons(unbounded, others, params["now"])
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
         (cur,) = conn.cursors(1)
-        await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
+        await cur.execute(
+            q["claim_due_runs"],
+            {**params, "queues": unbounded, "horizons": horizons},
+            prepare=True,
+        )
         return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
         rows = await _claim_with_tokens(session, q, lock_prefix, rated, limit, params)
@@ -102,7 +109,12 @@ async def claim_due_runs(
         if unbounded and len(rows) < limit:
             rows += await session.fetch(
                 q["claim_due_runs"],
-                {**params, "queues": unbounded, "limit": limit - len(rows)},
+                {
+                    **params,
+                    "queues": unbounded,
+                    "horizons": horizons,
+                    "limit": limit - len(rows),
+                },
             )
     return _runs(rows)
 
@@ -145,7 +157,12 @@ async def _claim_with_tokens(
         take = min(limit - len(rows), tokens_available(policy.rate_limit, tat, now))
         if take < 1:
             continue
-        one = {**params, "queues": [policy.name], "limit": take}
+        one = {
+            **params,
+            "queues": [policy.name],
+            "horizons": [claim_horizon(now, policy.priority_window)],
+            "limit": take,
+        }
         if policy.concurrency_limit is not None:
             await session.fetch(q["lock_claimable_keys"], one)
             claimed = await session.fetch(
@@ -267,13 +284,24 @@ async def apply_and_claim(
             claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
-    claim_params = {**params, "queues": unbounded}
+    claim_params = {
+        **params,
+        "queues": unbounded,
+        "horizons": _horizons(unbounded, queues, params["now"]),
+    }
     statements = [(q["apply_transitions"], round_params) for round_params in rounds]
     results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
     # Each round returns the ids it applied, the claim (which takes the key locks
     # itself, then claims in a fresh snapshot that sees the rounds) whole runs.
     applied = [{row[0] for row in rows} for rows in results.before]
     return applied, _runs(results.rows, results.columns)
+
+
+def _horizons(names: Sequence[str], queues: Sequence[QueuePolicy], now: int) -> list[int]:
+    """Each named queue's claim horizon (now plus its priority window), in the order of
+    ``names``: where the claim's ordered read of the queue's claim-order index ends."""
+    windows = priority_windows(queues)
+    return [claim_horizon(now, windows[name]) for name in names]
 
 
 def _decides_under_locks(queues: Sequence[QueuePolicy]) -> bool:
