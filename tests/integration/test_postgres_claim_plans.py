@@ -37,7 +37,7 @@ def filled(postgres_dsn: str) -> Iterator[tuple[psycopg.Connection[tuple[object,
             "SELECT 'e', 'r' || i, 't', 'q' || (i %% 20), "
             "CASE WHEN i %% 10 = 1 THEN 'scheduled' ELSE 'queued' END, 'null', "
             "CASE WHEN i %% 10 = 1 THEN %s + %s ELSE %s - i END, i, i, 1, "
-            "'{{\"type\": \"trigger\"}}', p, p * 30000000 "
+            '\'{{"type": "trigger"}}\', p, p * 30000000 '
             "FROM generate_series(1, 200000) AS i, "
             "LATERAL (SELECT CASE WHEN i %% 10 = 2 THEN (i %% 21) - 10 ELSE 0 END AS p) AS pr"
         ).format(quoted),

@@ -49,6 +49,7 @@ class BuildsRuns(Protocol):
         queue: QueueDef | None = None,
         run_at: datetime | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
     ) -> NewRun:
         """Validate one run; nothing is written."""
         ...

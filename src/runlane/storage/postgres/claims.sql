@@ -88,8 +88,8 @@ WITH candidates AS (
           AND r.run_at <= %(now)s
           AND r.partition_key IS NULL
         UNION ALL
-        SELECT first_of_key.id, first_of_key.queue, first_of_key.claim_at, first_of_key.part,
-               first_of_key.lim
+        SELECT f.id, f.queue, f.claim_at, f.part,
+               f.lim
         FROM (
             SELECT k.id, k.queue, k.run_at - k.priority_offset AS claim_at,
                    coalesce(k.concurrency_key, '') AS part, limits.lim,
@@ -117,13 +117,13 @@ WITH candidates AS (
                                      'cancellation_requested', 'dead_lettered')
                     AND o.message_sequence < k.message_sequence
               ))
-        ) AS first_of_key
-        WHERE first_of_key.rank_in_key = 1
+        ) AS f
+        WHERE f.rank_in_key = 1
           -- No delivery of the key holds an unexpired lease.
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.runlane_runs o
-              WHERE o.environment = %(environment)s AND o.task_id = first_of_key.task_id
-                AND o.partition_key = first_of_key.partition_key
+              WHERE o.environment = %(environment)s AND o.task_id = f.task_id
+                AND o.partition_key = f.partition_key
                 AND o.status IN ('running', 'cancellation_requested')
                 AND o.lease_expires_at > %(now)s
           )
