@@ -62,7 +62,7 @@ def _claim_plan(filled: tuple[psycopg.Connection[tuple[object, ...]], str]) -> s
     params = {
         "environment": "e",
         "queues": ["q3", "q4"],
-        "horizons": [NOW + 300_000_000, NOW + 300_000_000],
+        "horizon": NOW + 300_000_000,
         "limit": 10,
         "now": NOW,
         "key_lock_prefix": "k:",
@@ -106,4 +106,4 @@ def test_the_claim_reads_each_queue_in_claim_order_from_the_expression_index(
     limit = max(i for i, line in enumerate(above) if "Limit" in line)
     assert not any("Sort" in line for line in lines[limit:read]), plan
     # Its range ends at the queue's horizon: runs due later are not read.
-    assert "(run_at - priority_offset) <= q.horizon" in lines[read + 1], plan
+    assert "(run_at - priority_offset) <=" in lines[read + 1], plan

@@ -122,17 +122,19 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
             # Migration 10 takes the delivery index out; a lane without a transport
             # does not create it again.
             assert "runlane_runs_undelivered" not in after
-            kept = {k: v for k, v in after.items() if k in before}
-            assert kept == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
-            # Migration 14's claim-order index holds the claimable runs, as
-            # runlane_runs_claimable does; indexes of later migrations' new tables
-            # start empty.
+            # Migration 14 replaces runlane_runs_claimable by runlane_runs_claim_order,
+            # which holds the same runs.
+            assert "runlane_runs_claimable" not in after
             assert after["runlane_runs_claim_order"] == before["runlane_runs_claimable"]
+            gone = {"runlane_runs_undelivered", "runlane_runs_claimable"}
+            kept = {k: v for k, v in after.items() if k in before}
+            assert kept == {k: v for k, v in before.items() if k not in gone}
+            # Indexes of later migrations' new tables start empty.
             later = after.keys() - before.keys() - {"runlane_runs_claim_order"}
             assert all(after[k] == 0 for k in later)
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             sql = conn.execute(
-                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
+                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claim_order'"
             ).fetchone()[0]
         assert " IN (" not in sql
         done = await rl.execute_next()

@@ -103,7 +103,7 @@ def test_sqlite_partial_indexes_name_their_status_sets_without_in_lists() -> Non
             "WHERE type = 'index' AND sql LIKE '% WHERE %'"
         )
     }
-    assert "runlane_runs_claimable" in partial
+    assert "runlane_runs_claim_order" in partial
     assert {name: where for name, where in partial.items() if " IN (" in where} == {}
 
 

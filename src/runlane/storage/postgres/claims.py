@@ -47,9 +47,9 @@ from runlane.storage.postgres.sessions import (
 from runlane.storage.sql.claiming import (
     WHOLE_QUEUE,
     claim_order,
-    priority_windows,
     split_by_capacity,
     split_rate_limited,
+    widest_priority_window,
 )
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
 from runlane.types.priorities import claim_horizon
@@ -74,14 +74,14 @@ async def claim_due_runs(
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
-    horizons = _horizons(unbounded, others, params["now"])
+    horizon = claim_horizon(params["now"], widest_priority_window(others))
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
         (cur,) = conn.cursors(1)
         await cur.execute(
             q["claim_due_runs"],
-            {**params, "queues": unbounded, "horizons": horizons},
+            {**params, "queues": unbounded, "horizon": horizon},
             prepare=True,
         )
         return _runs(await cur.fetchall(), column_names(cur))
@@ -112,7 +112,7 @@ async def claim_due_runs(
                 {
                     **params,
                     "queues": unbounded,
-                    "horizons": horizons,
+                    "horizon": horizon,
                     "limit": limit - len(rows),
                 },
             )
@@ -160,7 +160,7 @@ async def _claim_with_tokens(
         one = {
             **params,
             "queues": [policy.name],
-            "horizons": [claim_horizon(now, policy.priority_window)],
+            "horizon": claim_horizon(now, policy.priority_window),
             "limit": take,
         }
         if policy.concurrency_limit is not None:
@@ -287,7 +287,7 @@ async def apply_and_claim(
     claim_params = {
         **params,
         "queues": unbounded,
-        "horizons": _horizons(unbounded, queues, params["now"]),
+        "horizon": claim_horizon(params["now"], widest_priority_window(queues)),
     }
     statements = [(q["apply_transitions"], round_params) for round_params in rounds]
     results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
@@ -295,13 +295,6 @@ async def apply_and_claim(
     # itself, then claims in a fresh snapshot that sees the rounds) whole runs.
     applied = [{row[0] for row in rows} for rows in results.before]
     return applied, _runs(results.rows, results.columns)
-
-
-def _horizons(names: Sequence[str], queues: Sequence[QueuePolicy], now: int) -> list[int]:
-    """Each named queue's claim horizon (now plus its priority window), in the order of
-    ``names``: where the claim's ordered read of the queue's claim-order index ends."""
-    windows = priority_windows(queues)
-    return [claim_horizon(now, windows[name]) for name in names]
 
 
 def _decides_under_locks(queues: Sequence[QueuePolicy]) -> bool:

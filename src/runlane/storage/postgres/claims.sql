@@ -43,7 +43,7 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- name: claim_due_runs
 -- Per queue, lock the first due runs in claim order (due time less the priority
 -- offset) without a key no other claimer holds (SKIP LOCKED), reading the queue's
--- runlane_runs_claim_order up to its horizon (now plus the queue's priority window),
+-- runlane_runs_claim_order up to the horizon (now plus the widest priority window),
 -- and the first claimable delivery of each key whose lock it takes first
 -- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
 -- so a worker on many queues serves them all. A function since migration 009 (its
@@ -52,7 +52,7 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 SELECT * FROM {schema}.runlane_claim_due_runs(
     %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
     %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
-    %(lease_expires_iso)s, %(horizons)b::bigint[]
+    %(lease_expires_iso)s, %(horizon)s::bigint
 );
 
 -- name: claim_bounded_runs

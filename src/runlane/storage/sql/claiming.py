@@ -46,10 +46,14 @@ _NONE_LIMITED: list[QueuePolicy] = []
 WHOLE_QUEUE = ""
 
 
-def priority_windows(queues: Sequence[QueuePolicy]) -> dict[str, float]:
-    """Each queue's priority window (seconds) by name: its claim's index range ends
-    at now plus the window."""
-    return {q.name: q.priority_window for q in queues}
+def widest_priority_window(queues: Sequence[QueuePolicy]) -> float:
+    """The widest priority window (seconds) of ``queues``: a claim of them reads each
+    queue's claim order up to now plus it (no due run's claim time is later)."""
+    widest = 0.0
+    for policy in queues:
+        if policy.priority_window > widest:
+            widest = policy.priority_window
+    return widest
 
 
 def claim_order(run: Run) -> tuple[datetime, str]:

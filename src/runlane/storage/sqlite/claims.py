@@ -17,9 +17,9 @@ from runlane.model.rate_limiting import tat_after, tokens_available
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.claiming import (
     WHOLE_QUEUE,
-    priority_windows,
     split_by_capacity,
     split_rate_limited,
+    widest_priority_window,
 )
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.queries import QUERIES
@@ -70,7 +70,7 @@ def claim_due_runs(
         )
     # One indexed, ordered scan per queue; the starting queue rotates so a
     # worker on many queues serves them all.
-    windows = priority_windows(others)
+    horizon = claim_horizon(lease_params["now"], widest_priority_window(others))
     for name in rotation.next_order(unbounded):
         if len(runs) >= limit:
             break
@@ -81,7 +81,7 @@ def claim_due_runs(
                 "environment": environment,
                 "queue": name,
                 "limit": limit - len(runs),
-                "horizon": claim_horizon(lease_params["now"], windows[name]),
+                "horizon": horizon,
                 **lease_params,
             },
         )

@@ -15,9 +15,9 @@
 -- One queue: the first due runs without a key in claim order (claim_at, the due time
 -- less the run's priority offset, migration 014), and the first claimable delivery
 -- of each key, merged by claim_at. A due run's claim_at is at most :horizon (now
--- plus the queue's priority window: the offset of the lowest priority), which ends
--- the ordered scan of runlane_runs_claim_order; run_at <= :now keeps runs that are
--- not due yet out, whatever their priority.
+-- plus the widest priority window of the queues claimed: the offset of the lowest
+-- priority), which ends the ordered scan of runlane_runs_claim_order; run_at <= :now
+-- keeps runs that are not due yet out, whatever their priority.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,

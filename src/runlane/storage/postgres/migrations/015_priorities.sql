@@ -14,10 +14,10 @@ CREATE INDEX IF NOT EXISTS runlane_runs_claim_order
     ON {schema}.runlane_runs (environment, queue, (run_at - priority_offset), id)
     WHERE status IN ('queued', 'scheduled', 'retrying', 'released');
 
--- The unbounded claim of migration 010 in claim order. It takes each queue's horizon
--- (now plus the queue's priority window: the latest claim time of a due run), which
--- ends each queue's ordered index scan; run_at <= now keeps runs that are not due
--- yet out, whatever their priority. A new argument: the old function goes.
+-- The unbounded claim of migration 010 in claim order. It takes a horizon (now plus
+-- the widest priority window of the queues: no due run's claim time is later), which
+-- ends each queue's ordered index scan; run_at <= now keeps runs that are not due yet
+-- out, whatever their priority. A new argument: the old function goes.
 DROP FUNCTION IF EXISTS {schema}.runlane_claim_due_runs(
     TEXT, TEXT[], BIGINT, BIGINT, TEXT, TEXT, TEXT, BIGINT, TEXT
 );
@@ -25,7 +25,7 @@ DROP FUNCTION IF EXISTS {schema}.runlane_claim_due_runs(
 CREATE OR REPLACE FUNCTION {schema}.runlane_claim_due_runs(
     p_environment TEXT, p_queues TEXT[], p_limit BIGINT, p_now BIGINT, p_key_lock_prefix TEXT,
     p_worker_id TEXT, p_lease_token TEXT, p_lease_expires_at BIGINT, p_lease_expires_iso TEXT,
-    p_horizons BIGINT[]
+    p_horizon BIGINT
 ) RETURNS SETOF {schema}.runlane_runs
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -117,16 +117,16 @@ BEGIN
                    row_number() OVER (PARTITION BY c.queue ORDER BY c.claim_at, c.id) AS turn
             FROM (
                 SELECT picked.id, picked.claim_at, q.name AS queue
-                FROM unnest(p_queues::text[], p_horizons::bigint[]) AS q(name, horizon)
+                FROM unnest(p_queues::text[]) AS q(name)
                 CROSS JOIN LATERAL (
                     -- runlane_runs_claim_order read in order from its start up to the
-                    -- horizon (a due run's latest claim time), stopping at the limit.
+                    -- horizon (no due run's claim time is later), stopping at the limit.
                     SELECT r.id, r.run_at - r.priority_offset AS claim_at
                     FROM {schema}.runlane_runs r
                     WHERE r.environment = p_environment
                       AND r.queue = q.name
                       AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-                      AND r.run_at - r.priority_offset <= q.horizon
+                      AND r.run_at - r.priority_offset <= p_horizon
                       AND r.run_at <= p_now
                       AND r.partition_key IS NULL
                     ORDER BY r.run_at - r.priority_offset, r.id

@@ -9,9 +9,11 @@ ALTER TABLE runlane_runs ADD COLUMN claim_at INTEGER
     GENERATED ALWAYS AS (run_at - priority_offset) VIRTUAL;
 
 -- The claims read each queue's runnable runs in claim order: an ordered index scan
--- that stops at the claim's limit, whatever priorities the queue mixes. (The
--- run_at-ordered runlane_runs_claimable stays for the statements that look for due
--- runs by due time: delivery requests, capacity locks, counts.)
+-- that stops at the claim's limit, whatever priorities the queue mixes. It replaces
+-- runlane_runs_claimable (the same rows, in run_at order), which only the claims
+-- read: one index less to keep up at every write of a run's status. (Every run of
+-- a file without priorities has claim_at = run_at, so its order is the old one.)
+DROP INDEX IF EXISTS runlane_runs_claimable;
 CREATE INDEX IF NOT EXISTS runlane_runs_claim_order
     ON runlane_runs (environment, queue, claim_at, id)
     WHERE (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
