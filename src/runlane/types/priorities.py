@@ -58,6 +58,8 @@ def parse_priority_window(value: Duration | None, *, queue: str) -> float:
 def priority_offset(priority: int, window: float) -> int:
     """Microseconds a run of ``priority`` is moved ahead (negative: behind) of its due
     time in its queue's order, under a priority window of ``window`` seconds."""
+    if not priority:
+        return 0  # most runs: no float arithmetic on the trigger path
     return round(priority * window * 1_000_000 / 10)
 
 

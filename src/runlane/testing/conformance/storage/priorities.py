@@ -154,6 +154,32 @@ async def test_a_retry_keeps_the_runs_priority_and_its_place(make_runtime: Facto
     assert attempts == [(1, 1), (1, 2), (2, 1)]
 
 
+async def test_a_released_run_keeps_its_priority_and_goes_first_when_due_again(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    started: list[int] = []
+
+    @task("waits.once")
+    async def waits_once(payload: Any, ctx: Context) -> Any:
+        started.append(payload["n"])
+        if ctx.attempt == 1 and payload["n"] == 1:
+            return ctx.release("5s", reason="not ready")
+        return None
+
+    rl = await make_runtime([waits_once], clock=clock)
+    urgent = await rl.trigger(waits_once, {"n": 1}, priority=8)
+    released = await rl.execute_next()
+    assert released is not None and released.status is RunStatus.RELEASED
+    assert released.priority == 8
+    clock.advance("3s")
+    normal = await rl.trigger(waits_once, {"n": 2})
+    clock.advance("2s")
+    # Due again after the normal run was triggered, yet first: a release keeps the lead.
+    assert await _drain(rl) == [urgent.id, normal.id]
+    assert started == [1, 1, 2]
+
+
 async def test_reruns_and_manual_retries_keep_the_priority(make_runtime: Factory) -> None:
     @task("fails.always", retry=RetryPolicy(max_attempts=1))
     async def fails(payload: Any, ctx: Context) -> None:
