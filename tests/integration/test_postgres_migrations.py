@@ -35,6 +35,7 @@ ALL_MIGRATIONS = [
     "012_observing_runs",
     "013_run_dependencies",
     "014_flow_control",
+    "015_priorities",
 ]
 
 
@@ -76,7 +77,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     versions = _versions(postgres_dsn, schema)
     assert (
         versions
-        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
         == list(range(1, SCHEMA_VERSION + 1))
     )
 
@@ -401,10 +402,25 @@ async def test_version_14_adds_flow_control_and_a_run_queued_before_waits_out_a_
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 13, "queued-at-13")
-    assert await rl.migrate() == ["014_flow_control"]
+    assert await rl.migrate() == ALL_MIGRATIONS[13:]
     async with rl:
         await rl.queues.pause("main")
         assert await rl.execute_next() is None
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-13"
+
+
+async def test_version_15_adds_priorities_and_a_run_queued_before_keeps_its_place(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 14, "queued-at-14")
+    assert await rl.migrate() == ["015_priorities"]
+    async with rl:
+        assert (await rl.runs.get("queued-at-14")).priority == 0
+        # Due long ago at priority 0: it goes before a new run even of priority 10.
+        urgent = await rl.trigger(noop, None, priority=10)
+        first = await rl.execute_next()
+        assert first is not None and first.id == "queued-at-14"
+        second = await rl.execute_next()
+        assert second is not None and second.id == urgent.id and second.priority == 10

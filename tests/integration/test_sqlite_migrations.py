@@ -68,7 +68,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,19 +116,25 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
             # does not create it again.
             assert "runlane_runs_undelivered" not in after
+            # Migration 14 replaces runlane_runs_claimable by runlane_runs_claim_order,
+            # which holds the same runs.
+            assert "runlane_runs_claimable" not in after
+            assert after["runlane_runs_claim_order"] == before["runlane_runs_claimable"]
+            gone = {"runlane_runs_undelivered", "runlane_runs_claimable"}
             kept = {k: v for k, v in after.items() if k in before}
-            assert kept == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
+            assert kept == {k: v for k, v in before.items() if k not in gone}
             # Indexes of later migrations' new tables start empty.
-            assert all(after[k] == 0 for k in after.keys() - before.keys())
+            later = after.keys() - before.keys() - {"runlane_runs_claim_order"}
+            assert all(after[k] == 0 for k in later)
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             sql = conn.execute(
-                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
+                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claim_order'"
             ).fetchone()[0]
         assert " IN (" not in sql
         done = await rl.execute_next()
@@ -155,7 +161,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 13
+        assert _applied(path)[-1] == 14
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -187,7 +193,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 
 
 def _index_names(path: Path) -> set[str]:
@@ -233,4 +239,29 @@ async def test_version_13_adds_flow_control_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert _applied(path)[-1] == 13
+    assert _applied(path)[-1] == 14
+
+
+async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 13, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'queued-at-13', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+            '\'{"type": "trigger"}\')'
+        )
+    conn.close()
+    rl = _runtime(path)
+    async with rl:
+        assert (await rl.runs.get("queued-at-13")).priority == 0
+        # Due long ago at priority 0: it goes before a new run even of priority 10.
+        urgent = await rl.trigger(noop, None, priority=10)
+        first = await rl.execute_next()
+        assert first is not None and first.id == "queued-at-13"
+        second = await rl.execute_next()
+        assert second is not None and second.id == urgent.id and second.priority == 10
+    assert _applied(path)[-1] == 14

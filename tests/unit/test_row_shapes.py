@@ -107,7 +107,13 @@ def _new_run(**overrides: Any) -> NewRun:
 
 
 def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
-    new = _new_run(idempotency_key="k1", singleton_key="s1", request_delivery=True)
+    new = _new_run(
+        idempotency_key="k1",
+        singleton_key="s1",
+        request_delivery=True,
+        priority=7,
+        priority_offset=210_000_000,
+    )
     batch = creation_batch("env", [new], NOW_US, None)
     (row,) = json.loads(batch.insert_params()["runs"])
     assert dict(zip(INSERT_RUN.names, row, strict=True)) == {
@@ -124,6 +130,8 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
         "concurrency_key": "tenant-1",
         "trace_carrier": {"traceparent": "00-abc-def-01"},
         "request_delivery": True,
+        "priority": 7,
+        "priority_offset": 210_000_000,
     }
 
 
@@ -137,7 +145,7 @@ def _copy_fields(line: str) -> list[str | None]:
 
 
 def test_the_copy_encoder_writes_the_declared_columns() -> None:
-    data, due = copy_text("env", [_new_run()], NOW_US)
+    data, due = copy_text("env", [_new_run(priority=-2, priority_offset=-60_000_000)], NOW_US)
     assert not due  # due in five seconds: nobody is woken
     (line,) = data.decode().splitlines()
     assert dict(zip(COPY_RUN.names, _copy_fields(line), strict=True)) == {
@@ -157,6 +165,8 @@ def test_the_copy_encoder_writes_the_declared_columns() -> None:
         "source": json.dumps(RunSource().to_json(), separators=(",", ":")),
         "concurrency_key": "tenant-1",
         "trace_carrier": '{"traceparent":"00-abc-def-01"}',
+        "priority": "-2",
+        "priority_offset": "-60000000",
     }
 
 

@@ -104,6 +104,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        priority: int = 0,
     ) -> Run:
         """Create a run of ``task``; it has committed when this returns.
 
@@ -116,6 +117,10 @@ class ProducingCalls:
         default) and a dependency that failed or was cancelled, it is cancelled
         with reason ``dependency_failed``. ``on_failure="run"`` runs it however its
         dependencies ended. See the workflows guide.
+
+        ``priority`` (-10 to 10, default 0): higher starts first among the due runs of
+        its queue, within the queue's ``priority_window`` (see the flow-control
+        guide); it never lets a run start before it is due.
 
         >>> extract_run = await rl.trigger(extract, {"day": "2026-12-01"})
         >>> report_run = await rl.trigger(report, None, after=[extract_run])
@@ -133,6 +138,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            priority=priority,
         )
 
     async def trigger_many(
@@ -148,6 +154,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        priority: int = 0,
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
@@ -159,7 +166,8 @@ class ProducingCalls:
         each batch is validated while the one before is stored, and a bad payload or a
         failure anywhere writes nothing.
 
-        ``after`` and ``on_failure`` apply to every run, as for :meth:`trigger`."""
+        ``after``, ``on_failure`` and ``priority`` apply to every run, as for
+        :meth:`trigger`."""
         return await self._producer.trigger_many(
             task,
             payloads,
@@ -171,6 +179,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            priority=priority,
         )
 
     async def publish(

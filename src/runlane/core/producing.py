@@ -40,6 +40,7 @@ from runlane.types.clock import Clock, aware_utc
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import new_run_id, validate_identifier, validate_optional_identifier
+from runlane.types.priorities import DEFAULT_PRIORITY, priority_offset, validate_priority
 from runlane.types.records import CreateOutcome, NewGroup, NewRun, NewWaitingRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
@@ -88,6 +89,9 @@ class TriggerPlan:
     idempotency_expires_at: datetime | None
     concurrency_key: str | None
     trace_carrier: dict[str, str] | None
+    priority: int
+    #: The runs' place ahead of their due time in the queue's order (microseconds).
+    priority_offset: int
 
     @property
     def plain(self) -> bool:
@@ -159,6 +163,8 @@ class TriggerPlan:
             concurrency_key=self.concurrency_key,
             trace_carrier=self.trace_carrier,
             request_delivery=self.request_delivery,
+            priority=self.priority,
+            priority_offset=self.priority_offset,
         )
 
 
@@ -195,8 +201,10 @@ def plan_trigger(
     singleton_key: str | None = None,
     concurrency_key: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> TriggerPlan:
     """Validate the options of one call; ``transport``: the lane wakes workers through one."""
+    validate_priority(priority)
     if delay is not None and run_at is not None:
         raise configuration_error("pass delay or run_at, not both.")
     if run_at is not None:
@@ -229,6 +237,8 @@ def plan_trigger(
         idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
         concurrency_key=concurrency_key,
         trace_carrier=validate_trace_carrier(trace_carrier),
+        priority=priority,
+        priority_offset=priority_offset(priority, target.priority_window),
     )
 
 
@@ -516,6 +526,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        priority: int = DEFAULT_PRIORITY,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
         new = self.build_new_run(
@@ -531,6 +542,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            priority=priority,
         )
         observers = self._observers
         if observers:
@@ -556,6 +568,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        priority: int = DEFAULT_PRIORITY,
     ) -> list[Run]:
         """``Runlane.trigger_many``: every payload validated, then written in batches."""
         plan = self.plan_trigger(
@@ -568,6 +581,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            priority=priority,
         )
         writer = self._writer
         # A streamed call validates each batch as storage asks for it; otherwise every
@@ -605,6 +619,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
         definition = self._registry.resolve_task(task)
@@ -621,6 +636,7 @@ class Producer:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
+            priority=priority,
         )
         if after is None and on_failure is CANCEL:
             return plan  # no dependencies: the plan every trigger without after= takes
@@ -665,6 +681,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        priority: int = DEFAULT_PRIORITY,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
         return self.plan_trigger(
@@ -679,12 +696,14 @@ class Producer:
             trace_carrier=trace_carrier,
             after=after,
             on_failure=on_failure,
+            priority=priority,
         ).new_run(payload)
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
     ) -> Run:
-        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
+        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry),
+        with its priority."""
         new = self.build_new_run(
             source.task_id,
             source.payload,
@@ -696,6 +715,7 @@ class Producer:
             concurrency_key=source.concurrency_key,
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
+            priority=source.priority,
         )
         with self._observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.

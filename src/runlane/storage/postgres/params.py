@@ -64,7 +64,8 @@ class CreationBatch:
             rows.append(
                 f"[{names[1:-1]},{dumps(c['payloads'][i])},{counts[1:-1]},{c['sources'][i]},"
                 f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
-                f"{'true' if c['request_deliveries'][i] else 'false'}]"
+                f"{'true' if c['request_deliveries'][i] else 'false'},"
+                f"{c['priorities'][i]},{c['priority_offsets'][i]}]"
             )
         return {**self.shared, "runs": f"[{','.join(rows)}]"}
 
@@ -144,6 +145,8 @@ def creation_batch(
     run_ats: list[int] = []
     sequences, source_texts, idempotency_keys, singleton_keys = [], [], [], []
     concurrency_keys, trace_carriers, deliveries = [], [], []
+    priorities: list[int] = []
+    offsets: list[int] = []
     for new in runs:
         source = sources.get(id(new.source))
         if source is None:
@@ -171,6 +174,8 @@ def creation_batch(
         concurrency_keys.append(new.concurrency_key)
         trace_carriers.append(carrier_text)
         deliveries.append(new.request_delivery)
+        priorities.append(new.priority)
+        offsets.append(new.priority_offset)
     expires_at = to_micros(granted.expires_at) if granted is not None else None
     columns: dict[str, list[Any]] = {
         "ids": ids, "task_ids": task_ids, "queues": queues, "statuses": statuses,
@@ -178,6 +183,7 @@ def creation_batch(
         "sources": source_texts, "idempotency_keys": idempotency_keys,
         "singleton_keys": singleton_keys, "concurrency_keys": concurrency_keys,
         "trace_carriers": trace_carriers, "request_deliveries": deliveries,
+        "priorities": priorities, "priority_offsets": offsets,
     }  # fmt: skip
     return CreationBatch(
         environment=environment,
@@ -254,7 +260,7 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
         # Runs of one call share task, queue, status, source, key and carrier.
         key = (
             new.task_id, new.queue, new.status, new.source, new.concurrency_key,
-            id(new.trace_carrier),
+            id(new.trace_carrier), new.priority, new.priority_offset,
         )  # fmt: skip
         shared = shared_fields.get(key)
         if shared is None:
@@ -264,7 +270,8 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
                 f"{copy_field(new.status.value)}\t",
                 f"{copy_field(source_json(new.source))}\t"
                 f"{copy_field(new.concurrency_key)}\t"
-                f"{copy_field(None if carrier is None else dumps(carrier))}\n",
+                f"{copy_field(None if carrier is None else dumps(carrier))}\t"
+                f"{new.priority}\t{new.priority_offset}\n",
             )
         if not due and new.status is RunStatus.QUEUED and run_at <= now_us:
             due = True
@@ -304,6 +311,7 @@ def created_run(
         concurrency_key=new.concurrency_key,
         trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
         lease=lease,
+        priority=new.priority,
     )
 
 
@@ -330,6 +338,8 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "source": source_json(new.source),
         "concurrency_key": new.concurrency_key,
         "trace_carrier": None if carrier is None else dumps(carrier),
+        "priority": new.priority,
+        "priority_offset": new.priority_offset,
     }
 
 

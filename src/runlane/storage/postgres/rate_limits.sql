@@ -18,15 +18,15 @@ ORDER BY queue, rate_key;
 -- name: defer_delivery_request
 -- execute_delivery's rate_limited path: the run keeps its delivery request, and a new
 -- outbox row publishes its wakeup again once its partition has a token for it: the
--- next token plus one interval per due run of its queue that goes before it (those
--- take the tokens first), so a backlog's wakeups do not all come back at once.
+-- next token plus one interval per due run of its queue that goes before it in claim
+-- order (those take the tokens first), so a backlog's wakeups do not all come back at once.
 WITH ahead AS (
     SELECT count(*) AS n FROM {schema}.runlane_runs o, {schema}.runlane_runs r
     WHERE r.environment = %(environment)s AND r.id = %(id)s
       AND o.environment = r.environment AND o.queue = r.queue
       AND o.status IN ('queued', 'scheduled', 'retrying', 'released')
       AND o.run_at <= %(now)s
-      AND (o.run_at, o.id) < (r.run_at, r.id)
+      AND (o.run_at - o.priority_offset, o.id) < (r.run_at - r.priority_offset, r.id)
 ),
 marked AS (
     UPDATE {schema}.runlane_runs r

@@ -20,7 +20,8 @@ WITH input AS (
            (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
            r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
            r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
-           (r.x->>12)::bool AS request_delivery
+           (r.x->>12)::bool AS request_delivery, (r.x->>13)::int AS priority,
+           (r.x->>14)::bigint AS priority_offset
     FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
 ),
 inserted AS (
@@ -28,13 +29,13 @@ inserted AS (
         environment, id, task_id, queue, status, payload, attempt, failure_count,
         run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
-        lease_expires_at, delivery_requested_at
+        lease_expires_at, delivery_requested_at, priority, priority_offset
     )
     SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
            run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
            singleton_key, concurrency_key, trace_carrier, %(lease_owner)s::text,
            %(lease_token)s::text, %(lease_expires_at)s::bigint,
-           CASE WHEN request_delivery THEN %(now)s::bigint END
+           CASE WHEN request_delivery THEN %(now)s::bigint END, priority, priority_offset
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
@@ -82,12 +83,12 @@ WITH inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-        trace_carrier
+        trace_carrier, priority, priority_offset
     )
     VALUES (
         %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::json, 0, 0,
         %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
-        %(trace_carrier)s::jsonb
+        %(trace_carrier)s::jsonb, %(priority)s::int, %(priority_offset)s::bigint
     )
     RETURNING status, run_at
 )
@@ -122,7 +123,7 @@ inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-        trace_carrier, lease_owner, lease_token, lease_expires_at
+        trace_carrier, lease_owner, lease_token, lease_expires_at, priority, priority_offset
     )
     SELECT %(environment)s, %(id)s, %(task_id)s, %(queue)s,
            CASE WHEN slot.worker_id IS NULL THEN %(status)s ELSE 'running' END,
@@ -130,7 +131,8 @@ inserted AS (
            %(run_at)s, %(run_at)s, %(now)s, %(now)s,
            CASE WHEN slot.worker_id IS NULL THEN 1 ELSE 2 END,
            %(source)s::jsonb, %(concurrency_key)s, %(trace_carrier)s::jsonb,
-           slot.worker_id, slot.lease_token, slot.lease_expires_at
+           slot.worker_id, slot.lease_token, slot.lease_expires_at, %(priority)s::int,
+           %(priority_offset)s::bigint
     FROM (VALUES (1)) AS one (x) LEFT JOIN slot ON true
     RETURNING *
 ),
@@ -161,7 +163,7 @@ handed AS (
                i.singleton_key, i.concurrency_key, i.trace_carrier::text, i.lease_owner,
                i.lease_token, i.lease_expires_at, i.cancel_reason, i.partition_key, i.replays,
                i.subscription_mode, i.message_sequence, i.dead_letter_reason,
-               i.dead_lettered_at
+               i.dead_lettered_at, i.priority
            )::text AS row_text
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL
@@ -190,7 +192,8 @@ FROM slot CROSS JOIN handed;
 -- announce_work in the same transaction.
 COPY {schema}.runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
-    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier
+    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
+    priority, priority_offset
 ) FROM STDIN;
 
 -- name: announce_work

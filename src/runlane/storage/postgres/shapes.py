@@ -50,6 +50,8 @@ INSERT_RUN = RowShape(
         ("concurrency_key", "text"),
         ("trace_carrier", "jsonb"),
         ("request_delivery", "bool"),
+        ("priority", "int"),
+        ("priority_offset", "bigint"),
     )
 )
 
@@ -136,5 +138,7 @@ COPY_RUN = RowShape(
         ("source", "jsonb"),
         ("concurrency_key", "text"),
         ("trace_carrier", "jsonb"),
+        ("priority", "int4"),
+        ("priority_offset", "int8"),
     )
 )

@@ -15,9 +15,15 @@ from typing import Any
 from runlane.model.capacity import has_capacity
 from runlane.model.rate_limiting import tat_after, tokens_available
 from runlane.ports.storage import QueuePolicy
-from runlane.storage.sql.claiming import WHOLE_QUEUE, split_by_capacity, split_rate_limited
+from runlane.storage.sql.claiming import (
+    WHOLE_QUEUE,
+    split_by_capacity,
+    split_rate_limited,
+    widest_priority_window,
+)
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.priorities import claim_horizon
 from runlane.types.runs import Run
 
 
@@ -41,8 +47,9 @@ def claim_due_runs(
     lease_params: dict[str, Any],
     rotation: QueueRotation,
 ) -> list[Run]:
-    """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity
-    and, on rate-limited queues, the tokens their partitions have."""
+    """Lease up to ``limit`` due runs (first in claim order: due time less the
+    priority offset) within queue capacity and, on rate-limited queues, the tokens
+    their partitions have."""
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []
@@ -63,6 +70,7 @@ def claim_due_runs(
         )
     # One indexed, ordered scan per queue; the starting queue rotates so a
     # worker on many queues serves them all.
+    horizon = claim_horizon(lease_params["now"], widest_priority_window(others))
     for name in rotation.next_order(unbounded):
         if len(runs) >= limit:
             break
@@ -73,6 +81,7 @@ def claim_due_runs(
                 "environment": environment,
                 "queue": name,
                 "limit": limit - len(runs),
+                "horizon": horizon,
                 **lease_params,
             },
         )
@@ -102,7 +111,12 @@ def _claim_with_tokens(
         params = {"environment": environment, "bounded": bounded, "limit": take}
         runs = _claim_rows(cur, "claim_bounded_runs", {**params, **lease_params})
     else:
-        params = {"environment": environment, "queue": policy.name, "limit": take}
+        params = {
+            "environment": environment,
+            "queue": policy.name,
+            "limit": take,
+            "horizon": claim_horizon(now, policy.priority_window),
+        }
         runs = _claim_rows(cur, "claim_due_runs", {**params, **lease_params})
     if runs:
         new_tat = tat_after(policy.rate_limit, tat, now, len(runs))

@@ -12,8 +12,12 @@
 -- those scans empty on a lane of tasks, however long its queue.
 
 -- name: claim_due_runs
--- One queue: the oldest due runs without a key, and the first claimable delivery of
--- each key, merged by run_at.
+-- One queue: the first due runs without a key in claim order (claim_at, the due time
+-- less the run's priority offset, migration 014), and the first claimable delivery
+-- of each key, merged by claim_at. A due run's claim_at is at most :horizon (now
+-- plus the widest priority window of the queues claimed: the offset of the lowest
+-- priority), which ends the ordered scan of runlane_runs_claim_order; run_at <= :now
+-- keeps runs that are not due yet out, whatever their priority.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -25,20 +29,21 @@ SET status = 'running',
     updated_at = :now
 WHERE environment = :environment AND id IN (
     SELECT id FROM (
-        SELECT id, run_at FROM (
-            SELECT id, run_at FROM runlane_runs
+        SELECT id, claim_at FROM (
+            SELECT id, claim_at FROM runlane_runs INDEXED BY runlane_runs_claim_order
             WHERE environment = :environment
               AND queue = :queue
               AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
                    OR status = 'released')
+              AND claim_at <= :horizon
               AND run_at <= :now
               AND partition_key IS NULL
-            ORDER BY run_at, id
+            ORDER BY claim_at, id
             LIMIT :limit
         )
         UNION ALL
-        SELECT f.id, f.run_at FROM (
-            SELECT k.id, k.run_at, k.task_id, k.partition_key,
+        SELECT f.id, f.claim_at FROM (
+            SELECT k.id, k.claim_at, k.task_id, k.partition_key,
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                    ) AS rank_in_key
@@ -77,15 +82,15 @@ WHERE environment = :environment AND id IN (
                 AND o.lease_expires_at > :now
           )
     )
-    ORDER BY run_at, id
+    ORDER BY claim_at, id
     LIMIT :limit
 )
 RETURNING *;
 
 -- name: claim_bounded_runs
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
--- minus the runs that hold an active lease; of a partition key, at most its first
--- claimable delivery.
+-- minus the runs that hold an active lease, first in claim order (claim_at); of a
+-- partition key, at most its first claimable delivery.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -97,10 +102,10 @@ SET status = 'running',
     updated_at = :now
 WHERE environment = :environment AND id IN (
     SELECT c.id FROM (
-        SELECT e.id, e.queue, e.run_at, e.lim, e.part,
-               row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.run_at, e.id) AS rn
+        SELECT e.id, e.queue, e.claim_at, e.lim, e.part,
+               row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.claim_at, e.id) AS rn
         FROM (
-            SELECT r.id, r.queue, r.run_at, q.lim, coalesce(r.concurrency_key, '') AS part
+            SELECT r.id, r.queue, r.claim_at, q.lim, coalesce(r.concurrency_key, '') AS part
             FROM runlane_runs r
             JOIN (
                 SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS lim
@@ -112,8 +117,9 @@ WHERE environment = :environment AND id IN (
               AND r.run_at <= :now
               AND r.partition_key IS NULL
             UNION ALL
-            SELECT f.id, f.queue, f.run_at, f.lim, f.part FROM (
-                SELECT k.id, k.queue, k.run_at, q.lim, coalesce(k.concurrency_key, '') AS part,
+            SELECT f.id, f.queue, f.claim_at, f.lim, f.part FROM (
+                SELECT k.id, k.queue, k.run_at, k.claim_at, q.lim,
+                       coalesce(k.concurrency_key, '') AS part,
                        k.task_id, k.partition_key,
                        row_number() OVER (
                            PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
@@ -170,7 +176,7 @@ WHERE environment = :environment AND id IN (
         GROUP BY queue, part
     ) o ON o.queue = c.queue AND o.part = c.part
     WHERE c.rn <= c.lim - coalesce(o.n, 0)
-    ORDER BY c.run_at, c.id
+    ORDER BY c.claim_at, c.id
     LIMIT :limit
 )
 RETURNING *;

@@ -44,6 +44,7 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
         source=new.source,
         concurrency_key=new.concurrency_key,
         trace_carrier=new.trace_carrier,
+        priority=new.priority,
     )
 
 
@@ -60,6 +61,8 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
         and a.concurrency_key == b.concurrency_key
         and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
         and a.request_delivery == b.request_delivery
+        and a.priority_offset == b.priority_offset
+        and a.priority == b.priority
     )
 
 
@@ -82,6 +85,8 @@ def plain_batch(
         "source": dumps(first.source.to_json()),
         "concurrency_key": first.concurrency_key,
         "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
+        "priority": first.priority,
+        "priority_offset": first.priority_offset,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
     return run_params, [_run(environment, new, run_at, now) for new in runs]
@@ -112,6 +117,8 @@ def insert_params(
         "lease_owner": lease.worker_id if lease else None,
         "lease_token": token,
         "lease_expires_at": to_micros(lease.expires_at) if lease else None,
+        "priority": new.priority,
+        "priority_offset": new.priority_offset,
     }
 
 

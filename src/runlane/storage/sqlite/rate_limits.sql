@@ -25,7 +25,7 @@ WHERE environment = :environment AND id = :id
 RETURNING id, queue, event_sequence, trace_carrier;
 
 -- name: due_runs_ahead
--- How many due runs of the run's queue go before it (oldest first): the tokens they
+-- How many due runs of the run's queue go before it (in claim order): the tokens they
 -- take first. Deferred wakeups are spread one interval apart by it, so a backlog's
 -- wakeups do not all come back at the next token to be ignored again.
 SELECT count(*) AS ahead FROM runlane_runs o, runlane_runs r
@@ -34,7 +34,7 @@ WHERE r.environment = :environment AND r.id = :id
   AND (o.status = 'queued' OR o.status = 'scheduled' OR o.status = 'retrying'
        OR o.status = 'released')
   AND o.run_at <= :now
-  AND (o.run_at < r.run_at OR (o.run_at = r.run_at AND o.id < r.id));
+  AND (o.claim_at < r.claim_at OR (o.claim_at = r.claim_at AND o.id < r.id));
 
 -- name: insert_deferred_outbox
 INSERT INTO runlane_outbox (

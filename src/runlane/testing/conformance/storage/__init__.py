@@ -43,6 +43,7 @@ from runlane.testing.conformance.storage import (
     operating,
     outbox,
     pausing,
+    priorities,
     producing,
     progress,
     queue_pause_methods,
@@ -74,6 +75,7 @@ from runlane.testing.conformance.storage.observing_methods import *  # noqa: F40
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
 from runlane.testing.conformance.storage.pausing import *  # noqa: F403
+from runlane.testing.conformance.storage.priorities import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.progress import *  # noqa: F403
 from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F403
@@ -117,6 +119,7 @@ _MODULES = (
     pausing,
     queue_pause_methods,
     rate_limits,
+    priorities,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [
