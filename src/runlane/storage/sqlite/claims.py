@@ -159,4 +159,3 @@ def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list
     if not rows:
         return []
     return runs_from_rows(rows, [column[0] for column in cur.description])
-
