@@ -3,17 +3,15 @@
 A run's row implies its ``run.created`` event, its latest ``run.started`` (the
 ``started_*`` columns, written by the claim) and, when that attempt succeeded, its
 ``run.succeeded`` (``succeeded_*``): a drained run writes one row, not three.
-:func:`~runlane.storage.sql.rows.run_events_from_rows` reads them back.
+:func:`~runlane.storage.sql.rows.run_events_from_rows` reads them back. A start is
+stored as a row by the transition that makes its run claimable again, before the
+next claim overwrites the columns.
 """
 
 from __future__ import annotations
 
 from runlane.ports.storage import Transition
-from runlane.types.runs import CLAIMABLE_STATUSES, RunEventType, RunStatus
-
-#: Statuses from which a run is claimed again: a transition into one stores the start
-#: its row implies, since the next claim overwrites the row's ``started_*`` columns.
-RECLAIMABLE = tuple(sorted(status.value for status in CLAIMABLE_STATUSES))
+from runlane.types.runs import RunEventType, RunStatus
 
 
 def implied_success_attempt(transition: Transition) -> int | None:

@@ -9,12 +9,12 @@ from typing import Any
 from runlane.model.dependencies import SETTLED_STATUSES
 from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
-from runlane.storage.sql.implied import RECLAIMABLE, implied_success_attempt
+from runlane.storage.sql.implied import implied_success_attempt
 from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES
 from runlane.types.clock import from_micros
-from runlane.types.runs import RunEventType
+from runlane.types.runs import CLAIMABLE_STATUSES, RunEventType
 
 
 def apply_transitions(
@@ -42,9 +42,9 @@ def apply_transitions(
         applied.append(row is not None)
         if row is None:
             continue
-        if row["started_sequence"] is not None and row["status"] in RECLAIMABLE:
-            starts.append(stored_start(environment, transition.run_id, row))
-        if params["succeeded_attempt"] is None or row["attempt"] != params["succeeded_attempt"]:
+        if row[1] is not None and transition.changes.status in CLAIMABLE_STATUSES:
+            starts.append(stored_start(cur, environment, transition.run_id))
+        if not row[0]:
             events += transition_events(environment, transition, now_us)
     if starts:
         cur.executemany(QUERIES["insert_event_unless_stored"], starts)
@@ -54,9 +54,10 @@ def apply_transitions(
     return applied
 
 
-def stored_start(environment: str, run_id: str, row: sqlite3.Row) -> dict[str, Any]:
-    """The ``run.started`` event ``row`` (``apply_transition``'s) implies, as an
-    ``insert_event`` row, exactly as the row implied it."""
+def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str, Any]:
+    """The ``run.started`` event the run's row implies, as an ``insert_event`` row,
+    exactly as the row implied it (read again: runs made claimable are few)."""
+    row = cur.execute(QUERIES["read_start"], {"environment": environment, "id": run_id}).fetchone()
     return event_row(
         environment,
         run_id,

@@ -29,8 +29,13 @@ WHERE environment = :environment AND id = :id
   -- :settles_alone: a settle that applies only to a run nothing depends on; one whose
   -- run has dependents applies again without it and counts them down (contract 8.1).
   AND (:settles_alone = 0 OR has_dependents = 0)
--- What the caller needs to store the events the row no longer implies (or never did).
-RETURNING status, attempt, started_sequence, started_at, started_by, started_lease_expires_at;
+-- Whether the row took the success, and the sequence of the start it implies (which
+-- the caller stores, read_start below, when the run is to be claimed again).
+RETURNING coalesce(:succeeded_attempt = attempt, 0) AS success_implied, started_sequence;
+
+-- name: read_start
+SELECT attempt, started_sequence, started_at, started_by, started_lease_expires_at
+FROM runlane_runs WHERE environment = :environment AND id = :id;
 
 -- name: insert_event_unless_stored
 -- A start a row implied, stored before the run is claimed again (a second transition
