@@ -8,8 +8,8 @@
 -- name: insert_runs
 -- Runs (their run.created event is implied by the row: see migration 004, and so is
 -- run.started when run_now leases them: 017), plus run.delivery_requested and an
--- outbox row when a transport is to wake a worker, and one wakeup for listening workers
--- when a created run is due now. A run whose singleton key already has an active
+-- outbox row when a transport is to wake a worker, and one wakeup for listening
+-- workers when a created run is due now. A run whose singleton key already has an active
 -- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
 -- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
 -- than a dozen arrays), fields in the order below, as shapes.INSERT_RUN declares
@@ -96,8 +96,8 @@ WHERE status = 'queued' AND run_at <= %(now)s;
 -- insert_run for a run due now without a concurrency key: when a live worker stands
 -- by on its queue (migration 011; only queues without a concurrency limit are
 -- offered), the run takes one of that worker's slots: it is written already leased to the
--- worker (its row implying run.started), and the worker hears of it, row and all, on its
--- listener's channel; otherwise the environment's listeners are woken as before.
+-- worker (its row implying run.started), and the worker hears of it, row and all,
+-- on its listener's channel; otherwise the environment's listeners are woken as before.
 -- The statement returns one row when it notified, with the lease when it handed off.
 WITH slot AS (
     UPDATE {schema}.runlane_standby s

@@ -1,7 +1,8 @@
 -- Claims of the SQLite driver, each a whole statement: lease the runs it chooses
--- and return them (their run.started is implied by the row's started_* columns). Callers hold the write lock
--- (IMMEDIATE transactions), so a bounded queue's count and a key's deliveries
--- cannot change under them. All claims lease alike; only the choice of runs differs.
+-- and return them (their run.started is implied by the row's started_* columns).
+-- Callers hold the write lock (IMMEDIATE transactions), so a bounded queue's count
+-- and a key's deliveries cannot change under them. All claims lease alike; only the
+-- choice of runs differs.
 --
 -- Key rules (contract 5.7), for deliveries with a partition key (task runs and NONE
 -- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
