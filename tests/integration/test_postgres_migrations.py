@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from tests.support import stored_history
 
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.postgres.versioning import SCHEMA_VERSION
+from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_MIGRATIONS = [
@@ -36,7 +37,10 @@ ALL_MIGRATIONS = [
     "013_run_dependencies",
     "014_flow_control",
     "015_priorities",
+    "017_implied_attempt_events",
 ]
+#: Their versions.
+ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
 
 
 @task("noop")
@@ -75,11 +79,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert (
-        versions
-        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
-        == list(range(1, SCHEMA_VERSION + 1))
-    )
+    assert versions == ALL_VERSIONS == sorted(version for version, _, _ in MIGRATIONS)
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -97,7 +97,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == ALL_VERSIONS
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -127,7 +127,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == ALL_VERSIONS
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -160,7 +160,7 @@ async def test_open_refuses_an_older_schema_and_says_to_migrate(
     error = caught.value
     assert error.code is ErrorCode.CONFIGURATION_INVALID
     assert "runlane migrate" in error.message
-    assert error.meta["found"] == SCHEMA_VERSION - 1 and error.meta["required"] == SCHEMA_VERSION
+    assert error.meta["found"] == ALL_VERSIONS[-2] and error.meta["required"] == SCHEMA_VERSION
 
 
 async def test_a_run_created_before_version_4_keeps_its_stored_created_event(
@@ -415,7 +415,7 @@ async def test_version_15_adds_priorities_and_a_run_queued_before_keeps_its_plac
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 14, "queued-at-14")
-    assert await rl.migrate() == ["015_priorities"]
+    assert (await rl.migrate())[0] == "015_priorities"
     async with rl:
         assert (await rl.runs.get("queued-at-14")).priority == 0
         # Due long ago at priority 0: it goes before a new run even of priority 10.
@@ -424,3 +424,33 @@ async def test_version_15_adds_priorities_and_a_run_queued_before_keeps_its_plac
         assert first is not None and first.id == "queued-at-14"
         second = await rl.execute_next()
         assert second is not None and second.id == urgent.id and second.priority == 10
+
+
+async def test_version_17_lists_history_stored_before_it_once_and_implies_what_follows(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = [m for m in older._migrations if m[0] < 17]
+    await older.migrate()
+    marks = sql.SQL(", ").join([sql.Placeholder()] * len(stored_history.RUN_COLUMNS.split(",")))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany(
+            sql.SQL("INSERT INTO {}.runlane_runs ({}) VALUES ({})").format(
+                sql.Identifier(schema), sql.SQL(stored_history.RUN_COLUMNS), marks
+            ),
+            stored_history.run_rows("migrations"),
+        )
+        cur.executemany(
+            sql.SQL("INSERT INTO {}.runlane_run_events VALUES (%s, %s, %s, %s, %s, %s)").format(
+                sql.Identifier(schema)
+            ),
+            stored_history.event_rows("migrations"),
+        )
+    rl = _runtime(postgres_dsn, schema)
+    assert await rl.migrate() == ["017_implied_attempt_events"]
+    async with rl:
+        await stored_history.check_upgraded_history(rl)
+    with psycopg.connect(postgres_dsn) as conn:
+        query = sql.SQL("SELECT run_id, count(*) FROM {}.runlane_run_events GROUP BY run_id")
+        counts = dict(conn.execute(query.format(sql.Identifier(schema))).fetchall())
+    assert counts == stored_history.STORED_AFTER

@@ -97,13 +97,17 @@ def terminate_runlane_backends(url: str) -> int:
 
 
 def succeeded_more_than_once(url: str, environment: str) -> list[str]:
-    """Runs whose history records more than one ``run.succeeded``."""
+    """Runs whose history records more than one ``run.succeeded``, stored or implied by
+    the run's row (a stored one wins over an implied one of the same sequence)."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT run_id FROM runlane.runlane_run_events "
-            "WHERE environment = %s AND type = 'run.succeeded' "
-            "GROUP BY run_id HAVING count(*) > 1",
-            (environment,),
+            "SELECT run_id FROM ("
+            " SELECT run_id, sequence FROM runlane.runlane_run_events"
+            "  WHERE environment = %(env)s AND type = 'run.succeeded'"
+            " UNION SELECT id, succeeded_sequence FROM runlane.runlane_runs"
+            "  WHERE environment = %(env)s AND succeeded_sequence IS NOT NULL"
+            ") AS s GROUP BY run_id HAVING count(*) > 1",
+            {"env": environment},
         ).fetchall()
     return [row[0] for row in rows]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import stored_history
 
 from runlane import Context, Runlane, queue, sqlite_lane, task
 from runlane.storage.sqlite import SqliteStorage, versioning
@@ -17,6 +18,10 @@ from runlane.storage.sqlite.versioning import apply_migrations
 @task("noop")
 async def noop(payload: Any, ctx: Context) -> None:
     return None
+
+
+#: Every version this code applies, in order.
+LATEST = [version for version, _, _ in versioning._MIGRATIONS]
 
 
 def _applied(path: Path) -> list[int]:
@@ -68,7 +73,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert _applied(path) == LATEST
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,7 +121,7 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        assert _applied(path) == LATEST
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
@@ -161,7 +166,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 14
+        assert _applied(path) == LATEST
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -193,7 +198,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert _applied(tmp_path / "new.db") == LATEST
 
 
 def _index_names(path: Path) -> set[str]:
@@ -239,7 +244,7 @@ async def test_version_13_adds_flow_control_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert _applied(path)[-1] == 14
+    assert _applied(path) == LATEST
 
 
 async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_place(
@@ -264,4 +269,30 @@ async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_pla
         assert first is not None and first.id == "queued-at-13"
         second = await rl.execute_next()
         assert second is not None and second.id == urgent.id and second.priority == 10
-    assert _applied(path)[-1] == 14
+    assert _applied(path) == LATEST
+
+
+async def test_version_16_lists_history_stored_before_it_once_and_implies_what_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v15.db"
+    _migrate_up_to(path, 15, monkeypatch)
+    marks = ", ".join("?" * len(stored_history.RUN_COLUMNS.split(",")))
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            f"INSERT INTO runlane_runs ({stored_history.RUN_COLUMNS}) VALUES ({marks})",
+            stored_history.run_rows("upgrade"),
+        )
+        conn.executemany(
+            "INSERT INTO runlane_run_events VALUES (?, ?, ?, ?, ?, ?)",
+            stored_history.event_rows("upgrade"),
+        )
+    rl = _runtime(path)
+    async with rl:
+        assert _applied(path) == LATEST
+        await stored_history.check_upgraded_history(rl)
+    with sqlite3.connect(path) as conn:
+        counts = dict(
+            conn.execute("SELECT run_id, count(*) FROM runlane_run_events GROUP BY run_id")
+        )
+    assert counts == stored_history.STORED_AFTER

@@ -229,6 +229,7 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "replays": 2,
         "dead_letter_reason": "max_attempts",
         "dead_lettered_at": NOW_US,
+        "succeeded_attempt": None,
     }
     (event,) = json.loads(params["events"])
     assert dict(zip(TRANSITION_EVENT.names, event, strict=True)) == {
@@ -237,6 +238,21 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "type": "run.failed",
         "data": {"attempt": 1},
     }
+
+
+def test_a_success_the_row_implies_travels_as_its_attempt_and_not_as_an_event() -> None:
+    transition = Transition(
+        run_id="run-1",
+        expected_sequence=2,
+        changes=RunChanges(RunStatus.SUCCEEDED),
+        events=(NewEvent(RunEventType.SUCCEEDED, {"attempt": 3}),),
+        lease_token="token-1",
+    )
+    params = transition_params("env", [transition], NOW_US)
+    (row,) = json.loads(params["transitions"])
+    fields = dict(zip(TRANSITION.names, row, strict=True))
+    assert fields["succeeded_attempt"] == 3 and fields["event_count"] == 1
+    assert json.loads(params["events"]) == []
 
 
 def test_the_delivery_encoder_writes_the_declared_fields() -> None:

@@ -1,6 +1,7 @@
 -- Claims of the PostgreSQL driver, each a whole statement: choose the runs
--- (candidates), lease them and append run.started, in one statement. All claims
--- lease alike (claimed, started); only the choice of candidates differs.
+-- (candidates) and lease them, in one statement; the row implies run.started (its
+-- started_* columns, migration 017). All claims lease alike; only the choice of
+-- candidates differs.
 -- Candidates are locked rows checked as they are now; they are found by primary key
 -- (= ANY), so the plan never depends on how stale the table's statistics are.
 --
@@ -160,20 +161,14 @@ claimed AS (
         lease_token = %(lease_token)s,
         lease_expires_at = %(lease_expires_at)s,
         reserved_until = NULL,
-        updated_at = %(now)s
+        updated_at = %(now)s,
+        -- run.started is implied by these (migration 017).
+        started_sequence = r.event_sequence + 1,
+        started_at = %(now)s,
+        started_by = %(worker_id)s,
+        started_lease_expires_at = %(lease_expires_at)s
     WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING r.*
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', attempt, 'worker_id', lease_owner,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM claimed
 )
 SELECT * FROM claimed;
 
@@ -208,20 +203,14 @@ claimed AS (
         lease_token = %(lease_token)s,
         lease_expires_at = %(lease_expires_at)s,
         reserved_until = NULL,
-        updated_at = %(now)s
+        updated_at = %(now)s,
+        -- run.started is implied by these (migration 017).
+        started_sequence = r.event_sequence + 1,
+        started_at = %(now)s,
+        started_by = %(worker_id)s,
+        started_lease_expires_at = %(lease_expires_at)s
     WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING r.*
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', attempt, 'worker_id', lease_owner,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM claimed
 )
 SELECT * FROM claimed;
 

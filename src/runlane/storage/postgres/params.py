@@ -199,7 +199,6 @@ def creation_batch(
             "lease_owner": granted.owner if granted is not None else None,
             "lease_token": granted.token if granted is not None else None,
             "lease_expires_at": expires_at,
-            "lease_expires_iso": granted.expires_at.isoformat() if granted is not None else None,
         },
         lease=granted,
     )

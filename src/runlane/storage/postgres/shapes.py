@@ -74,6 +74,7 @@ TRANSITION = RowShape(
         ("replays", "int"),
         ("dead_letter_reason", "text"),
         ("dead_lettered_at", "bigint"),
+        ("succeeded_attempt", "int"),
     )
 )
 

@@ -2,7 +2,7 @@
 
 Claims run in IMMEDIATE transactions: the caller holds the write lock, so a
 bounded queue's count of active leases cannot change between counting and
-claiming. Each claimed run gets a ``run.started`` event.
+claiming. A claimed run's ``run.started`` event is implied by its row (migration 016).
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ def claim_due_runs(
                 **lease_params,
             },
         )
-    _insert_started_events(cur, environment, runs, lease_params["now"])
     return runs
 
 
@@ -164,7 +163,6 @@ def claim_run(
                 "tat": new_tat,
             },
         )
-    _insert_started_events(cur, environment, runs, params["now"])
     return runs[0] if runs else None
 
 
@@ -175,21 +173,3 @@ def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list
     if not rows:
         return []
     return runs_from_rows(rows, [column[0] for column in cur.description])
-
-
-def _insert_started_events(
-    cur: sqlite3.Cursor, environment: str, runs: list[Run], now_us: int
-) -> None:
-    if not runs:
-        return
-    lease = runs[0].lease
-    assert lease is not None  # one claim, one lease for all its runs
-    cur.execute(
-        QUERIES["insert_started_events"],
-        {
-            "environment": environment,
-            "ids": json.dumps([run.id for run in runs]),
-            "now": now_us,
-            "lease_expires_iso": lease.expires_at.isoformat(),
-        },
-    )

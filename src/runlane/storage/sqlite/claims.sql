@@ -1,7 +1,8 @@
 -- Claims of the SQLite driver, each a whole statement: lease the runs it chooses
--- and return them (the caller appends run.started). Callers hold the write lock
--- (IMMEDIATE transactions), so a bounded queue's count and a key's deliveries
--- cannot change under them. All claims lease alike; only the choice of runs differs.
+-- and return them (their run.started is implied by the row's started_* columns).
+-- Callers hold the write lock (IMMEDIATE transactions), so a bounded queue's count
+-- and a key's deliveries cannot change under them. All claims lease alike; only the
+-- choice of runs differs.
 --
 -- Key rules (contract 5.7), for deliveries with a partition key (task runs and NONE
 -- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
@@ -26,7 +27,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment AND id IN (
     SELECT id FROM (
         SELECT id, claim_at FROM (
@@ -99,7 +105,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment AND id IN (
     SELECT c.id FROM (
         SELECT e.id, e.queue, e.claim_at, e.lim, e.part,
@@ -191,7 +202,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment AND id IN (
     SELECT k.id FROM runlane_runs k
     WHERE k.environment = :environment AND k.id = :id
@@ -243,14 +259,3 @@ WHERE environment = :environment AND queue = :queue
   AND coalesce(concurrency_key, '') = coalesce(:concurrency_key, '')
   AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at > :now;
-
--- name: insert_started_events
--- run.started for each run a claim leased (:ids, a JSON array of their ids), built
--- here rather than row by row in Python: the runs share the claim's lease (its expiry
--- as Python's isoformat() writes it, :lease_expires_iso) and its time.
-INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
-SELECT environment, id, event_sequence, 'run.started', :now,
-       json_object('attempt', attempt, 'worker_id', lease_owner,
-                   'lease_expires_at', :lease_expires_iso)
-FROM runlane_runs
-WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));

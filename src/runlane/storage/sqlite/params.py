@@ -157,14 +157,12 @@ def event_row(
 def creation_events(
     environment: str, run: Run, now_us: int, delivery_requested: bool
 ) -> list[dict[str, Any]]:
-    """A new run's stored events: delivery requested and started where they apply
-    (``run.created`` is implied by the row's ``first_run_at``)."""
-    events = []
+    """A new run's stored events: its delivery request, where it applies (``run.created``
+    is implied by the row's ``first_run_at``, and a leased run's ``run.started`` by its
+    ``started_*`` columns)."""
     if delivery_requested:
-        events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
-    if run.status is RunStatus.RUNNING:
-        events.append(started_event(environment, run, now_us))
-    return events
+        return [delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us)]
+    return []
 
 
 def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:
@@ -176,21 +174,4 @@ def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> di
         RunEventType.DELIVERY_REQUESTED,
         now_us,
         {"queue": run.queue, "outbox_id": f"{run.id}.{sequence}"},
-    )
-
-
-def started_event(environment: str, run: Run, now_us: int) -> dict[str, Any]:
-    """``run.started`` for a run that now holds a lease."""
-    assert run.lease is not None
-    return event_row(
-        environment,
-        run.id,
-        run.event_sequence,
-        RunEventType.STARTED,
-        now_us,
-        {
-            "attempt": run.attempt,
-            "worker_id": run.lease.owner,
-            "lease_expires_at": run.lease.expires_at.isoformat(),
-        },
     )

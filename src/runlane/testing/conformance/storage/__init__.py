@@ -33,6 +33,7 @@ from runlane.testing.conformance.storage import (
     executing,
     groups,
     idempotency,
+    implied_events,
     key_wakeups,
     leadership,
     leases,
@@ -65,6 +66,7 @@ from runlane.testing.conformance.storage.dependencies import *  # noqa: F403
 from runlane.testing.conformance.storage.executing import *  # noqa: F403
 from runlane.testing.conformance.storage.groups import *  # noqa: F403
 from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
+from runlane.testing.conformance.storage.implied_events import *  # noqa: F403
 from runlane.testing.conformance.storage.key_wakeups import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
@@ -105,6 +107,7 @@ _MODULES = (
     methods_maintenance,
     observing_methods,
     methods_dependencies,
+    implied_events,
     topics,
     dead_letters,
     retention,
