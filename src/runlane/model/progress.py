@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runlane.types.errors import configuration_error
-from runlane.types.storable_text import unstorable, unstorable_json, utf8_size
+from runlane.types.slot_init import slot_init
+from runlane.types.storable_text import NUL, unstorable, unstorable_json, utf8_size
 
 #: The longest message a report may carry, in characters.
 MAX_PROGRESS_MESSAGE_CHARS = 500
@@ -23,6 +24,7 @@ MAX_PROGRESS_DATA_BYTES = 8 * 1024
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ProgressReport:
     """One checked report: what storage keeps of it."""
@@ -40,6 +42,23 @@ def check_progress(fraction: object, message: object = None, data: Any = None) -
     >>> check_progress(0.42, message="page 42 of 100").fraction
     0.42
     """
+    # The usual report, checked in a few comparisons: tasks may report in tight loops.
+    # (A NaN fails the range test and takes the long way, which refuses it.)
+    if (
+        type(fraction) is float
+        and 0.0 <= fraction <= 1.0
+        and data is None
+        and (
+            message is None
+            or (
+                type(message) is str
+                and len(message) <= MAX_PROGRESS_MESSAGE_CHARS
+                and message.isascii()
+                and NUL not in message
+            )
+        )
+    ):
+        return ProgressReport(fraction, message, None)
     if isinstance(fraction, bool) or not isinstance(fraction, int | float):
         raise configuration_error(
             f"progress fraction must be a number in [0, 1], not {type(fraction).__name__}."

@@ -10,6 +10,10 @@
 -- parameter each: cheaper to send than a dozen arrays; shapes.py declares their
 -- fields); ids also come as an
 -- array so the runs are found by primary key whatever the statistics say.
+-- The last progress of the attempts they settle (%(progress)s, another JSON array of
+-- arrays, NULL when none carries any) is stored for the rows applied: the
+-- compare-and-set on the lease token is its fence, so a settle that reports
+-- progress costs no statement of its own.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -55,5 +59,23 @@ events AS (
            %(now)s, e.x->3 AS data
     FROM jsonb_array_elements(%(events)s::jsonb) AS e(x)
     JOIN updated ON updated.id = e.x->>0
+),
+progress AS (
+    INSERT INTO {schema}.runlane_run_progress AS kept
+        (environment, run_id, attempt, fraction, message, data, updated_at)
+    SELECT %(environment)s, w.run_id, w.attempt, w.fraction, w.message, w.data, %(now)s
+    FROM (
+        SELECT p.x->>0 AS run_id, (p.x->>1)::int AS attempt, (p.x->>2)::float8 AS fraction,
+               p.x->>3 AS message, (p.x->>4)::jsonb AS data
+        FROM jsonb_array_elements(%(progress)s::jsonb) AS p(x)
+    ) AS w
+    JOIN updated ON updated.id = w.run_id
+    ON CONFLICT (run_id, environment) DO UPDATE SET
+        attempt = excluded.attempt,
+        fraction = excluded.fraction,
+        message = excluded.message,
+        data = excluded.data,
+        updated_at = excluded.updated_at
+    WHERE excluded.attempt >= kept.attempt
 )
 SELECT id FROM updated;

@@ -1,4 +1,5 @@
-"""Applying state transitions: compare-and-set each run, then append its events."""
+"""Applying state transitions: compare-and-set each run, then append its events and
+store the progress the settled attempts carry."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.dependencies import SETTLED_STATUSES
-from runlane.ports.storage import Transition
+from runlane.ports.storage import ProgressWrite, Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
@@ -17,11 +18,13 @@ from runlane.storage.sqlite.queries import NUMBERED
 def apply_transitions(
     cur: sqlite3.Cursor, environment: str, transitions: Sequence[Transition], now_us: int
 ) -> list[bool]:
-    """Compare-and-set each transition; the events of the applied ones go in one batch."""
+    """Compare-and-set each transition; the events of the applied ones go in one batch,
+    and so do the progress values they carry (fenced by their compare-and-set)."""
     settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
     query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
+    progress: list[tuple[Any, ...]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
@@ -36,7 +39,11 @@ def apply_transitions(
         applied.append(ok)
         if ok:
             events += transition_events(environment, transition, now_us)
+            if transition.progress is not None:
+                progress.append(settled_progress_values(environment, transition.progress, now_us))
     cur.executemany(insert.sql, map(insert.values, events))
+    if progress:
+        cur.executemany(NUMBERED["write_settled_progress"].sql, progress)
     if depended_on:
         settle_dependents(cur, environment, depended_on, now_us)
     return applied
@@ -67,6 +74,21 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         # A settle is written on the first try only when no run depends on this one.
         "settles_alone": int(changes.status in SETTLED_STATUSES),
     }
+
+
+def settled_progress_values(environment: str, write: ProgressWrite, now_us: int) -> tuple[Any, ...]:
+    """The values of ``write_settled_progress`` for one settled attempt's progress."""
+    return NUMBERED["write_settled_progress"].values(
+        {
+            "environment": environment,
+            "run_id": write.run_id,
+            "attempt": write.attempt,
+            "fraction": write.fraction,
+            "message": write.message,
+            "data": write.data_json,
+            "now": now_us,
+        }
+    )
 
 
 def transition_events(
