@@ -367,6 +367,7 @@ class AttemptRunner:
         project: bool = True,
         report: Attempt | None = None,
         progress: ProgressWrite | None = None,
+        started: bool = True,
     ) -> Run:
         """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
         runtime's); re-read and recompute when a concurrent change won the race.
@@ -374,7 +375,9 @@ class AttemptRunner:
         Returns the run as settled; with ``project=False`` (the caller does not look at
         it) a written outcome returns the run as it was leased, without building a new one.
         ``report`` gets the outcome written, the delay and the settled run. ``progress``
-        (the attempt's last report, not stored yet) is written with the outcome.
+        (the attempt's last report, not stored yet) is written with the outcome. A run
+        whose attempt never ``started`` (a claimed run given back) counts in no
+        throughput.
         """
         store = self._store
         settles = batcher or self._settles
@@ -393,7 +396,7 @@ class AttemptRunner:
                 transition = settle_attempt(current, outcome, policy, now)
                 if progress is not None:
                     transition = replace(transition, progress=progress)
-            written = await settles.apply(transition, run)
+            written = await settles.apply(transition, run if started else None)
             if written is not None:
                 if report is not None:
                     report_settled(report, outcome, transition, current, written, now)

@@ -47,7 +47,7 @@ Written = Callable[[datetime | None, BaseException | None], None]
 
 #: A transition waiting to be written: with its run as leased, and the future or
 #: callback to tell how it went.
-_Pending = tuple[Transition, Run, "asyncio.Future[datetime | None] | Written"]
+_Pending = tuple[Transition, Run | None, "asyncio.Future[datetime | None] | Written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +112,10 @@ class TransitionBatcher:
         """Whether nothing is waiting to be written or being written."""
         return not self._pending and not self._flushes
 
-    async def apply(self, transition: Transition, leased: Run) -> datetime | None:
+    async def apply(self, transition: Transition, leased: Run | None) -> datetime | None:
         """Apply one transition that settles the attempt ``leased`` (the run as it was
-        leased for it); the time it was written at (the stored run is
+        leased for it; ``None``: a run given back unstarted, which counts in no
+        throughput); the time it was written at (the stored run is
         ``project(run, transition, that time)``), or ``None`` when its compare-and-set
         condition failed. The caller builds the stored run only if it needs it."""
         future: asyncio.Future[datetime | None] = asyncio.get_running_loop().create_future()
@@ -183,7 +184,11 @@ class TransitionBatcher:
         counter = self._counter
         if counter is not None:
             counter.count_settled(
-                [(t, leased) for (t, leased, _), ok in zip(batch, applied, strict=True) if ok],
+                [
+                    (t, leased)
+                    for (t, leased, _), ok in zip(batch, applied, strict=True)
+                    if ok and leased is not None
+                ],
                 now,
             )
         for (_, _, waiter), ok in zip(batch, applied, strict=True):

@@ -29,9 +29,13 @@ LATENCY_BOUNDS_MS: tuple[int, ...] = (
 WINDOWS: Mapping[str, tuple[int, int]] = {"1h": (3_600, 60), "1d": (86_400, 900)}
 
 
+#: The series names of the latency buckets, by bucket index.
+_LATENCY_SERIES = tuple(f"latency_{index:02d}" for index in range(len(LATENCY_BOUNDS_MS) + 1))
+
+
 def latency_series(milliseconds: float) -> str:
     """The series name of the latency bucket ``milliseconds`` falls in."""
-    return f"latency_{bisect_left(LATENCY_BOUNDS_MS, max(milliseconds, 0.0)):02d}"
+    return _LATENCY_SERIES[bisect_left(LATENCY_BOUNDS_MS, milliseconds)]
 
 
 def latency_bucket(series: str) -> int | None:
