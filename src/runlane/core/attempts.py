@@ -393,9 +393,7 @@ class AttemptRunner:
                     describe=describe_delivery_failure,
                 )
             else:
-                transition = settle_attempt(current, outcome, policy, now)
-                if progress is not None:
-                    transition = replace(transition, progress=progress)
+                transition = settle_attempt(current, outcome, policy, now, progress=progress)
             written = await settles.apply(transition, run if started else None)
             if written is not None:
                 if report is not None:
@@ -543,9 +541,7 @@ class OpenAttempt:
             return False
         report_error(report, outcome)
         now = runner._store.now()
-        transition = settle_attempt(run, outcome, self._policy, now)
-        if self._progress is not None:
-            transition = replace(transition, progress=self._progress)
+        transition = settle_attempt(run, outcome, self._policy, now, progress=self._progress)
         project = self._project
 
         def written(at: datetime | None, error: BaseException | None) -> None:

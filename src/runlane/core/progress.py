@@ -4,8 +4,8 @@ in groups for the whole runtime, the last value with the attempt's settle.
 Each attempt holds an :class:`AttemptProgress`. It keeps only the latest report and
 writes at most one value a second (:data:`PROGRESS_INTERVAL`): a task may report in a
 tight loop and costs no more than a write a second. The first value waits one interval
-after the first report, so an attempt that reports for less than that writes nothing
-of its own: its last value rides on the transition that settles it
+(and up to a quarter more) after the first report, so an attempt that reports for
+less than that writes nothing of its own: its last value rides on the transition that settles it
 (:meth:`AttemptProgress.end`, ``Transition.progress``), in the settle's
 transaction, and costs no round trip of its own.
 
@@ -33,12 +33,20 @@ logger = logging.getLogger("runlane.worker")
 
 #: At most one stored value per run this often (seconds).
 PROGRESS_INTERVAL = 1.0
+#: How often per interval the writer looks for values due: a value is written between
+#: one interval and a quarter more after its attempt's previous write or first report.
+SWEEPS_PER_INTERVAL = 4
 #: Most values written in one storage call.
 MAX_PROGRESS_BATCH = 500
 
 
 class ProgressWriter:
-    """Writes attempts' latest progress, grouping what arrives while a write is in flight."""
+    """Writes attempts' latest progress, grouping what arrives while a write is in flight.
+
+    One timer serves every attempt of the runtime: it sweeps the attempts whose value
+    waits :data:`SWEEPS_PER_INTERVAL` times an interval while any waits, so an attempt
+    costs no timer of its own (most attempts end before their first value is due).
+    """
 
     def __init__(self, store: StoreScope) -> None:
         """Write into ``store``."""
@@ -47,6 +55,35 @@ class ProgressWriter:
         #: Resolved when the pending values are written (True) or their write failed.
         self._next: asyncio.Future[bool] | None = None
         self._flushing: asyncio.Task[None] | None = None
+        #: Attempts whose latest value waits, each with the sweep it began waiting after.
+        self._waiting: dict[AttemptProgress, int] = {}
+        self._sweeps = 0
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def wait(self, attempt: AttemptProgress) -> None:
+        """Have ``attempt``'s latest value written once a whole interval has passed."""
+        self._waiting[attempt] = self._sweeps
+        if self._sweeper is None:
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
+
+    def forget(self, attempt: AttemptProgress) -> None:
+        """Stop waiting to write ``attempt``'s value (it ended)."""
+        self._waiting.pop(attempt, None)
+
+    def _sweep(self) -> None:
+        self._sweeps = sweeps = self._sweeps + 1
+        waiting = self._waiting
+        due = [
+            attempt for attempt, since in waiting.items() if sweeps - since > SWEEPS_PER_INTERVAL
+        ]
+        for attempt in due:
+            del waiting[attempt]
+            attempt.write_latest()
+        self._sweeper = None
+        if waiting:
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
 
     def submit(self, write: ProgressWrite) -> asyncio.Future[bool]:
         """Write ``write`` soon (replacing a pending value of the same run); the future
@@ -88,29 +125,18 @@ class AttemptProgress:
     """One attempt's reports: the latest value, written at most once a second while
     the attempt runs, and the last one handed to the attempt's settle."""
 
-    __slots__ = (
-        "_latest",
-        "_loop",
-        "_run",
-        "_submitted",
-        "_timer",
-        "_writer",
-        "_written",
-        "_written_at",
-    )
+    __slots__ = ("_latest", "_loop", "_run", "_submitted", "_waiting", "_writer", "_written")
 
     def __init__(self, writer: ProgressWriter, run: Run) -> None:
         """Report for the attempt ``run`` is leased for, through ``writer``."""
         assert run.lease is not None
-        # Built for every attempt, reporting or not: no clock is read before a report.
+        # Built for every attempt, reporting or not: no clock, no timer.
         self._writer = writer
         self._run = run
         self._loop = asyncio.get_running_loop()
-        #: Loop time of the last write; the first report counts as one, so an attempt
-        #: that reports for less than the interval writes only with its settle.
-        self._written_at: float | None = None
         self._latest: ProgressReport | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        #: Whether the writer holds this attempt for a write when its interval is up.
+        self._waiting = False
         #: The report last handed to the writer, and its write.
         self._submitted: ProgressReport | None = None
         self._written: asyncio.Future[bool] | None = None
@@ -123,12 +149,9 @@ class AttemptProgress:
     def offer(self, report: ProgressReport) -> None:
         """Keep ``report`` as the latest value; write it within the interval."""
         self._latest = report
-        if self._timer is None:
-            loop = self._loop
-            written_at = self._written_at
-            if written_at is None:
-                written_at = self._written_at = loop.time()
-            self._timer = loop.call_at(written_at + PROGRESS_INTERVAL, self._write_latest)
+        if not self._waiting:
+            self._waiting = True
+            self._writer.wait(self)
 
     def offer_threadsafe(self, report: ProgressReport) -> None:
         """:meth:`offer` from a sync task's thread."""
@@ -136,6 +159,14 @@ class AttemptProgress:
         # loop closed: nothing is left to store it for.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.offer, report)
+
+    def write_latest(self) -> None:
+        """Hand the latest value to the writer (its interval is up)."""
+        self._waiting = False
+        report = self._latest
+        assert report is not None  # the writer holds an attempt only after a report
+        self._submitted = report
+        self._written = self._writer.submit(self._write_of(report))
 
     async def end(self) -> ProgressWrite | None:
         """Stop writing, once the handler is done: the last report, for the attempt's
@@ -146,10 +177,9 @@ class AttemptProgress:
         find the lease held, wait for the settle's lock on the progress row, and then
         replace the settle's newer value.
         """
-        timer = self._timer
-        if timer is not None:
-            timer.cancel()
-            self._timer = None
+        if self._waiting:
+            self._waiting = False
+            self._writer.forget(self)
         report = self._latest
         if report is None:
             return None
@@ -159,14 +189,6 @@ class AttemptProgress:
             if stored and report is self._submitted:
                 return None
         return self._write_of(report)
-
-    def _write_latest(self) -> None:
-        self._timer = None
-        report = self._latest
-        assert report is not None  # the timer is set by a report
-        self._written_at = self._loop.time()
-        self._submitted = report
-        self._written = self._writer.submit(self._write_of(report))
 
     def _write_of(self, report: ProgressReport) -> ProgressWrite:
         run = self._run
