@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -30,11 +31,13 @@ from typing import TYPE_CHECKING
 
 from runlane.model.queue_defs import QueueDef
 from runlane.model.throughput import (
+    LATENCY_BOUNDS,
     LATENCY_BOUNDS_MS,
+    LATENCY_SERIES,
+    OUTCOME_SERIES,
     WINDOWS,
     latency_bucket,
     latency_percentile,
-    latency_series,
 )
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.errors import RunlaneError, configuration_error
@@ -55,14 +58,22 @@ THROUGHPUT_RETENTION = timedelta(days=2)
 
 _MINUTE = 60_000_000
 
-#: The series a settled attempt's outcome counts in, by the status its settle wrote;
+#: A (queue, minute)'s counts are one list: the outcome series first, in
+#: ``OUTCOME_SERIES`` order, then the latency buckets. Counting an attempt is then two
+#: list increments, not two lookups of a (queue, minute, series) key, which cost more
+#: than the rest of the count together (callgrind: about 9,000 instructions an
+#: attempt with such keys, 3,500 with these lists).
+_SERIES = (*OUTCOME_SERIES, *LATENCY_SERIES)
+_FIRST_LATENCY = len(OUTCOME_SERIES)
+
+#: The slot a settled attempt's outcome counts in, by the status its settle wrote;
 #: outcomes not drawn (a release) count in none.
-_OUTCOME_SERIES = {
-    RunStatus.SUCCEEDED: "succeeded",
-    RunStatus.FAILED: "failed",
-    RunStatus.DEAD_LETTERED: "failed",
-    RunStatus.RETRYING: "retried",
-    RunStatus.CANCELLED: "cancelled",
+_OUTCOME_SLOT = {
+    RunStatus.SUCCEEDED: OUTCOME_SERIES.index("succeeded"),
+    RunStatus.FAILED: OUTCOME_SERIES.index("failed"),
+    RunStatus.DEAD_LETTERED: OUTCOME_SERIES.index("failed"),
+    RunStatus.RETRYING: OUTCOME_SERIES.index("retried"),
+    RunStatus.CANCELLED: OUTCOME_SERIES.index("cancelled"),
 }
 
 
@@ -72,7 +83,8 @@ class ThroughputRecorder:
     def __init__(self) -> None:
         """Count now; write once :meth:`bind` gave a store."""
         self._store: StoreScope | None = None
-        self._counts: defaultdict[tuple[str, int, str], int] = defaultdict(int)
+        #: Counts per (queue, minute in microseconds), one slot per series (``_SERIES``).
+        self._counts: dict[tuple[str, int], list[int]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
 
@@ -87,15 +99,22 @@ class ThroughputRecorder:
         due time it started."""
         minute = to_micros(at) // _MINUTE * _MINUTE
         counts = self._counts
-        outcome_series = _OUTCOME_SERIES
+        slots = _OUTCOME_SLOT
+        bounds = LATENCY_BOUNDS
+        first_latency = _FIRST_LATENCY
+        queue = None
+        row: list[int] = []
         for transition, run in settled:
-            queue = run.queue
-            series = outcome_series.get(transition.changes.status)
-            if series is not None:
-                counts[queue, minute, series] += 1
-            # A claim stamps the run's updated_at with the time it took the lease.
-            waited = (run.updated_at - run.run_at).total_seconds() * 1000
-            counts[queue, minute, latency_series(waited)] += 1
+            if run.queue != queue:
+                queue = run.queue
+                key = (queue, minute)
+                row = counts.get(key) or counts.setdefault(key, [0] * len(_SERIES))
+            slot = slots.get(transition.changes.status)
+            if slot is not None:
+                row[slot] += 1
+            # A claim stamps the run's updated_at with the time it took the lease;
+            # latency_index's rule, inline (this runs for every attempt).
+            row[first_latency + bisect_left(bounds, run.updated_at - run.run_at)] += 1
         if self._timer is None and counts:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(THROUGHPUT_FLUSH_INTERVAL, self._write_soon)
@@ -117,20 +136,25 @@ class ThroughputRecorder:
 
     async def _write(self) -> None:
         store = self._store
-        counts, self._counts = self._counts, defaultdict(int)
+        counts, self._counts = self._counts, {}
         if not counts or store is None:
             return
         rows = [
             ThroughputRow(queue, from_micros(minute), series, count)
-            for (queue, minute, series), count in sorted(counts.items())
+            for (queue, minute), row in sorted(counts.items())
+            for series, count in zip(_SERIES, row, strict=True)
+            if count
         ]
         try:
             older = store.now() - THROUGHPUT_RETENTION
             await store.storage.record_throughput(store.environment, rows, older)
         except RunlaneError as error:
             # Keep them for the next write: storage may be back by then.
-            for key, count in counts.items():
-                self._counts[key] += count
+            for key, row in counts.items():
+                kept = self._counts.get(key)
+                if kept is not None:
+                    row = [a + b for a, b in zip(kept, row, strict=True)]
+                self._counts[key] = row
             logger.warning("throughput counts not written yet: %s", error)
 
 
