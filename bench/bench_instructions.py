@@ -19,7 +19,10 @@ Workloads (run count each): ``sqlite-drain`` 2,000 prefilled runs, one DRAIN
 worker with 10 slots (the peers harness's setting); ``sqlite-single`` and
 ``pg-single`` 2,000 ``trigger`` calls in a loop; ``pg-drain`` 3,000 runs, 100
 slots; ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-claim`` 1,000 claims of one
-run each (an idle worker's claim, nothing settled with it).
+run each (an idle worker's claim, nothing settled with it). ``sqlite-progress`` and
+``pg-progress`` are the two drains again with a task that calls ``ctx.progress``
+ten times (with a message), as ``bench_observing.py progress`` does: set against
+the plain drain, the client's cost of ten reports per run.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from typing import Any
 
 WORKLOADS = {
     "sqlite-drain": 2_000,
+    "sqlite-progress": 2_000,
     "sqlite-single": 2_000,
     "pg-drain": 3_000,
+    "pg-progress": 3_000,
     "pg-bulk": 5_000,
     "pg-single": 2_000,
     "pg-claim": 1_000,
@@ -68,15 +73,21 @@ async def _child(workload: str, runs: int, target: str) -> None:
     async def noop(payload: Any, ctx: Context) -> None:
         """Does nothing: the count is the runtime's."""
 
+    @task("bench.reporting", queue=main)
+    async def reporting(payload: Any, ctx: Context) -> None:
+        """Reports progress ten times and does nothing else."""
+        for step in range(1, 11):
+            await ctx.progress(step / 10, message=f"step {step} of 10")
+
     lane = sqlite_lane(target) if workload.startswith("sqlite") else postgres_lane(target)
-    rl = Runlane(lane=lane, queues=[main], tasks=[noop])
+    rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting])
     await rl.migrate()
     payloads = [{"n": n} for n in range(runs)]
     async with rl:
         await rl.runs.list(limit=1)  # connections open before counting
-        if workload.endswith("drain"):
-            await rl.trigger_many(noop, payloads)
-            slots = 10 if workload == "sqlite-drain" else 100
+        if workload.endswith(("drain", "progress")):
+            await rl.trigger_many(reporting if workload.endswith("progress") else noop, payloads)
+            slots = 10 if workload.startswith("sqlite") else 100
             worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
             _callgrind("on")
             await worker.run()
@@ -164,19 +175,27 @@ def main() -> None:
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for workload in ("sqlite-drain", "sqlite-single"):
+        for workload in ("sqlite-drain", "sqlite-progress", "sqlite-single"):
             total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
             counts[workload] = total / WORKLOADS[workload]
         if args.postgres:
             with _postgres_target() as dsn:
-                for workload in ("pg-drain", "pg-bulk", "pg-single", "pg-claim"):
+                for workload in ("pg-drain", "pg-progress", "pg-bulk", "pg-single", "pg-claim"):
                     _reset_postgres(dsn)
                     counts[workload] = _count(workload, dsn, args.src, folder) / WORKLOADS[workload]
+    # Ten progress reports per run, set against the same drain without them.
+    reports = {
+        lane: counts[f"{lane}-progress"] / counts[f"{lane}-drain"] - 1
+        for lane in ("sqlite", "pg")
+        if f"{lane}-progress" in counts
+    }
     if args.json:
-        print(json.dumps({"instructions_per_run": counts}, indent=2))
+        print(json.dumps({"instructions_per_run": counts, "progress_overhead": reports}, indent=2))
         return
     for workload, per_run in counts.items():
-        print(f"{workload:13} {per_run:>10,.0f} instructions per run")
+        print(f"{workload:15} {per_run:>10,.0f} instructions per run")
+    for lane, overhead in reports.items():
+        print(f"{lane}: ten progress reports per run cost {overhead:+.1%} of a drain")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from runlane.ports.storage import (
     NewEvent,
     NewMessage,
     NewRun,
+    ProgressWrite,
     RunChanges,
     Transition,
 )
@@ -28,6 +29,7 @@ from runlane.storage.postgres.shapes import (
     INSERT_RUN,
     PUBLISH_DELIVERY,
     PUBLISH_MESSAGE,
+    SETTLED_PROGRESS,
     TRANSITION,
     TRANSITION_EVENT,
     RowShape,
@@ -70,6 +72,7 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("insert_runs", "r", INSERT_RUN),
         ("apply_transitions", "t", TRANSITION),
         ("apply_transitions", "e", TRANSITION_EVENT),
+        ("apply_transitions", "p", SETTLED_PROGRESS),
         ("insert_deliveries", "d", INSERT_DELIVERY),
         ("publish_plain_message", "d", INSERT_DELIVERY),
         ("publish_plain_messages", "m", PUBLISH_MESSAGE),
@@ -237,6 +240,28 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "sequence": 4,
         "type": "run.failed",
         "data": {"attempt": 1},
+    }
+    assert params["progress"] is None  # no settle of the round carries progress
+
+
+def test_the_transition_encoder_writes_the_declared_progress_fields() -> None:
+    reported = ProgressWrite("run-1", "token-1", 2, 0.5, "half", '{"page":5}')
+    transition = Transition(
+        run_id="run-1",
+        expected_sequence=3,
+        changes=RunChanges(RunStatus.SUCCEEDED),
+        events=(NewEvent(RunEventType.SUCCEEDED, {"attempt": 2}),),
+        lease_token="token-1",
+        progress=reported,
+    )
+    params = transition_params("env", [transition], NOW_US)
+    (row,) = json.loads(params["progress"])
+    assert dict(zip(SETTLED_PROGRESS.names, row, strict=True)) == {
+        "run_id": "run-1",
+        "attempt": 2,
+        "fraction": 0.5,
+        "message": "half",
+        "data": '{"page":5}',
     }
 
 

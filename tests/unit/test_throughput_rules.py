@@ -8,21 +8,27 @@ from datetime import UTC, datetime, timedelta
 from runlane.core.throughput import build_series
 from runlane.model.throughput import (
     LATENCY_BOUNDS_MS,
+    LATENCY_SERIES,
     latency_bucket,
+    latency_index,
     latency_percentile,
-    latency_series,
 )
 from runlane.types.records import ThroughputRow
 
 SINCE = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
+def _series(milliseconds: float) -> str:
+    return LATENCY_SERIES[latency_index(timedelta(milliseconds=milliseconds))]
+
+
 def test_a_latency_falls_in_the_first_bucket_whose_bound_it_does_not_pass() -> None:
-    assert latency_series(0) == latency_series(-3) == latency_series(5) == "latency_00"
-    assert latency_series(5.01) == "latency_01"
-    assert latency_series(2_000) == "latency_08"
-    assert latency_series(10**9) == f"latency_{len(LATENCY_BOUNDS_MS):02d}"
+    assert _series(0) == _series(-3) == _series(5) == "latency_00"
+    assert _series(5.001) == "latency_01"
+    assert _series(2_000) == "latency_08"
+    assert _series(10**9) == f"latency_{len(LATENCY_BOUNDS_MS):02d}"
     assert latency_bucket("latency_08") == 8 and latency_bucket("succeeded") is None
+    assert [latency_bucket(name) for name in LATENCY_SERIES] == list(range(len(LATENCY_SERIES)))
 
 
 def test_percentiles_are_the_bound_of_the_bucket_where_the_share_is_reached() -> None:

@@ -26,7 +26,12 @@ from runlane.core.attempt_outcomes import (
     raised_failure,
     result_outcome,
 )
-from runlane.core.batching import TransitionBatcher
+from runlane.core.batching import (
+    MAX_SETTLE_BATCH,
+    ClaimHook,
+    SettleCounter,
+    TransitionBatcher,
+)
 from runlane.core.delivering import (
     DELIVERY_ENDS,
     Ended,
@@ -56,7 +61,7 @@ from runlane.model.transitions import (
 from runlane.model.transitions import project as project_run
 from runlane.ports.storage import TracksDependencies
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, QueuePolicy
+from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, ProgressWrite, QueuePolicy
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.types.runs import Run, RunFailure, RunStatus
 
@@ -84,20 +89,40 @@ class AttemptRunner:
         observers: Observers,
         threads: Callable[[], Executor],
         subscriptions: Subscriptions,
+        throughput: SettleCounter | None = None,
     ) -> None:
         """Run attempts of ``tasks`` against ``store``, seen by ``observers``; sync
         task functions run on ``threads()`` (called when one first runs, so a runtime
         that only runs async tasks never starts a pool). Delivery runs call the
-        handlers of ``subscriptions``."""
+        handlers of ``subscriptions``. Every settle batcher of the runner counts what
+        it settles into ``throughput``."""
         self._store = store
         self._read_dependencies = DependencyReader(store).read
         self._tasks = tasks
         self._subscriptions = subscriptions
         self._observers = observers
         self._threads = threads
-        self._settles = TransitionBatcher(store)
+        self._throughput = throughput
+        self._settles = self.settle_batcher()
         self._keeper = LeaseKeeper()
         self._progress = ProgressWriter(store)
+
+    def settle_batcher(
+        self,
+        *,
+        max_batch: int = MAX_SETTLE_BATCH,
+        max_flushes: int = 1,
+        claims: ClaimHook | None = None,
+    ) -> TransitionBatcher:
+        """A batcher for this runner's settles (a worker's own, with its options), which
+        counts what it writes into the runner's throughput."""
+        return TransitionBatcher(
+            self._store,
+            max_batch=max_batch,
+            max_flushes=max_flushes,
+            claims=claims,
+            counter=self._throughput,
+        )
 
     def lease_request(self, worker_id: str, settings: LeaseSettings) -> LeaseRequest:
         """A lease from now for ``settings.duration``."""
@@ -195,9 +220,10 @@ class AttemptRunner:
         *,
         stop: Signal | None = None,
         max_attempt_duration: float | None = None,
-    ) -> tuple[AttemptOutcome | Ended, RetryPolicy]:
+    ) -> tuple[AttemptOutcome | Ended, RetryPolicy, ProgressWrite | None]:
         """Call the handler of the attempt ``run`` is leased for, keeping the lease alive;
-        the outcome to settle and the retry policy that applies to it."""
+        the outcome to settle, the retry policy that applies to it, and the progress it
+        reported last that is not stored yet (the settle stores it)."""
         assert run.lease is not None
         if run.mode is not None:
             return await self._attempt_delivery(run, settings, stop, max_attempt_duration)
@@ -208,6 +234,7 @@ class AttemptRunner:
         # SystemExit or KeyboardInterrupt from task code: settled first, then re-raised.
         exiting: BaseException | None = None
         policy = DEFAULT_RETRY_POLICY
+        unwritten: ProgressWrite | None = None
         try:
             task = self._tasks.get(run.task_id)
             if task is None:
@@ -258,8 +285,9 @@ class AttemptRunner:
                     renewing = heartbeat.stop()
                     if renewing is not None:
                         await _cancelled(renewing)
-                    # The last report is stored before the outcome: it stays with the run.
-                    await progress.flush()
+                    if progress.reported:
+                        # The last report goes with the outcome, in its transaction.
+                        unwritten = await progress.end()
         finally:
             if stop is not None:
                 # A long-lived worker signal must not keep one callback per past attempt.
@@ -271,10 +299,10 @@ class AttemptRunner:
             # The process is about to end: settle now, so the run is not left running
             # until its lease expires, then let the exit proceed.
             try:
-                await self.settle(run, outcome, policy)
+                await self.settle(run, outcome, policy, progress=unwritten)
             finally:
                 raise exiting
-        return outcome, policy
+        return outcome, policy, unwritten
 
     async def _attempt_delivery(
         self,
@@ -282,9 +310,10 @@ class AttemptRunner:
         settings: LeaseSettings,
         stop: Signal | None,
         max_attempt_duration: float | None,
-    ) -> tuple[HandlerEnd, RetryPolicy]:
+    ) -> tuple[HandlerEnd, RetryPolicy, None]:
         """:meth:`attempt` for a delivery run: its subscription's handler with the
-        message, under the same lease, signal, time limit and shutdown rules."""
+        message, under the same lease, signal, time limit and shutdown rules (its
+        handler reports no progress)."""
         signal = Signal()
         if stop is not None:
             stop.add_callback(signal.set)
@@ -326,7 +355,7 @@ class AttemptRunner:
                 await self.settle(run, outcome, policy)
             finally:
                 raise exiting
-        return outcome, policy
+        return outcome, policy, None
 
     async def settle(
         self,
@@ -337,13 +366,18 @@ class AttemptRunner:
         *,
         project: bool = True,
         report: Attempt | None = None,
+        progress: ProgressWrite | None = None,
+        started: bool = True,
     ) -> Run:
         """Write the outcome of ``run``'s attempt (through ``batcher``, by default the
         runtime's); re-read and recompute when a concurrent change won the race.
 
         Returns the run as settled; with ``project=False`` (the caller does not look at
         it) a written outcome returns the run as it was leased, without building a new one.
-        ``report`` gets the outcome written, the delay and the settled run.
+        ``report`` gets the outcome written, the delay and the settled run. ``progress``
+        (the attempt's last report, not stored yet) is written with the outcome. A run
+        whose attempt never ``started`` (a claimed run given back) counts in no
+        throughput.
         """
         store = self._store
         settles = batcher or self._settles
@@ -359,8 +393,8 @@ class AttemptRunner:
                     describe=describe_delivery_failure,
                 )
             else:
-                transition = settle_attempt(current, outcome, policy, now)
-            written = await settles.apply(transition)
+                transition = settle_attempt(current, outcome, policy, now, progress=progress)
+            written = await settles.apply(transition, run if started else None)
             if written is not None:
                 if report is not None:
                     report_settled(report, outcome, transition, current, written, now)
@@ -400,6 +434,7 @@ class OpenAttempt:
         "_limit",
         "_outcome",
         "_policy",
+        "_progress",
         "_project",
         "_runner",
         "_scope",
@@ -429,6 +464,7 @@ class OpenAttempt:
         self._scope: AbstractAsyncContextManager[None] | None = None
         self._outcome: AttemptOutcome | Ended | None = None
         self._policy = DEFAULT_RETRY_POLICY
+        self._progress: ProgressWrite | None = None
 
     async def call(self) -> None:
         """Run the handler (keeping the lease alive); its outcome waits for :meth:`settle`."""
@@ -452,7 +488,7 @@ class OpenAttempt:
             )
         started = time.perf_counter()
         try:
-            self._outcome, self._policy = await runner.attempt(
+            self._outcome, self._policy, self._progress = await runner.attempt(
                 run, self._settings, stop=self._stop, max_attempt_duration=self._limit
             )
         except BaseException:
@@ -475,6 +511,7 @@ class OpenAttempt:
                 self._batcher,
                 project=self._project,
                 report=report,
+                progress=self._progress,
             )
             log_outcome(report)
         finally:
@@ -505,7 +542,7 @@ class OpenAttempt:
             return False
         report_error(report, outcome)
         now = runner._store.now()
-        transition = settle_attempt(run, outcome, self._policy, now)
+        transition = settle_attempt(run, outcome, self._policy, now, progress=self._progress)
         project = self._project
 
         def written(at: datetime | None, error: BaseException | None) -> None:
@@ -517,7 +554,7 @@ class OpenAttempt:
             self._tell_settled()
             done(project_run(run, transition, at) if project else run, None)
 
-        batcher.submit(transition, written)
+        batcher.submit(transition, run, written)
         return True
 
     async def _leave(self) -> None:

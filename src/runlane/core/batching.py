@@ -8,13 +8,16 @@ A worker's own batcher may also carry claims: a flush then settles and claims
 the next runs in one storage call (see :class:`ClaimHook`), so a busy worker
 commits once per batch instead of twice; and it may keep more than one flush in
 flight, so storage writes one batch while the worker runs the next.
+
+Every transition a batcher writes settles an attempt: each flush tells its
+:class:`SettleCounter` (the throughput rollup) which ones it wrote, once per batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
@@ -42,6 +45,10 @@ SETTLE_RETRY_DELAYS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.0)
 #: kept its batch from being written.
 Written = Callable[[datetime | None, BaseException | None], None]
 
+#: A transition waiting to be written: with its run as leased, and the future or
+#: callback to tell how it went.
+_Pending = tuple[Transition, Run | None, "asyncio.Future[datetime | None] | Written"]
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
@@ -50,6 +57,14 @@ class ClaimRequest:
     queues: Sequence[QueuePolicy]
     limit: int
     lease: LeaseRequest
+
+
+class SettleCounter(Protocol):
+    """Counts the attempts a batcher settled (the throughput rollup)."""
+
+    def count_settled(self, settled: Iterable[tuple[Transition, Run]], at: datetime) -> None:
+        """One flush wrote these settles at ``at``, each with its run as leased."""
+        ...
 
 
 class ClaimHook(Protocol):
@@ -69,7 +84,7 @@ class ClaimHook(Protocol):
 
 
 class TransitionBatcher:
-    """Applies transitions for one runtime, batching those that arrive together."""
+    """Applies the transitions that settle attempts, batching those that arrive together."""
 
     def __init__(
         self,
@@ -78,14 +93,16 @@ class TransitionBatcher:
         max_batch: int = MAX_SETTLE_BATCH,
         max_flushes: int = 1,
         claims: ClaimHook | None = None,
+        counter: SettleCounter | None = None,
     ) -> None:
         self._store = store
+        self._counter = counter
         #: Most settles in one write that carries a claim (alone, up to MAX_SETTLE_BATCH).
         self._max_batch = max(1, min(max_batch, MAX_SETTLE_BATCH))
         self._max_flushes = max(1, max_flushes)
         self._claims = claims if isinstance(store.storage, SettlesAndClaims) else None
-        #: Transitions to write, each with the future or callback to tell how it went.
-        self._pending: list[tuple[Transition, asyncio.Future[datetime | None] | Written]] = []
+        #: Transitions to write, oldest first.
+        self._pending: list[_Pending] = []
         #: Flush tasks started and not finished; whether one has not taken its batch yet.
         self._flushes: set[asyncio.Task[None]] = set()
         self._starting = False
@@ -95,23 +112,25 @@ class TransitionBatcher:
         """Whether nothing is waiting to be written or being written."""
         return not self._pending and not self._flushes
 
-    async def apply(self, transition: Transition) -> datetime | None:
-        """Apply one transition of a run; the time it was written at (the stored run is
+    async def apply(self, transition: Transition, leased: Run | None) -> datetime | None:
+        """Apply one transition that settles the attempt ``leased`` (the run as it was
+        leased for it; ``None``: a run given back unstarted, which counts in no
+        throughput); the time it was written at (the stored run is
         ``project(run, transition, that time)``), or ``None`` when its compare-and-set
         condition failed. The caller builds the stored run only if it needs it."""
         future: asyncio.Future[datetime | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((transition, future))
+        self._pending.append((transition, leased, future))
         self._start_flush()
         return await future
 
-    def submit(self, transition: Transition, written: Written) -> None:
-        """Apply one transition of a run without waiting: ``written`` is called, from the
-        flush that wrote it, as :meth:`apply` would return (or raise).
+    def submit(self, transition: Transition, leased: Run, written: Written) -> None:
+        """Apply one transition as :meth:`apply` does, without waiting: ``written`` is
+        called, from the flush that wrote it, as :meth:`apply` would return (or raise).
 
         A worker writes its attempts' outcomes this way: an attempt then ends when its
         handler does, with no task left waiting for the batch.
         """
-        self._pending.append((transition, written))
+        self._pending.append((transition, leased, written))
         self._start_flush()
 
     def _start_flush(self) -> None:
@@ -147,7 +166,7 @@ class TransitionBatcher:
         # What is left may go out in another flush at the same time.
         self._start_flush()
         now = store.now()
-        transitions = [t for t, _ in batch]
+        transitions = [t for t, _, _ in batch]
         claimed: list[Run] = []
         try:
             if request is None:
@@ -155,14 +174,24 @@ class TransitionBatcher:
             else:
                 applied, claimed = await self._apply_and_claim(transitions, now, request)
         except BaseException as error:
-            for _, waiter in batch:
+            for _, _, waiter in batch:
                 _tell(waiter, None, error)
             if hook is not None and request is not None:
                 hook.claimed([], request)
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, waiter), ok in zip(batch, applied, strict=True):
+        counter = self._counter
+        if counter is not None:
+            counter.count_settled(
+                [
+                    (t, leased)
+                    for (t, leased, _), ok in zip(batch, applied, strict=True)
+                    if ok and leased is not None
+                ],
+                now,
+            )
+        for (_, _, waiter), ok in zip(batch, applied, strict=True):
             _tell(waiter, now if ok else None, None)
         if hook is not None and request is not None:
             hook.claimed(claimed, request)

@@ -1,17 +1,19 @@
 """Storing what tasks report through ``ctx.progress``: coalesced per attempt, written
-in groups for the whole runtime.
+in groups for the whole runtime, the last value with the attempt's settle.
 
 Each attempt holds an :class:`AttemptProgress`. It keeps only the latest report and
 writes at most one value a second (:data:`PROGRESS_INTERVAL`): a task may report in a
-tight loop and costs no more than a write a second. The first value waits until the
-attempt has run for one interval, so a short attempt writes once, when it ends
-(:meth:`AttemptProgress.flush`, before its outcome is settled).
+tight loop and costs no more than a write a second. The first value waits one interval
+(and up to a quarter more) after the first report, so an attempt that reports for
+less than that writes nothing of its own: its last value rides on the transition that settles it
+(:meth:`AttemptProgress.end`, ``Transition.progress``), in the settle's
+transaction, and costs no round trip of its own.
 
-Every attempt's writes go through the runtime's :class:`ProgressWriter`, which writes
-whatever is pending in one storage call while the previous call is in flight (as the
-settle batcher does): a busy worker whose attempts all end at once flushes their
-progress in a handful of writes, not one per run. Storage fences each value with the
-attempt's lease token, so a worker that lost its lease overwrites nothing.
+The writes made while attempts run go through the runtime's :class:`ProgressWriter`,
+which writes whatever is pending in one storage call while the previous call is in
+flight (as the settle batcher does). Storage fences each value with the attempt's
+lease token (a settle's value, with the settle's compare-and-set), so a worker that
+lost its lease overwrites nothing.
 """
 
 from __future__ import annotations
@@ -31,24 +33,62 @@ logger = logging.getLogger("runlane.worker")
 
 #: At most one stored value per run this often (seconds).
 PROGRESS_INTERVAL = 1.0
+#: How often per interval the writer looks for values due: a value is written between
+#: one interval and a quarter more after its attempt's previous write or first report.
+SWEEPS_PER_INTERVAL = 4
 #: Most values written in one storage call.
 MAX_PROGRESS_BATCH = 500
 
 
 class ProgressWriter:
-    """Writes attempts' latest progress, grouping what arrives while a write is in flight."""
+    """Writes attempts' latest progress, grouping what arrives while a write is in flight.
+
+    One timer serves every attempt of the runtime: it sweeps the attempts whose value
+    waits :data:`SWEEPS_PER_INTERVAL` times an interval while any waits, so an attempt
+    costs no timer of its own (most attempts end before their first value is due).
+    """
 
     def __init__(self, store: StoreScope) -> None:
         """Write into ``store``."""
         self._store = store
         self._pending: dict[str, ProgressWrite] = {}
-        #: Resolved when the pending values are written (or their write failed).
-        self._next: asyncio.Future[None] | None = None
+        #: Resolved when the pending values are written (True) or their write failed.
+        self._next: asyncio.Future[bool] | None = None
         self._flushing: asyncio.Task[None] | None = None
+        #: Attempts whose latest value waits, each with the sweep it began waiting after.
+        self._waiting: dict[AttemptProgress, int] = {}
+        self._sweeps = 0
+        self._sweeper: asyncio.TimerHandle | None = None
 
-    def submit(self, write: ProgressWrite) -> asyncio.Future[None]:
+    def wait(self, attempt: AttemptProgress) -> None:
+        """Have ``attempt``'s latest value written once a whole interval has passed."""
+        self._waiting[attempt] = self._sweeps
+        if self._sweeper is None:
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
+
+    def forget(self, attempt: AttemptProgress) -> None:
+        """Stop waiting to write ``attempt``'s value (it ended)."""
+        self._waiting.pop(attempt, None)
+
+    def _sweep(self) -> None:
+        self._sweeps = sweeps = self._sweeps + 1
+        waiting = self._waiting
+        due = [
+            attempt for attempt, since in waiting.items() if sweeps - since > SWEEPS_PER_INTERVAL
+        ]
+        for attempt in due:
+            del waiting[attempt]
+            attempt.write_latest()
+        self._sweeper = None
+        if waiting:
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
+
+    def submit(self, write: ProgressWrite) -> asyncio.Future[bool]:
         """Write ``write`` soon (replacing a pending value of the same run); the future
-        resolves once it was written, dropped by the fence, or its write failed."""
+        resolves once it was written or dropped by the fence (True), or its write
+        failed (False)."""
         self._pending[write.run_id] = write
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
@@ -61,46 +101,57 @@ class ProgressWriter:
         while self._pending:
             batch, self._pending = list(self._pending.values()), {}
             done, self._next = self._next, None
+            written = False
             try:
-                for start in range(0, len(batch), MAX_PROGRESS_BATCH):
-                    await self._write(batch[start : start + MAX_PROGRESS_BATCH])
+                parts = range(0, len(batch), MAX_PROGRESS_BATCH)
+                stored = [await self._write(batch[i : i + MAX_PROGRESS_BATCH]) for i in parts]
+                written = all(stored)
             finally:
                 if done is not None and not done.done():
-                    done.set_result(None)
+                    done.set_result(written)
 
-    async def _write(self, batch: Sequence[ProgressWrite]) -> None:
+    async def _write(self, batch: Sequence[ProgressWrite]) -> bool:
         store = self._store
         try:
             await store.storage.write_progress(store.environment, batch, store.now())
         except RunlaneError as error:
             # Progress is advice to operators: losing one value never fails an attempt.
             logger.warning("progress of %d runs not stored: %s", len(batch), error)
+            return False
+        return True
 
 
 class AttemptProgress:
-    """One attempt's reports: the latest value, written at most once a second."""
+    """One attempt's reports: the latest value, written at most once a second while
+    the attempt runs, and the last one handed to the attempt's settle."""
 
-    __slots__ = ("_latest", "_loop", "_run", "_timer", "_writer", "_written", "_written_at")
+    __slots__ = ("_latest", "_loop", "_run", "_submitted", "_waiting", "_writer", "_written")
 
     def __init__(self, writer: ProgressWriter, run: Run) -> None:
         """Report for the attempt ``run`` is leased for, through ``writer``."""
         assert run.lease is not None
+        # Built for every attempt, reporting or not: no clock, no timer.
         self._writer = writer
         self._run = run
         self._loop = asyncio.get_running_loop()
-        #: Loop time of the last write: the attempt's start counts as one, so an attempt
-        #: shorter than the interval writes only its final value.
-        self._written_at = self._loop.time()
         self._latest: ProgressReport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._written: asyncio.Future[None] | None = None
+        #: Whether the writer holds this attempt for a write when its interval is up.
+        self._waiting = False
+        #: The report last handed to the writer, and its write.
+        self._submitted: ProgressReport | None = None
+        self._written: asyncio.Future[bool] | None = None
+
+    @property
+    def reported(self) -> bool:
+        """Whether the task reported anything in this attempt."""
+        return self._latest is not None
 
     def offer(self, report: ProgressReport) -> None:
         """Keep ``report`` as the latest value; write it within the interval."""
         self._latest = report
-        if self._timer is None:
-            due = self._written_at + PROGRESS_INTERVAL
-            self._timer = self._loop.call_at(due, self._write_latest)
+        if not self._waiting:
+            self._waiting = True
+            self._writer.wait(self)
 
     def offer_threadsafe(self, report: ProgressReport) -> None:
         """:meth:`offer` from a sync task's thread."""
@@ -109,31 +160,43 @@ class AttemptProgress:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.offer, report)
 
-    async def flush(self) -> None:
-        """Write the latest value if it is not written yet, and wait for it: called
-        before the attempt's outcome is settled, so the last report is kept."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._write_latest()
+    def write_latest(self) -> None:
+        """Hand the latest value to the writer (its interval is up)."""
+        self._waiting = False
+        report = self._latest
+        assert report is not None  # the writer holds an attempt only after a report
+        self._submitted = report
+        self._written = self._writer.submit(self._write_of(report))
+
+    async def end(self) -> ProgressWrite | None:
+        """Stop writing, once the handler is done: the last report, for the attempt's
+        settle to store (its compare-and-set fences it, and the value stays after the
+        run ends), or ``None`` when its own write already stored it.
+
+        A write still in flight is waited for first: on PostgreSQL it could otherwise
+        find the lease held, wait for the settle's lock on the progress row, and then
+        replace the settle's newer value.
+        """
+        if self._waiting:
+            self._waiting = False
+            self._writer.forget(self)
+        report = self._latest
+        if report is None:
+            return None
         written = self._written
         if written is not None:
-            await asyncio.shield(written)
+            stored = await asyncio.shield(written)
+            if stored and report is self._submitted:
+                return None
+        return self._write_of(report)
 
-    def _write_latest(self) -> None:
-        self._timer = None
-        report, self._latest = self._latest, None
-        if report is None:
-            return
-        self._written_at = self._loop.time()
+    def _write_of(self, report: ProgressReport) -> ProgressWrite:
         run = self._run
-        assert run.lease is not None
-        self._written = self._writer.submit(
-            ProgressWrite(
-                run.id,
-                run.lease.token,
-                run.attempt,
-                report.fraction,
-                report.message,
-                report.data_json,
-            )
+        return ProgressWrite(
+            run.id,
+            run.lease.token,  # type: ignore[union-attr]
+            run.attempt,
+            report.fraction,
+            report.message,
+            report.data_json,
         )

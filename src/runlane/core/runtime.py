@@ -132,7 +132,8 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         self.eager_dispatch = dispatch == "eager"
         #: Metrics, tracing and live output watching this runtime (see runlane.Observer).
         self.observers = Observers(self)
-        #: Counts settled attempts into the throughput rollup; the charts read it.
+        #: Counts settled attempts into the throughput rollup (the settle batchers tell
+        #: it; not an observer, so attempts keep the no-observer path); the charts read it.
         self._throughput = ThroughputRecorder()
         #: Wakes this process's idle workers when it creates runnable work.
         self.work_bell = WorkBell()
@@ -140,7 +141,6 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
         self.given_clock = clock
         self.bind_lane(lane, clock)
         self._sync: SyncRunlane | None = None
-        self.observers.add(self._throughput)
         # Last, so each observer's ``attached`` sees a fully wired runtime.
         for observer in observers:
             self.observers.add(observer)
@@ -193,6 +193,7 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
             self.observers,
             lambda: self.thread_pool,
             Subscriptions(store, topics.subscriptions),
+            self._throughput,
         )
         writer = RunWriter(
             store,

@@ -2,12 +2,20 @@
 (:class:`ThroughputRecorder`), and ``rl.throughput_series`` reads it back as chart
 points (:class:`ThroughputCharts`).
 
-The recorder is an observer: it counts each settled attempt's outcome and start
-latency in memory, per queue and minute, and adds them to storage in one write every
-:data:`THROUGHPUT_FLUSH_INTERVAL` seconds and when the runtime closes. A chart then
+The recorder counts where settles are already written in batches: each flush of a
+settle batcher (:class:`runlane.core.batching.TransitionBatcher`) hands it the
+attempts it settled, and it adds their outcomes and start latencies, per queue and
+minute, in memory; it writes them to storage in one call every
+:data:`THROUGHPUT_FLUSH_INTERVAL` seconds and when the runtime closes. It is not an
+observer, so a runtime without observers keeps the attempts' fast path. A chart then
 reads a range of the small rollup, never the runs, so it costs the same on a table of
 millions of runs. What the rollup counts is what workers settled: an attempt whose
-worker died is counted by nobody (its lease expiry is in the run's history).
+worker died, or that lost its lease before its outcome was written, is counted by
+nobody (its lease expiry is in the run's history).
+
+Counts are kept in memory rather than added in the settle's transaction: every
+worker's settles would then update the same few rollup rows (a queue's current
+minute), and on PostgreSQL wait for each other's row locks.
 """
 
 from __future__ import annotations
@@ -15,23 +23,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from runlane.core.observing import Attempt, Observer, Outcome
 from runlane.model.queue_defs import QueueDef
 from runlane.model.throughput import (
+    LATENCY_BOUNDS,
     LATENCY_BOUNDS_MS,
+    LATENCY_SERIES,
+    OUTCOME_SERIES,
     WINDOWS,
     latency_bucket,
     latency_percentile,
-    latency_series,
 )
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.errors import RunlaneError, configuration_error
-from runlane.types.records import ThroughputRow
-from runlane.types.runs import ThroughputPoint, ThroughputSeries
+from runlane.types.records import ThroughputRow, Transition
+from runlane.types.runs import Run, RunStatus, ThroughputPoint, ThroughputSeries
 
 if TYPE_CHECKING:
     from runlane.core.registry import Registry
@@ -47,23 +58,33 @@ THROUGHPUT_RETENTION = timedelta(days=2)
 
 _MINUTE = 60_000_000
 
-#: The series an attempt's outcome counts in; outcomes not drawn count in none.
-_OUTCOME_SERIES = {
-    Outcome.SUCCEEDED: "succeeded",
-    Outcome.FAILED: "failed",
-    Outcome.DEAD_LETTERED: "failed",
-    Outcome.RETRIED: "retried",
-    Outcome.CANCELLED: "cancelled",
+#: A (queue, minute)'s counts are one list: the outcome series first, in
+#: ``OUTCOME_SERIES`` order, then the latency buckets. Counting an attempt is then two
+#: list increments, not two lookups of a (queue, minute, series) key, which cost more
+#: than the rest of the count together (callgrind: about 9,000 instructions an
+#: attempt with such keys, 3,500 with these lists).
+_SERIES = (*OUTCOME_SERIES, *LATENCY_SERIES)
+_FIRST_LATENCY = len(OUTCOME_SERIES)
+
+#: The slot a settled attempt's outcome counts in, by the status its settle wrote;
+#: outcomes not drawn (a release) count in none.
+_OUTCOME_SLOT = {
+    RunStatus.SUCCEEDED: OUTCOME_SERIES.index("succeeded"),
+    RunStatus.FAILED: OUTCOME_SERIES.index("failed"),
+    RunStatus.DEAD_LETTERED: OUTCOME_SERIES.index("failed"),
+    RunStatus.RETRYING: OUTCOME_SERIES.index("retried"),
+    RunStatus.CANCELLED: OUTCOME_SERIES.index("cancelled"),
 }
 
 
-class ThroughputRecorder(Observer):
+class ThroughputRecorder:
     """Counts settled attempts per queue and minute, and writes them every few seconds."""
 
     def __init__(self) -> None:
         """Count now; write once :meth:`bind` gave a store."""
         self._store: StoreScope | None = None
-        self._counts: defaultdict[tuple[str, int, str], int] = defaultdict(int)
+        #: Counts per (queue, minute in microseconds), one slot per series (``_SERIES``).
+        self._counts: dict[tuple[str, int], list[int]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
 
@@ -72,21 +93,29 @@ class ThroughputRecorder(Observer):
         new one)."""
         self._store = store
 
-    def settled(self, attempt: Attempt) -> None:
-        """Count the attempt's outcome and how long after its due time it started."""
-        store = self._store
-        if store is None:
-            return
-        run = attempt.run
-        minute = to_micros(store.now()) // _MINUTE * _MINUTE
-        series = _OUTCOME_SERIES.get(attempt.outcome) if attempt.outcome else None
+    def count_settled(self, settled: Iterable[tuple[Transition, Run]], at: datetime) -> None:
+        """Count the attempts one flush settled at ``at``: each (transition written, run
+        as leased) adds to its outcome's series and to the bucket of how long after its
+        due time it started."""
+        minute = to_micros(at) // _MINUTE * _MINUTE
         counts = self._counts
-        if series is not None:
-            counts[run.queue, minute, series] += 1
-        # A claim stamps the run's updated_at with the time it took the lease.
-        waited = (run.updated_at - run.run_at).total_seconds() * 1000
-        counts[run.queue, minute, latency_series(waited)] += 1
-        if self._timer is None:
+        slots = _OUTCOME_SLOT
+        bounds = LATENCY_BOUNDS
+        first_latency = _FIRST_LATENCY
+        queue = None
+        row: list[int] = []
+        for transition, run in settled:
+            if run.queue != queue:
+                queue = run.queue
+                key = (queue, minute)
+                row = counts.get(key) or counts.setdefault(key, [0] * len(_SERIES))
+            slot = slots.get(transition.changes.status)
+            if slot is not None:
+                row[slot] += 1
+            # A claim stamps the run's updated_at with the time it took the lease;
+            # latency_index's rule, inline (this runs for every attempt).
+            row[first_latency + bisect_left(bounds, run.updated_at - run.run_at)] += 1
+        if self._timer is None and counts:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(THROUGHPUT_FLUSH_INTERVAL, self._write_soon)
 
@@ -107,20 +136,25 @@ class ThroughputRecorder(Observer):
 
     async def _write(self) -> None:
         store = self._store
-        counts, self._counts = self._counts, defaultdict(int)
+        counts, self._counts = self._counts, {}
         if not counts or store is None:
             return
         rows = [
             ThroughputRow(queue, from_micros(minute), series, count)
-            for (queue, minute, series), count in sorted(counts.items())
+            for (queue, minute), row in sorted(counts.items())
+            for series, count in zip(_SERIES, row, strict=True)
+            if count
         ]
         try:
             older = store.now() - THROUGHPUT_RETENTION
             await store.storage.record_throughput(store.environment, rows, older)
         except RunlaneError as error:
             # Keep them for the next write: storage may be back by then.
-            for key, count in counts.items():
-                self._counts[key] += count
+            for key, row in counts.items():
+                kept = self._counts.get(key)
+                if kept is not None:
+                    row = [a + b for a, b in zip(kept, row, strict=True)]
+                self._counts[key] = row
             logger.warning("throughput counts not written yet: %s", error)
 
 

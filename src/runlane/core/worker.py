@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from runlane.core.backoff import ErrorBackoff, connect_when_reachable
-from runlane.core.batching import TransitionBatcher
 from runlane.core.lease_keeping import LeaseSettings
 from runlane.core.maintenance import maintain_while_leading
 from runlane.core.worker_idling import WorkerIdling
@@ -167,8 +166,7 @@ class Worker(WorkerSlots, WorkerIdling):
         self._claim_batch = self._claim_batch_for(concurrency)
         #: Whether the last claim got all it asked for (so more runs are probably due).
         self._more_due = False
-        self._settles = TransitionBatcher(
-            store,
+        self._settles = attempts.settle_batcher(
             max_batch=max(1, (concurrency + claim_ahead) // SETTLE_BATCH_DIVISOR),
             max_flushes=MAX_SETTLE_FLUSHES,
             claims=self,

@@ -146,6 +146,7 @@ class WorkerSlots:
                 DEFAULT_RETRY_POLICY,
                 self._settles,
                 project=False,
+                started=False,
             )
         except Exception:
             # Its lease will expire and maintenance recovers the run.

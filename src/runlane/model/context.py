@@ -196,20 +196,17 @@ class Context:
 
         >>> await ctx.progress(page / pages, message=f"page {page} of {pages}")
         """
-        self._sink().offer(check_progress(fraction, message, data))
+        sink = self._progress
+        if sink is None:
+            raise _no_progress()
+        sink.offer(check_progress(fraction, message, data))
 
     def progress_sync(self, fraction: float, message: str | None = None, data: Any = None) -> None:
         """:meth:`progress` for sync tasks (which run in a thread)."""
-        self._sink().offer_threadsafe(check_progress(fraction, message, data))
-
-    def _sink(self) -> ProgressSink:
-        if self._progress is None:
-            raise RunlaneError(
-                ErrorCode.CAPABILITY_UNSUPPORTED,
-                "progress is stored only for task runs executed from storage "
-                "(a worker, execute_next, execute_delivery or run_now).",
-            )
-        return self._progress
+        sink = self._progress
+        if sink is None:
+            raise _no_progress()
+        sink.offer_threadsafe(check_progress(fraction, message, data))
 
     async def dependencies(self) -> list[Run]:
         """The runs this run was triggered ``after``, in the order given, as they are
@@ -241,3 +238,11 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context(run_id={self.run_id!r}, task_id={self.task_id!r}, attempt={self.attempt})"
+
+
+def _no_progress() -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.CAPABILITY_UNSUPPORTED,
+        "progress is stored only for task runs executed from storage "
+        "(a worker, execute_next, execute_delivery or run_now).",
+    )

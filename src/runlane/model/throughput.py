@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 #: The outcomes the rollup counts, in chart order.
 OUTCOME_SERIES = ("succeeded", "failed", "retried", "cancelled")
@@ -29,9 +30,21 @@ LATENCY_BOUNDS_MS: tuple[int, ...] = (
 WINDOWS: Mapping[str, tuple[int, int]] = {"1h": (3_600, 60), "1d": (86_400, 900)}
 
 
-def latency_series(milliseconds: float) -> str:
-    """The series name of the latency bucket ``milliseconds`` falls in."""
-    return f"latency_{bisect_left(LATENCY_BOUNDS_MS, max(milliseconds, 0.0)):02d}"
+#: The same bounds as durations: a start's wait is bisected among them as it is.
+LATENCY_BOUNDS: tuple[timedelta, ...] = tuple(
+    timedelta(milliseconds=ms) for ms in LATENCY_BOUNDS_MS
+)
+
+#: The series names of the latency buckets, by bucket index.
+LATENCY_SERIES: tuple[str, ...] = tuple(
+    f"latency_{index:02d}" for index in range(len(LATENCY_BOUNDS_MS) + 1)
+)
+
+
+def latency_index(waited: timedelta) -> int:
+    """The index of the latency bucket of a start that came ``waited`` after its run
+    was due: the first whose bound it does not pass (a negative wait counts as none)."""
+    return bisect_left(LATENCY_BOUNDS, waited)
 
 
 def latency_bucket(series: str) -> int | None:

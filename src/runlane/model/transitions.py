@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.records import NewEvent, RunChanges, Transition
+from runlane.types.records import NewEvent, ProgressWrite, RunChanges, Transition
 from runlane.types.retry import RetryPolicy
 from runlane.types.runs import CLAIMABLE_STATUSES, Run, RunEventType, RunFailure, RunStatus
 from runlane.types.storable_text import storable, storable_json
@@ -66,8 +66,10 @@ def settle_attempt(
     policy: RetryPolicy,
     now: datetime,
     rng: random.Random | None = None,
+    progress: ProgressWrite | None = None,
 ) -> Transition:
-    """The transition that ends the attempt a leased ``run`` is in."""
+    """The transition that ends the attempt a leased ``run`` is in; it carries
+    ``progress``, the attempt's last report not stored yet, to be stored with it."""
     if run.status not in (RunStatus.RUNNING, RunStatus.CANCELLATION_REQUESTED) or run.lease is None:
         raise RunlaneError(
             ErrorCode.INVALID_STATE,
@@ -83,6 +85,8 @@ def settle_attempt(
             _SUCCEEDED if result is None else RunChanges(RunStatus.SUCCEEDED, result=result),
             (NewEvent(RunEventType.SUCCEEDED, {"attempt": run.attempt}),),
             run.lease.token,
+            None,
+            progress,
         )
     events: list[NewEvent] = []
     expired = isinstance(outcome, LeaseExpired)
@@ -121,6 +125,7 @@ def settle_attempt(
         events=tuple(events),
         lease_token=run.lease.token,
         lease_expired_by=now if expired else None,
+        progress=progress,
     )
 
 

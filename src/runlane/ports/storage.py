@@ -208,7 +208,11 @@ class Storage(Protocol):
         """Apply each transition (compare-and-set); ``False`` where its condition failed.
 
         Storage must then hold exactly what :func:`runlane.model.transitions.project`
-        computes, so callers need not read the run back.
+        computes, so callers need not read the run back. A transition that carries
+        ``progress`` (the settled attempt's last report) stores it in the same
+        transaction as the run's progress, stamped ``now``, if and only if the
+        transition applied (its compare-and-set is the fence: no lease is checked),
+        replacing the stored value unless that one is of a later attempt.
         """
 
     async def get_run(self, environment: str, run_id: str) -> Run | None:

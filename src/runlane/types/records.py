@@ -155,6 +155,11 @@ class Transition:
     and, when ``lease_token`` is given, the run still holds that lease (fencing).
     ``lease_expired_by`` additionally requires the lease to have expired at that
     time (maintenance recovering a lost worker's run).
+
+    ``progress`` is the settling attempt's last progress report not yet stored: it is
+    written in the same transaction as the transition, only if the transition applies
+    (its compare-and-set is the fence), so reporting progress costs a settle no write
+    of its own.
     """
 
     run_id: str
@@ -163,6 +168,7 @@ class Transition:
     events: tuple[NewEvent, ...]
     lease_token: str | None = None
     lease_expired_by: datetime | None = None
+    progress: ProgressWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,13 +389,16 @@ class HaltedKey:
     waiting: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ProgressWrite:
     """One attempt's latest progress, to store while it still holds its lease.
 
-    Storage writes it only while run ``run_id`` is leased with ``lease_token``
-    (unexpired) and on ``attempt``: a worker that lost its lease writes nothing.
-    ``data_json`` is the JSON text of the task's ``data`` (``None`` when it gave none).
+    ``write_progress`` stores it only while run ``run_id`` is leased with
+    ``lease_token`` (unexpired) and on ``attempt``: a worker that lost its lease writes
+    nothing. Carried by the :class:`Transition` that settles the attempt, it is stored
+    with the transition if that applies. ``data_json`` is the JSON text of the task's
+    ``data`` (``None`` when it gave none).
     """
 
     run_id: str

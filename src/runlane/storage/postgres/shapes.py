@@ -120,6 +120,18 @@ TRANSITION_EVENT = RowShape(
     )
 )
 
+#: A settled attempt's last progress, in ``apply_transitions``' ``progress`` parameter
+#: (``data`` is the JSON text of the task's data, read as jsonb).
+SETTLED_PROGRESS = RowShape(
+    (
+        ("run_id", "text"),
+        ("attempt", "int"),
+        ("fraction", "float8"),
+        ("message", "text"),
+        ("data", "jsonb"),
+    )
+)
+
 #: A line of ``copy_runs`` (text COPY: the types are the columns' own).
 COPY_RUN = RowShape(
     (

@@ -33,12 +33,14 @@ def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
 def transition_params(
     environment: str, transitions: Sequence[Transition], now_us: int
 ) -> dict[str, Any]:
-    """Parameters of ``apply_transitions`` for one round: the transitions and their
-    events as JSON arrays of positional fields (:data:`~.shapes.TRANSITION` and
-    :data:`~.shapes.TRANSITION_EVENT`)."""
+    """Parameters of ``apply_transitions`` for one round: the transitions, their
+    events and the progress they carry as JSON arrays of positional fields
+    (:data:`~.shapes.TRANSITION`, :data:`~.shapes.TRANSITION_EVENT` and
+    :data:`~.shapes.SETTLED_PROGRESS`; no progress is NULL)."""
     ids: list[str] = []
     rows: list[list[Any]] = []
     events: list[list[Any]] = []
+    progress: list[list[Any]] | None = None
     for transition in transitions:
         changes = transition.changes
         run_id = transition.run_id
@@ -71,12 +73,20 @@ def transition_params(
         if succeeded_attempt is None:
             for offset, event in enumerate(transition.events, start=1):
                 events.append([run_id, sequence + offset, event.type.value, event.data])
+        reported = transition.progress
+        if reported is not None:
+            if progress is None:
+                progress = []
+            progress.append(
+                [run_id, reported.attempt, reported.fraction, reported.message, reported.data_json]
+            )
     return {
         "environment": environment,
         "now": now_us,
         "ids": ids,
         "transitions": floats_kept(dumps(rows)),
         "events": dumps(events),
+        "progress": None if progress is None else dumps(progress),
     }
 
 

@@ -14,6 +14,10 @@
 -- row's attempt (succeeded_attempt, the event left out of the events array) keeps it
 -- on the row, or appends it when the attempt is not the row's; a run made claimable
 -- again gets the start its row implied stored, before its next claim overwrites it.
+-- The last progress of the attempts they settle (%(progress)s, another JSON array of
+-- arrays, NULL when none carries any) is stored for the rows applied: the
+-- compare-and-set on the lease token is its fence, so a settle that reports
+-- progress costs no statement of its own.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -91,5 +95,20 @@ stored_starts AS (
     WHERE started_sequence IS NOT NULL
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
     ON CONFLICT DO NOTHING
+),
+progress AS (
+    INSERT INTO {schema}.runlane_run_progress AS kept
+        (environment, run_id, attempt, fraction, message, data, updated_at)
+    SELECT %(environment)s, p.x->>0, (p.x->>1)::int, (p.x->>2)::float8, p.x->>3,
+           (p.x->>4)::jsonb, %(now)s
+    FROM jsonb_array_elements(%(progress)s::jsonb) AS p(x)
+    JOIN updated ON updated.id = p.x->>0
+    ON CONFLICT (run_id, environment) DO UPDATE SET
+        attempt = excluded.attempt,
+        fraction = excluded.fraction,
+        message = excluded.message,
+        data = excluded.data,
+        updated_at = excluded.updated_at
+    WHERE excluded.attempt >= kept.attempt
 )
 SELECT id FROM updated;

@@ -38,6 +38,21 @@ ON CONFLICT (environment, run_id) DO UPDATE SET
     updated_at = excluded.updated_at
 WHERE excluded.attempt >= runlane_run_progress.attempt;
 
+-- name: write_settled_progress
+-- An attempt's last value, written by apply_transitions with the transition that
+-- settles the attempt, once that transition applied: its compare-and-set on the
+-- lease token is the fence, so no lease is checked here (the lease is already
+-- cleared). A value of an older attempt never replaces a newer one's.
+INSERT INTO runlane_run_progress (environment, run_id, attempt, fraction, message, data, updated_at)
+VALUES (:environment, :run_id, :attempt, :fraction, :message, :data, :now)
+ON CONFLICT (environment, run_id) DO UPDATE SET
+    attempt = excluded.attempt,
+    fraction = excluded.fraction,
+    message = excluded.message,
+    data = excluded.data,
+    updated_at = excluded.updated_at
+WHERE excluded.attempt >= runlane_run_progress.attempt;
+
 -- name: get_progress
 SELECT run_id, attempt, fraction, message, data, updated_at FROM runlane_run_progress
 WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:ids));

@@ -1,4 +1,5 @@
-"""Applying state transitions: compare-and-set each run, then append its events."""
+"""Applying state transitions: compare-and-set each run, then append its events and
+store the progress the settled attempts carry."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.dependencies import SETTLED_STATUSES
-from runlane.ports.storage import Transition
+from runlane.ports.storage import ProgressWrite, Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.implied import implied_success_attempt
 from runlane.storage.sqlite.dependencies import settle_dependents
@@ -22,12 +23,14 @@ def apply_transitions(
 ) -> list[bool]:
     """Compare-and-set each transition; the events of the applied ones go in one batch,
     but for those the row implies (migration 016): a success is kept on the row, and a
-    start the row implied is stored when its run becomes claimable again."""
+    start the row implied is stored when its run becomes claimable again. The progress
+    values they carry are written too (fenced by their compare-and-set)."""
     settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
     query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
     starts: list[dict[str, Any]] = []
+    progress: list[tuple[Any, ...]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
@@ -46,9 +49,13 @@ def apply_transitions(
             starts.append(stored_start(cur, environment, transition.run_id))
         if not row[0]:
             events += transition_events(environment, transition, now_us)
+        if transition.progress is not None:
+            progress.append(settled_progress_values(environment, transition.progress, now_us))
     if starts:
         cur.executemany(QUERIES["insert_event_unless_stored"], starts)
     cur.executemany(insert.sql, map(insert.values, events))
+    if progress:
+        cur.executemany(NUMBERED["write_settled_progress"].sql, progress)
     if depended_on:
         settle_dependents(cur, environment, depended_on, now_us)
     return applied
@@ -98,6 +105,21 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         "settles_alone": int(changes.status in SETTLED_STATUSES),
         "succeeded_attempt": implied_success_attempt(transition),
     }
+
+
+def settled_progress_values(environment: str, write: ProgressWrite, now_us: int) -> tuple[Any, ...]:
+    """The values of ``write_settled_progress`` for one settled attempt's progress."""
+    return NUMBERED["write_settled_progress"].values(
+        {
+            "environment": environment,
+            "run_id": write.run_id,
+            "attempt": write.attempt,
+            "fraction": write.fraction,
+            "message": write.message,
+            "data": write.data_json,
+            "now": now_us,
+        }
+    )
 
 
 def transition_events(

@@ -1,6 +1,8 @@
 """The storage methods that observe runs, called directly at their edges: ``get_runs``
 (``rl.runs.wait``'s re-read), ``write_progress`` and ``get_progress`` (``ctx.progress``),
-and the finished-run announcements of :class:`~runlane.ports.storage.AnnouncesFinishedRuns`."""
+the progress a settle carries (``Transition.progress`` in ``apply_transitions`` and
+``apply_transitions_and_claim``), and the finished-run announcements of
+:class:`~runlane.ports.storage.AnnouncesFinishedRuns`."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ import pytest
 from runlane import Lane, RunStatus
 from runlane.ports.storage import (
     AnnouncesFinishedRuns,
+    LeaseRequest,
     NewEvent,
     ProgressWrite,
+    QueuePolicy,
     RunChanges,
+    SettlesAndClaims,
     Storage,
     ThroughputRow,
     Transition,
@@ -47,16 +52,21 @@ def _write(run: Run, fraction: float, **fields: object) -> ProgressWrite:
     return ProgressWrite(**values)  # type: ignore[arg-type]
 
 
-async def _finish(storage: Storage, environment: str, run: Run) -> None:
+def _done(run: Run, progress: ProgressWrite | None = None, token: str | None = None) -> Transition:
+    """The transition that ends ``run``'s attempt as succeeded, carrying ``progress``."""
     assert run.lease is not None
-    done = Transition(
+    return Transition(
         run.id,
         run.event_sequence,
         RunChanges(RunStatus.SUCCEEDED, result=None),
         (NewEvent(RunEventType.SUCCEEDED),),
-        lease_token=run.lease.token,
+        lease_token=token or run.lease.token,
+        progress=progress,
     )
-    assert await storage.apply_transitions(environment, [done], NOW) == [True]
+
+
+async def _finish(storage: Storage, environment: str, run: Run) -> None:
+    assert await storage.apply_transitions(environment, [_done(run)], NOW) == [True]
 
 
 # -- get_runs ------------------------------------------------------------------------
@@ -174,6 +184,91 @@ async def test_prune_runs_deletes_the_progress_of_the_runs_it_deletes(
     later = NOW + timedelta(days=1)
     assert await storage.prune_runs(environment, later, [RunStatus.SUCCEEDED], 10) == 1
     assert await storage.get_progress(environment, ["a"]) == {}
+
+
+# -- progress carried by a settle (apply_transitions, apply_transitions_and_claim) ---
+
+
+async def test_apply_transitions_stores_the_progress_a_settle_carries_at_its_time(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    other = await _leased(storage, environment, "b")
+    data = json.dumps({"page": 10, "note": "naïve 'quoted'"})
+    last = _write(run, 1.0, message="page 10 of 10", data_json=data)
+    settled_at = NOW + timedelta(seconds=3)
+    applied = await storage.apply_transitions(
+        environment, [_done(run, last), _done(other)], settled_at
+    )
+    assert applied == [True, True]
+    stored = await storage.get_progress(environment, ["a", "b"])
+    assert list(stored) == ["a"]  # a settle without progress stores none
+    progress = stored["a"]
+    assert (progress.fraction, progress.message, progress.data) == (
+        1.0,
+        "page 10 of 10",
+        {"page": 10, "note": "naïve 'quoted'"},
+    )
+    assert progress.attempt == run.attempt
+    assert progress.updated_at == settled_at
+    finished = await storage.get_run(environment, "a")
+    assert finished is not None and finished.status is RunStatus.SUCCEEDED
+
+
+async def test_a_settles_progress_replaces_the_value_written_while_the_attempt_ran(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    assert await storage.write_progress(environment, [_write(run, 0.3)], NOW) == 1
+    applied = await storage.apply_transitions(environment, [_done(run, _write(run, 0.9))], NOW)
+    assert applied == [True]
+    assert (await storage.get_progress(environment, ["a"]))["a"].fraction == pytest.approx(0.9)
+    # The run ended: a late write of the same attempt is fenced out, the value stays.
+    assert await storage.write_progress(environment, [_write(run, 0.5)], NOW) == 0
+    assert (await storage.get_progress(environment, ["a"]))["a"].fraction == pytest.approx(0.9)
+
+
+async def test_a_settle_whose_compare_and_set_fails_stores_none_of_its_progress(
+    storage: Storage, environment: str
+) -> None:
+    run = await _leased(storage, environment, "a")
+    assert await storage.write_progress(environment, [_write(run, 0.3)], NOW) == 1
+    stale = _done(run, _write(run, 0.9, message="stale"), token="not-the-lease")
+    assert await storage.apply_transitions(environment, [stale], NOW) == [False]
+    kept = (await storage.get_progress(environment, ["a"]))["a"]
+    assert kept.fraction == pytest.approx(0.3) and kept.message is None
+    fresh = await _leased(storage, environment, "b")
+    assert await storage.apply_transitions(environment, [_done(fresh)], NOW) == [True]
+    late = _done(fresh, _write(fresh, 1.0))  # its sequence is the settled one's: refused
+    assert await storage.apply_transitions(environment, [late], NOW) == [False]
+    assert await storage.get_progress(environment, ["b"]) == {}
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [QueuePolicy("main"), QueuePolicy("main", concurrency_limit=10)],
+    ids=["unbounded", "bounded"],
+)
+async def test_apply_transitions_and_claim_stores_the_progress_its_settles_carry(
+    storage: Storage, environment: str, policy: QueuePolicy
+) -> None:
+    if not isinstance(storage, SettlesAndClaims):
+        pytest.skip("the driver does not settle and claim in one write")
+    run = await _leased(storage, environment, "a")
+    await storage.create_runs(environment, [new_run("next")], NOW)
+    lease = LeaseRequest("worker-2", NOW + timedelta(minutes=5))
+    applied, claimed = await storage.apply_transitions_and_claim(
+        environment, [_done(run, _write(run, 0.75, message="most"))], NOW, [policy], 1, lease
+    )
+    assert applied == [True] and [r.id for r in claimed] == ["next"]
+    progress = (await storage.get_progress(environment, ["a"]))["a"]
+    assert (progress.fraction, progress.message) == (0.75, "most")
+    stale = _done(claimed[0], _write(claimed[0], 0.5), token="not-the-lease")
+    applied, _ = await storage.apply_transitions_and_claim(
+        environment, [stale], NOW, [policy], 1, lease
+    )
+    assert applied == [False]
+    assert await storage.get_progress(environment, ["next"]) == {}
 
 
 # -- listen_for_finished_runs, wait_for_finished_runs --------------------------------

@@ -13,6 +13,7 @@ from runlane import (
     ManualClock,
     RetryPolicy,
     RunlaneError,
+    WorkerMode,
     task,
 )
 from runlane.testing.conformance.storage.support import MAIN, OTHER, Factory, make_runtime
@@ -68,6 +69,22 @@ async def test_throughput_series_counts_what_attempts_did_per_minute_and_queue(
     assert (everything.total.succeeded, everything.total.started) == (4, 6)
     other_hour = await reader.throughput_series("other")
     assert (other_hour.total.succeeded, other_hour.total.failed) == (1, 0)
+
+
+async def test_a_workers_settles_are_counted_with_no_observer_attached(
+    make_runtime: Factory,
+) -> None:
+    worker = await make_runtime([ok, flaky])
+    assert not worker.observers  # counting keeps attempts on the no-observer path
+    await worker.trigger_many(ok, [None] * 7)
+    await worker.trigger(flaky, None)
+    drain = worker.worker(concurrency=4, mode=WorkerMode.DRAIN, handle_signals=False)
+    await drain.run()
+    assert drain.executed == 8  # the flaky run's retry is not due yet
+    await worker.close()
+    reader = await make_runtime([ok, flaky])
+    total = (await reader.throughput_series(MAIN, window="1h")).total
+    assert (total.succeeded, total.retried, total.failed, total.started) == (7, 1, 0, 8)
 
 
 async def test_throughput_series_is_empty_before_anything_ran(make_runtime: Factory) -> None:
