@@ -35,7 +35,9 @@ ALL_MIGRATIONS = [
     "012_observing_runs",
     "013_run_dependencies",
     "014_flow_control",
+    "016_rate_keys",
 ]
+ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
 
 
 @task("noop")
@@ -76,8 +78,8 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     versions = _versions(postgres_dsn, schema)
     assert (
         versions
-        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
-        == list(range(1, SCHEMA_VERSION + 1))
+        == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16]
+        == ALL_VERSIONS
     )
 
 
@@ -96,7 +98,7 @@ async def test_concurrent_migrations_in_one_process_apply_each_version_once(
     storages = [PostgresStorage(postgres_dsn, schema=schema) for _ in range(8)]
     results = await asyncio.gather(*(s.migrate() for s in storages))
     assert sorted(results, key=len) == [[]] * 7 + [ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == ALL_VERSIONS
 
 
 def test_concurrent_migrations_from_several_processes_apply_each_version_once(
@@ -126,7 +128,7 @@ def test_concurrent_migrations_from_several_processes_apply_each_version_once(
         outputs.append(out.strip())
     applied = sorted(json.loads(out) for out in outputs)
     assert applied == [[], [], [], ALL_MIGRATIONS]
-    assert _versions(postgres_dsn, schema) == list(range(1, SCHEMA_VERSION + 1))
+    assert _versions(postgres_dsn, schema) == ALL_VERSIONS
 
 
 async def test_open_refuses_a_missing_schema_and_says_to_migrate(
@@ -159,7 +161,7 @@ async def test_open_refuses_an_older_schema_and_says_to_migrate(
     error = caught.value
     assert error.code is ErrorCode.CONFIGURATION_INVALID
     assert "runlane migrate" in error.message
-    assert error.meta["found"] == SCHEMA_VERSION - 1 and error.meta["required"] == SCHEMA_VERSION
+    assert error.meta["found"] == ALL_VERSIONS[-2] and error.meta["required"] == SCHEMA_VERSION
 
 
 async def test_a_run_created_before_version_4_keeps_its_stored_created_event(
@@ -324,6 +326,7 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
         ("runlane_dependencies_met",),
         ("runlane_dependency_settled",),
         ("runlane_lock_claimable_keys",),
+        ("runlane_rate_key_waiting",),
     ]
     async with rl:
         done = await rl.execute_next()
@@ -401,10 +404,30 @@ async def test_version_14_adds_flow_control_and_a_run_queued_before_waits_out_a_
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 13, "queued-at-13")
-    assert await rl.migrate() == ["014_flow_control"]
+    assert await rl.migrate() == ALL_MIGRATIONS[13:]
     async with rl:
         await rl.queues.pause("main")
         assert await rl.execute_next() is None
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-13"
+
+
+async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 14, "queued-at-14")
+    assert await rl.migrate() == ["016_rate_keys"]
+    keyed = Runlane(
+        lane=postgres_lane(postgres_dsn, schema=schema),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="migrations",
+    )
+    async with keyed:
+        # Written without a rate key, the run joins the queue's unkeyed partition.
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        assert await keyed.execute_next() is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"

@@ -68,7 +68,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,7 +116,7 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
@@ -155,7 +155,35 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 13
+        assert 13 in _applied(path)
+
+
+async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 14, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+            "'{\"type\": \"trigger\"}')"
+        )
+    keyed = Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="upgrade",
+    )
+    async with keyed:
+        assert _applied(path)[-1] == 15
+        # Written without a rate key, the run joins the queue's unkeyed partition.
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        assert (await keyed.execute_next()) is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -187,7 +215,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
 
 
 def _index_names(path: Path) -> set[str]:
@@ -233,4 +261,32 @@ async def test_version_13_adds_flow_control_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert _applied(path)[-1] == 13
+    assert 13 in _applied(path)
+
+
+async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 14, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+            "'{\"type\": \"trigger\"}')"
+        )
+    keyed = Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="upgrade",
+    )
+    async with keyed:
+        assert _applied(path)[-1] == 15
+        # Written without a rate key, the run joins the queue's unkeyed partition.
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        assert (await keyed.execute_next()) is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"

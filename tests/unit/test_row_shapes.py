@@ -107,7 +107,9 @@ def _new_run(**overrides: Any) -> NewRun:
 
 
 def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
-    new = _new_run(idempotency_key="k1", singleton_key="s1", request_delivery=True)
+    new = _new_run(
+        idempotency_key="k1", singleton_key="s1", request_delivery=True, rate_key="tenant-7"
+    )
     batch = creation_batch("env", [new], NOW_US, None)
     (row,) = json.loads(batch.insert_params()["runs"])
     assert dict(zip(INSERT_RUN.names, row, strict=True)) == {
@@ -124,7 +126,15 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
         "concurrency_key": "tenant-1",
         "trace_carrier": {"traceparent": "00-abc-def-01"},
         "request_delivery": True,
+        "rate_key": "tenant-7",
     }
+
+
+def test_the_insert_runs_encoder_leaves_out_an_unset_rate_key() -> None:
+    batch = creation_batch("env", [_new_run()], NOW_US, None)
+    (row,) = json.loads(batch.insert_params()["runs"])
+    # The statement reads the missing last field as NULL.
+    assert len(row) == len(INSERT_RUN.names) - 1 and INSERT_RUN.names[-1] == "rate_key"
 
 
 def _copy_fields(line: str) -> list[str | None]:

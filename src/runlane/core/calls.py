@@ -104,6 +104,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        rate_key: str | None = None,
     ) -> Run:
         """Create a run of ``task``; it has committed when this returns.
 
@@ -116,6 +117,11 @@ class ProducingCalls:
         default) and a dependency that failed or was cancelled, it is cancelled
         with reason ``dependency_failed``. ``on_failure="run"`` runs it however its
         dependencies ended. See the workflows guide.
+
+        ``rate_key`` names the run's partition on a queue defined with
+        ``rate_limit_by="key"`` (each key gets the queue's rate limit of its own;
+        runs without one share the queue's unkeyed partition); on any other queue
+        it is ``CONFIGURATION_INVALID``.
 
         >>> extract_run = await rl.trigger(extract, {"day": "2026-12-01"})
         >>> report_run = await rl.trigger(report, None, after=[extract_run])
@@ -133,6 +139,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
         )
 
     async def trigger_many(
@@ -148,6 +155,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        rate_key: str | Callable[[Any], str | None] | None = None,
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
@@ -159,7 +167,9 @@ class ProducingCalls:
         each batch is validated while the one before is stored, and a bad payload or a
         failure anywhere writes nothing.
 
-        ``after`` and ``on_failure`` apply to every run, as for :meth:`trigger`."""
+        ``after`` and ``on_failure`` apply to every run, as for :meth:`trigger`.
+        ``rate_key`` is one key for every run or a function of each payload giving
+        its key (``None``: the queue's unkeyed partition)."""
         return await self._producer.trigger_many(
             task,
             payloads,
@@ -171,6 +181,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
         )
 
     async def publish(

@@ -33,7 +33,7 @@ from runlane.core.store import StoreScope
 from runlane.model.definitions import TaskDef
 from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
 from runlane.model.payloads import prepare_payload
-from runlane.model.queue_defs import QueueDef
+from runlane.model.queue_defs import UNKEYED, QueueDef
 from runlane.ports.storage import StreamsRuns, TracksDependencies
 from runlane.types.carriers import validate_trace_carrier
 from runlane.types.clock import Clock, aware_utc
@@ -88,6 +88,9 @@ class TriggerPlan:
     idempotency_expires_at: datetime | None
     concurrency_key: str | None
     trace_carrier: dict[str, str] | None
+    #: On a queue rate-limited per key: a key, or a function of the payload giving one
+    #: (its None, like no key at all, is the queue's unkeyed partition ''); else None.
+    rate_key: Any = None
 
     @property
     def plain(self) -> bool:
@@ -158,6 +161,11 @@ class TriggerPlan:
             singleton_key=singleton_key,
             concurrency_key=self.concurrency_key,
             trace_carrier=self.trace_carrier,
+            rate_key=(
+                self.rate_key
+                if self.rate_key is None or isinstance(self.rate_key, str)
+                else _rate_key_from(self.rate_key, instance)
+            ),
             request_delivery=self.request_delivery,
         )
 
@@ -195,6 +203,7 @@ def plan_trigger(
     singleton_key: str | None = None,
     concurrency_key: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
+    rate_key: str | Callable[[Any], str | None] | None = None,
 ) -> TriggerPlan:
     """Validate the options of one call; ``transport``: the lane wakes workers through one."""
     if delay is not None and run_at is not None:
@@ -210,6 +219,17 @@ def plan_trigger(
     if singleton_key is not None:
         validate_identifier(singleton_key, name="singleton_key")
     validate_optional_identifier(concurrency_key, name="concurrency_key")
+    keyed = target.rate_limit_by is not None
+    if rate_key is not None:
+        if not keyed:
+            raise configuration_error(
+                f"rate_key needs a queue rate-limited per key; queue {target.name!r} is not "
+                "(define it with rate_limit=... and rate_limit_by='key')."
+            )
+        if isinstance(rate_key, str):
+            validate_identifier(rate_key, name="rate_key")
+        elif not callable(rate_key):
+            raise configuration_error("rate_key must be a string or a function of the payload.")
     ttl = task.idempotency_key_ttl
     return TriggerPlan(
         task=task,
@@ -229,7 +249,14 @@ def plan_trigger(
         idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
         concurrency_key=concurrency_key,
         trace_carrier=validate_trace_carrier(trace_carrier),
+        # Runs without a key share the keyed queue's unkeyed partition.
+        rate_key=(rate_key if rate_key is not None else UNKEYED) if keyed else None,
     )
+
+
+def _rate_key_from(option: Callable[[Any], str | None], payload: Any) -> str:
+    value = option(payload)
+    return UNKEYED if value is None else validate_identifier(value, name="rate_key")
 
 
 def _key_from(option: Any, payload: Any, name: str) -> str | None:
@@ -516,6 +543,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | None = None,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
         new = self.build_new_run(
@@ -531,6 +559,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
         )
         observers = self._observers
         if observers:
@@ -556,6 +585,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | Callable[[Any], str | None] | None = None,
     ) -> list[Run]:
         """``Runlane.trigger_many``: every payload validated, then written in batches."""
         plan = self.plan_trigger(
@@ -568,6 +598,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
         )
         writer = self._writer
         # A streamed call validates each batch as storage asks for it; otherwise every
@@ -605,6 +636,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | Callable[[Any], str | None] | None = None,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
         definition = self._registry.resolve_task(task)
@@ -621,6 +653,7 @@ class Producer:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
+            rate_key=rate_key,
         )
         if after is None and on_failure is CANCEL:
             return plan  # no dependencies: the plan every trigger without after= takes
@@ -665,6 +698,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | None = None,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
         return self.plan_trigger(
@@ -679,12 +713,16 @@ class Producer:
             trace_carrier=trace_carrier,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
         ).new_run(payload)
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
     ) -> Run:
         """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
+        target = self._registry.queue_for(
+            self._registry.resolve_task(source.task_id), queue or source.queue
+        )
         new = self.build_new_run(
             source.task_id,
             source.payload,
@@ -696,6 +734,8 @@ class Producer:
             concurrency_key=source.concurrency_key,
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
+            # Its partition too, when the queue it goes to is limited per key.
+            rate_key=source.rate_key or None if target.rate_limit_by is not None else None,
         )
         with self._observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.

@@ -350,13 +350,22 @@ class Storage(Protocol):
     async def list_queue_pauses(self, environment: str) -> list[QueuePause]:
         """Every paused queue of the environment, by name."""
 
-    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
-        """The token state of every rate-limit partition that has started a run.
+    async def list_rate_limit_states(
+        self, environment: str, now: datetime | None = None
+    ) -> list[RateLimitState]:
+        """The token state of every rate-limit partition that has started a run (or,
+        on a queue limited per key, has had a run), with, given ``now``, the due runs
+        of each key's partition (``due``; 0 for a queue limited as a whole).
 
         Claims on a queue whose ``QueuePolicy.rate_limit`` is set start runs only with
         a token of their partition and take it in the transaction that leases them
         (``runlane.model.rate_limiting``); ``claim_run`` does the same for one run.
+        With ``QueuePolicy.rate_keyed`` each run's ``rate_key`` is its partition, and a
+        partition without a token never keeps another's runs from starting.
         """
+
+    async def get_rate_limit_state(self, environment: str, queue: str, rate_key: str) -> int | None:
+        """One partition's stored token state (its tat), or None when it has none."""
 
     async def defer_delivery(
         self,

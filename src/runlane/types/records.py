@@ -50,6 +50,9 @@ class NewRun:
     singleton_key: str | None = None
     concurrency_key: str | None = None
     trace_carrier: dict[str, str] | None = None
+    #: The run's partition on a queue rate-limited per key ('' for its unkeyed
+    #: partition); ``None`` on every other queue.
+    rate_key: str | None = None
     #: Append a delivery request (outbox row + ``run.delivery_requested``) with the run.
     request_delivery: bool = False
 
@@ -230,6 +233,8 @@ class RateLimitState:
     queue: str
     rate_key: str
     tat: int
+    #: Due runs of the partition when it is a key's, at the time asked (else 0).
+    due: int = 0
 
 
 @dataclass(frozen=True, slots=True)

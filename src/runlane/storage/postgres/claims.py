@@ -36,7 +36,12 @@ import psycopg
 from psycopg import pq
 
 from runlane.model.capacity import has_capacity
-from runlane.model.rate_limiting import tat_after, tokens_available
+from runlane.model.rate_limiting import (
+    partition_scan,
+    tat_after,
+    token_time,
+    tokens_available,
+)
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.postgres.sessions import (
     AsyncSession,
@@ -72,6 +77,8 @@ async def claim_due_runs(
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
+    if rated:
+        await _adopt_unkeyed_runs(conn, session, q, lock_prefix, rated, params)
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
@@ -137,6 +144,9 @@ async def _claim_with_tokens(
             break
         if policy.name not in held:
             continue
+        if policy.rate_keyed:
+            rows += await _claim_keyed(session, q, policy, limit - len(rows), params)
+            continue
         assert policy.rate_limit is not None
         state = {"environment": params["environment"], "queue": policy.name}
         state["rate_key"] = WHOLE_QUEUE
@@ -158,6 +168,102 @@ async def _claim_with_tokens(
             await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
         rows += claimed
     return rows
+
+
+#: Queues limited per key whose runs written before (without a rate key) this process
+#: brought into their unkeyed partition, by capacity lock prefix (schema, environment).
+_ADOPTED: set[tuple[str, str]] = set()
+
+
+async def _adopt_unkeyed_runs(
+    conn: DriverConnection,
+    session: AsyncSession,
+    q: Queries,
+    lock_prefix: str,
+    rated: Sequence[QueuePolicy],
+    params: dict[str, Any],
+) -> None:
+    """Once per process and queue limited per key, in a transaction of its own: its
+    waiting runs without a rate key (written before the queue was keyed) join its
+    unkeyed partition."""
+    for policy in rated:
+        if policy.rate_keyed and (lock_prefix, policy.name) not in _ADOPTED:
+            async with conn.transaction():
+                await session.fetch(
+                    q["adopt_unkeyed_runs"],
+                    {"environment": params["environment"], "queue": policy.name},
+                )
+            _ADOPTED.add((lock_prefix, policy.name))
+
+
+async def _claim_keyed(
+    session: AsyncSession,
+    q: Queries,
+    policy: QueuePolicy,
+    limit: int,
+    params: dict[str, Any],
+) -> list[Any]:
+    """A queue limited per key, under its capacity lock: of the partitions that have a
+    token and a due run (an index range, however many others are exhausted), the
+    oldest due runs of each within its tokens, one token taken per run started."""
+    rate = policy.rate_limit
+    assert rate is not None
+    now = params["now"]
+    base = {"environment": params["environment"], "queue": policy.name}
+    partitions = await session.fetch(
+        q["ready_rate_partitions"], {**base, "now": now, "limit": partition_scan(limit)}
+    )
+    rows: list[Any] = []
+    for partition in partitions:
+        if len(rows) >= limit:
+            break
+        key, tat = partition["rate_key"], partition["tat"]
+        taken = 0
+        tokens = min(limit - len(rows), tokens_available(rate, tat, now))
+        if tokens > 0:
+            due = await session.fetch(
+                q["due_rate_keyed_runs"], {**base, "rate_key": key, "now": now, "limit": tokens}
+            )
+            for run in due:
+                claimed = await _claim_one(session, q, policy, run, params)
+                if claimed:
+                    rows += claimed
+                    taken += 1
+        new_tat = tat_after(rate, tat, now, taken) if taken else tat
+        await session.fetch(
+            q["settle_rate_partition"],
+            {
+                **base,
+                "rate_key": key,
+                "tat": new_tat,
+                "token_at": token_time(rate, new_tat),
+                "version": partition["version"],
+            },
+        )
+    return rows
+
+
+async def _claim_one(
+    session: AsyncSession,
+    q: Queries,
+    policy: QueuePolicy,
+    run: Any,
+    params: dict[str, Any],
+) -> list[Any]:
+    """Lease one run of a keyed claim (the queue's capacity lock held): its delivery
+    key's lock tried, never waited for, and the queue's capacity checked when bounded."""
+    one = {**params, "id": run["id"]}
+    (locked,) = await session.fetch(q["try_lock_run_key"], one)
+    if not locked["locked"]:
+        return []
+    if policy.concurrency_limit is not None:
+        (occupied,) = await session.fetch(
+            q["occupied_capacity"],
+            {**params, "queue": policy.name, "concurrency_key": run["concurrency_key"]},
+        )
+        if not has_capacity(occupied["n"], policy.concurrency_limit):
+            return []
+    return await session.fetch(q["claim_run"], one)
 
 
 async def claim_run(
@@ -221,8 +327,9 @@ async def _claim_run_with_token(
             {**params, "queues": [queue.name], "wait": True, "lock_prefix": lock_prefix},
         )
         state = {"environment": params["environment"], "queue": queue.name}
-        state["rate_key"] = WHOLE_QUEUE
-        found = await session.fetch(q["get_rate_limit_state"], state)
+        key = current[0]["rate_key"] if queue.rate_keyed else None
+        state["rate_key"] = WHOLE_QUEUE if key is None else key
+        found = await session.fetch(q["get_rate_partition"], state)
         tat = found[0]["tat"] if found else None
         if tokens_available(queue.rate_limit, tat, params["now"]) < 1:
             return None
@@ -241,6 +348,16 @@ async def _claim_run_with_token(
         if rows:
             new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
             await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
+            if queue.rate_keyed:
+                await session.fetch(
+                    q["settle_rate_partition"],
+                    {
+                        **state,
+                        "tat": new_tat,
+                        "token_at": token_time(queue.rate_limit, new_tat),
+                        "version": found[0]["version"] if found else 0,
+                    },
+                )
     return run_from_row(rows[0]) if rows else None
 
 

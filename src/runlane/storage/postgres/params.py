@@ -61,10 +61,13 @@ class CreationBatch:
             keys = dumps(
                 [c["idempotency_keys"][i], c["singleton_keys"][i], c["concurrency_keys"][i]]
             )
+            # A rate key goes last, and only when set: runs of other queues omit it.
+            rate_key = self.runs[i].rate_key
             rows.append(
                 f"[{names[1:-1]},{dumps(c['payloads'][i])},{counts[1:-1]},{c['sources'][i]},"
                 f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
-                f"{'true' if c['request_deliveries'][i] else 'false'}]"
+                f"{'true' if c['request_deliveries'][i] else 'false'}"
+                f"{'' if rate_key is None else ',' + dumps(rate_key)}]"
             )
         return {**self.shared, "runs": f"[{','.join(rows)}]"}
 
@@ -302,6 +305,7 @@ def created_run(
         idempotency_key=new.idempotency_key,
         singleton_key=new.singleton_key,
         concurrency_key=new.concurrency_key,
+        rate_key=new.rate_key,
         trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
         lease=lease,
     )
@@ -346,6 +350,7 @@ def plain_batch(runs: Sequence[NewRun]) -> bool:
         r.idempotency_key is not None
         or r.singleton_key is not None
         or r.request_delivery
+        or r.rate_key is not None
         or isinstance(r, NewWaitingRun)
         for r in runs
     )

@@ -20,7 +20,7 @@ WITH input AS (
            (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
            r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
            r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
-           (r.x->>12)::bool AS request_delivery
+           (r.x->>12)::bool AS request_delivery, r.x->>13 AS rate_key
     FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
 ),
 inserted AS (
@@ -28,13 +28,13 @@ inserted AS (
         environment, id, task_id, queue, status, payload, attempt, failure_count,
         run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
-        lease_expires_at, delivery_requested_at
+        lease_expires_at, delivery_requested_at, rate_key
     )
     SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
            run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
            singleton_key, concurrency_key, trace_carrier, %(lease_owner)s::text,
            %(lease_token)s::text, %(lease_expires_at)s::bigint,
-           CASE WHEN request_delivery THEN %(now)s::bigint END
+           CASE WHEN request_delivery THEN %(now)s::bigint END, rate_key
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
@@ -161,7 +161,7 @@ handed AS (
                i.singleton_key, i.concurrency_key, i.trace_carrier::text, i.lease_owner,
                i.lease_token, i.lease_expires_at, i.cancel_reason, i.partition_key, i.replays,
                i.subscription_mode, i.message_sequence, i.dead_letter_reason,
-               i.dead_lettered_at
+               i.dead_lettered_at, i.rate_key
            )::text AS row_text
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL

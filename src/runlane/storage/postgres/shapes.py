@@ -50,6 +50,8 @@ INSERT_RUN = RowShape(
         ("concurrency_key", "text"),
         ("trace_carrier", "jsonb"),
         ("request_delivery", "bool"),
+        # Absent (NULL) unless the run's queue is rate-limited per key.
+        ("rate_key", "text"),
     )
 )
 

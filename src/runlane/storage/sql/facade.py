@@ -184,10 +184,25 @@ class SqlStorageBase(ABC):
         rows = await self._fetch("list_queue_pauses", {"environment": environment})
         return [queue_pause_from_row(row) for row in rows]
 
-    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
-        """Every rate-limit partition's token state."""
-        rows = await self._fetch("list_rate_limit_states", {"environment": environment})
-        return [RateLimitState(row["queue"], row["rate_key"], row["tat"]) for row in rows]
+    async def list_rate_limit_states(
+        self, environment: str, now: datetime | None = None
+    ) -> list[RateLimitState]:
+        """Every rate-limit partition's token state (with its due runs at ``now``)."""
+        rows = await self._fetch(
+            "list_rate_limit_states",
+            {"environment": environment, "now": -1 if now is None else to_micros(now)},
+        )
+        return [
+            RateLimitState(row["queue"], row["rate_key"], row["tat"], row["due"]) for row in rows
+        ]
+
+    async def get_rate_limit_state(self, environment: str, queue: str, rate_key: str) -> int | None:
+        """One partition's stored token state (its tat), or None when it has none."""
+        rows = await self._fetch(
+            "get_rate_limit_state",
+            {"environment": environment, "queue": queue, "rate_key": rate_key},
+        )
+        return int(rows[0]["tat"]) if rows else None
 
     # -- topics --------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ RUN_COLUMNS = (
     "message_sequence",
     "dead_letter_reason",
     "dead_lettered_at",
+    "rate_key",
 )
 _BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
 
@@ -135,6 +136,7 @@ class RunDecoder:
             message_sequence,
             dead_letter_reason,
             dead_lettered_at,
+            rate_key,
         ) = self._fields(row)
         time = self.time
         source = self._sources.get(source_text)
@@ -174,6 +176,7 @@ class RunDecoder:
             message_sequence=message_sequence,
             dead_letter_reason=dead_letter_reason,
             dead_lettered_at=time(dead_lettered_at) if dead_lettered_at is not None else None,
+            rate_key=rate_key,
         )
 
 

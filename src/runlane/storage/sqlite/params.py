@@ -43,6 +43,7 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
         event_sequence=1 + int(new.request_delivery),
         source=new.source,
         concurrency_key=new.concurrency_key,
+        rate_key=new.rate_key,
         trace_carrier=new.trace_carrier,
     )
 
@@ -58,6 +59,7 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
         and (a.run_at is b.run_at or a.run_at == b.run_at)
         and (a.source is b.source or a.source == b.source)
         and a.concurrency_key == b.concurrency_key
+        and a.rate_key == b.rate_key
         and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
         and a.request_delivery == b.request_delivery
     )
@@ -81,6 +83,7 @@ def plain_batch(
         "now": now_us,
         "source": dumps(first.source.to_json()),
         "concurrency_key": first.concurrency_key,
+        "rate_key": first.rate_key,
         "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
@@ -108,6 +111,7 @@ def insert_params(
         "idempotency_key": new.idempotency_key,
         "singleton_key": new.singleton_key,
         "concurrency_key": new.concurrency_key,
+        "rate_key": new.rate_key,
         "trace_carrier": dumps(new.trace_carrier) if new.trace_carrier is not None else None,
         "lease_owner": lease.worker_id if lease else None,
         "lease_token": token,

@@ -6,12 +6,12 @@ INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
     singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
-    delivery_requested_at
+    delivery_requested_at, rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
     :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at,
-    :delivery_requested_at
+    :delivery_requested_at, :rate_key
 )
 ON CONFLICT DO NOTHING
 RETURNING *;
@@ -20,11 +20,11 @@ RETURNING *;
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at
+    trace_carrier, delivery_requested_at, rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
-    :trace_carrier, :delivery_requested_at
+    :trace_carrier, :delivery_requested_at, :rate_key
 );
 
 -- name: insert_plain_runs
@@ -34,11 +34,11 @@ INSERT INTO runlane_runs (
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at
+    trace_carrier, delivery_requested_at, rate_key
 )
 SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
        json_extract(row.value, '$[1]'), 0, 0, :run_at, :run_at, :now, :now, 1, :source,
-       :concurrency_key, :trace_carrier, NULL
+       :concurrency_key, :trace_carrier, NULL, :rate_key
 FROM json_each(:rows) AS row;
 
 -- name: insert_event

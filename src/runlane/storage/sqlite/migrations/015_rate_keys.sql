@@ -1,0 +1,61 @@
+-- Rate limits per key (flow control, 7.1): a queue defined with rate_limit_by="key"
+-- limits each run's rate key apart. Runs of such a queue store their key (the
+-- unkeyed partition is ''); every other run keeps NULL and pays nothing below.
+ALTER TABLE runlane_runs ADD COLUMN rate_key TEXT;
+
+-- A key's oldest due runs, for the claim that has a token of that key.
+CREATE INDEX runlane_runs_rate_keyed
+    ON runlane_runs (environment, queue, rate_key, run_at, id)
+    WHERE rate_key IS NOT NULL
+      AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+           OR status = 'released');
+
+-- Each partition's row tells a claim when the partition is worth a look, so that a
+-- claim reads only partitions with both a token and a due run, however many others
+-- are exhausted or idle (no head-of-line blocking, and a claim time that does not
+-- grow with the number of keys):
+--   token_at: when its next token comes (tat minus the tolerance of the limit the
+--     last claimer applied; a claim checks the tokens again with its own limit);
+--   due_at: never later than the earliest run_at of its waiting runs (the largest
+--     integer when it has none); runs entering a waiting status lower it (the
+--     triggers below), a claimer raises it again from the runs themselves;
+--   ready_at: the later of the two, indexed;
+--   version: counts the triggers' writes, so a PostgreSQL claimer raises due_at only
+--     when no run arrived after it looked (SQLite's writers take turns anyway).
+ALTER TABLE runlane_rate_limits ADD COLUMN token_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runlane_rate_limits ADD COLUMN due_at INTEGER NOT NULL DEFAULT 9223372036854775807;
+ALTER TABLE runlane_rate_limits ADD COLUMN ready_at INTEGER NOT NULL DEFAULT 9223372036854775807;
+ALTER TABLE runlane_rate_limits ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+
+CREATE INDEX runlane_rate_limits_ready
+    ON runlane_rate_limits (environment, queue, ready_at);
+
+CREATE TRIGGER runlane_rate_key_run_created
+AFTER INSERT ON runlane_runs
+WHEN NEW.rate_key IS NOT NULL
+ AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
+      OR NEW.status = 'released')
+BEGIN
+    INSERT INTO runlane_rate_limits (
+        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
+    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
+    ON CONFLICT (environment, queue, rate_key) DO UPDATE
+    SET due_at = min(due_at, excluded.due_at),
+        ready_at = max(token_at, min(due_at, excluded.due_at)),
+        version = version + 1;
+END;
+
+CREATE TRIGGER runlane_rate_key_run_waiting
+AFTER UPDATE OF status, run_at ON runlane_runs
+WHEN NEW.rate_key IS NOT NULL
+ AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
+      OR NEW.status = 'released')
+BEGIN
+    INSERT INTO runlane_rate_limits (
+        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
+    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
+    ON CONFLICT (environment, queue, rate_key) DO UPDATE
+    SET due_at = min(due_at, excluded.due_at),
+        ready_at = max(token_at, min(due_at, excluded.due_at)),
+        version = version + 1;
+END;
