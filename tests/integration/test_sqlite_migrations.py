@@ -155,35 +155,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert 13 in _applied(path)
-
-
-async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "old.db"
-    _migrate_up_to(path, 14, monkeypatch)
-    with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
-            "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
-            "'{\"type\": \"trigger\"}')"
-        )
-    keyed = Runlane(
-        lane=sqlite_lane(path),
-        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
-        tasks=[noop],
-        environment="upgrade",
-    )
-    async with keyed:
         assert _applied(path)[-1] == 15
-        # Written without a rate key, the run joins the queue's unkeyed partition.
-        done = await keyed.execute_next()
-        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
-        later = await keyed.trigger(noop, None, rate_key="tenant-1")
-        assert (await keyed.execute_next()) is not None
-        assert (await keyed.runs.get(later.id)).status.value == "succeeded"
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -274,7 +246,7 @@ async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
             "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
             "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
             "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
-            "'{\"type\": \"trigger\"}')"
+            '\'{"type": "trigger"}\')'
         )
     keyed = Runlane(
         lane=sqlite_lane(path),

@@ -240,7 +240,7 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
 
 
 def test_the_delivery_encoder_writes_the_declared_fields() -> None:
-    new = NewDelivery("run-1", "ship", "main", SubscriptionMode.ORDERED, "k", True)
+    new = NewDelivery("run-1", "ship", "main", SubscriptionMode.ORDERED, "k", True, "k")
     row = json.loads(json.dumps(delivery_row(new)))
     assert dict(zip(INSERT_DELIVERY.names, row, strict=True)) == {
         "id": "run-1",
@@ -249,6 +249,7 @@ def test_the_delivery_encoder_writes_the_declared_fields() -> None:
         "partition_key": "k",
         "subscription_mode": "ordered",
         "request_delivery": True,
+        "rate_key": "k",
     }
 
 
@@ -285,4 +286,5 @@ def test_the_plain_batch_encoder_writes_the_declared_fields() -> None:
         "partition_key": None,
         "subscription_mode": "none",
         "request_delivery": True,
+        "rate_key": None,
     }

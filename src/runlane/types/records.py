@@ -282,6 +282,9 @@ class NewDelivery:
     #: On a transport lane: append a delivery request if the delivery is claimable at
     #: once (its key free, and for ORDERED at its head); storage applies the key rule.
     request_delivery: bool = False
+    #: On a queue rate-limited per key: the message's key for the subscription ('' when
+    #: it has none); ``None`` on every other queue.
+    rate_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

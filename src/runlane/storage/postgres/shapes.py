@@ -86,6 +86,7 @@ INSERT_DELIVERY = RowShape(
         ("partition_key", "text"),
         ("subscription_mode", "text"),
         ("request_delivery", "bool"),
+        ("rate_key", "text"),
     )
 )
 

@@ -16,14 +16,19 @@ import pytest
 
 from runlane import (
     Context,
+    DeliveryContext,
     ErrorCode,
     ManualClock,
+    Message,
     RateLimit,
     RetryPolicy,
     RunlaneError,
     RunStatus,
+    SubscriptionMode,
     queue,
+    subscription,
     task,
+    topic,
 )
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.ports.transport import DeliveryOutcome, IgnoredReason
@@ -278,6 +283,40 @@ async def test_on_a_transport_lane_a_keys_wakeup_without_a_token_comes_back_at_i
     again = transport.published[-1].message
     assert again.run_id == a2.id
     assert (await rl.execute_delivery(again)).outcome is DeliveryOutcome.EXECUTED
+
+
+async def test_deliveries_on_a_keyed_queue_are_limited_by_their_message_key(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    seen: list[str] = []
+    events = topic("tenant_events")
+
+    async def handle(message: Message[Any], ctx: DeliveryContext) -> None:
+        seen.append(message.attributes["tenant"])
+
+    sync = subscription(
+        "tenant_sync",
+        topic=events,
+        handler=handle,
+        mode=SubscriptionMode.EXCLUSIVE,
+        key="tenant",
+        queue=TENANTS,
+    )
+    rl = await make_runtime(
+        [], queues=[MAIN, TENANTS], clock=clock, topics=[events], subscriptions=[sync]
+    )
+    receipts = [
+        await rl.publish(events, {"n": n}, attributes={"tenant": tenant})
+        for n, tenant in enumerate("aab")
+    ]
+    assert [r.runs[0].rate_key for r in receipts] == ["a", "a", "b"]
+    await rl.worker(mode="drain", handle_signals=False, maintenance=False).run()
+    assert sorted(seen) == ["a", "b"]
+    assert (await rl.runs.get(receipts[1].runs[0].id)).status is RunStatus.QUEUED
+    clock.advance("500ms")
+    await rl.worker(mode="drain", handle_signals=False, maintenance=False).run()
+    assert sorted(seen) == ["a", "a", "b"]
 
 
 __all__ = [name for name in dir() if name.startswith("test_")]
