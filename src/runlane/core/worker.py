@@ -19,6 +19,7 @@ from runlane.core.maintenance import maintain_while_leading
 from runlane.core.worker_idling import WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
 from runlane.model.context import Signal, SignalReason
+from runlane.ports.storage import AnnouncesPauses
 from runlane.types.errors import RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
@@ -134,6 +135,13 @@ class Worker(WorkerSlots, WorkerIdling):
         #: Until when (loop time) idle waits last one token interval: a rate-limited
         #: queue started runs lately, so its backlog may get a token any moment.
         self._paced_until = 0.0
+        #: A driver that hears pauses and resumes of other processes, and the version of
+        #: its announcements this worker last read the pauses at.
+        storage = store.storage
+        self._announcer = storage if isinstance(storage, AnnouncesPauses) else None
+        self._pauses_seen: object = None
+        #: Set when an idle wait ended on a storage notification (WorkerIdling).
+        self._woken = False
         self.concurrency = concurrency
         self.mode = mode
         self.lease = lease
@@ -203,6 +211,7 @@ class Worker(WorkerSlots, WorkerIdling):
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
+        await self._listen_for_pauses()
         await self._read_pauses()
         watching = loop.create_task(self._watch_pauses())
         #: Set while claims fail in a row (None, a plain store, on the hot path otherwise).
@@ -232,6 +241,7 @@ class Worker(WorkerSlots, WorkerIdling):
                     continue
                 work.clear()
                 busy_before_claim = bool(self._active)
+                await self._follow_pauses()
                 queues = self._pauses.claimable(self.queues)
                 self._reserved += free
                 try:
@@ -317,6 +327,31 @@ class Worker(WorkerSlots, WorkerIdling):
         if self._token_interval is not None and now < self._paced_until:
             return min(self.poll_interval, self._token_interval)
         return self.poll_interval
+
+    async def _listen_for_pauses(self) -> None:
+        announcer = self._announcer
+        if announcer is None:
+            return
+        try:
+            await announcer.listen_for_pauses(self._store.environment, self.poll_interval)
+        except Exception as error:
+            # Reading the pauses every poll interval still covers them.
+            logger.warning("worker %s: listening for pauses failed (%s)", self.worker_id, error)
+        self._pauses_seen = announcer.pauses_version(self._store.environment)
+
+    async def _follow_pauses(self) -> None:
+        """Before a claim: read the pauses again when another process announced a
+        change (PostgreSQL), or, after a wakeup while some of them are paused, in case
+        it was a resume (SQLite, whose claims leave out queues paused by then)."""
+        announcer = self._announcer
+        if announcer is not None:
+            seen = announcer.pauses_version(self._store.environment)
+            if seen != self._pauses_seen:
+                self._pauses_seen = seen
+                await self._read_pauses()
+        elif self._woken and self._pauses.names:
+            await self._read_pauses()
+        self._woken = False
 
     async def _watch_pauses(self) -> None:
         """Read the paused queues again every poll interval, so a pause stored by any

@@ -416,6 +416,24 @@ class WorkNotifier(Protocol):
 
 
 @runtime_checkable
+class AnnouncesPauses(Protocol):
+    """Optional: a driver that hears, across processes, that a queue was paused or
+    resumed (PostgreSQL LISTEN/NOTIFY), so workers read the pauses again at once.
+
+    Workers still read them every poll interval, so a lost announcement only costs
+    latency.
+    """
+
+    async def listen_for_pauses(self, environment: str, within: float) -> bool:
+        """Start hearing pause announcements of ``environment`` (at most ``within``
+        seconds to connect); False when it cannot listen now."""
+
+    def pauses_version(self, environment: str) -> object:
+        """A value that changes whenever a pause or resume of ``environment`` was
+        announced (or announcements may have been missed) since it was last read."""
+
+
+@runtime_checkable
 class KeepsServerTime(Protocol):
     """Optional: a driver whose server's clock, not the host's, is the time of its lane
     (PostgreSQL: many hosts share one server). The runtime runs on ``server_clock``

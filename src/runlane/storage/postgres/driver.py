@@ -676,12 +676,29 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             "pause_queue",
             {"environment": environment, "queue": queue, "reason": reason, "now": to_micros(now)},
         )
+        await self._announce_pauses(environment)
         return queue_pause_from_row(rows[0])
 
     async def resume_queue(self, environment: str, queue: str) -> bool:
         """Drop the pause of ``queue`` and its waiting runs' ignored delivery requests."""
         rows = await self._fetch("resume_queue", {"environment": environment, "queue": queue})
+        await self._announce_pauses(environment)
         return bool(rows[0]["resumed"])
+
+    async def _announce_pauses(self, environment: str) -> None:
+        # After the commit that stored the change: a listener that reads the pauses on
+        # hearing it sees the change.
+        await self._fetch("announce_pauses", {"environment": environment, "channel": WORK_CHANNEL})
+
+    async def listen_for_pauses(self, environment: str, within: float) -> bool:
+        """Start hearing pause announcements (on the work listener's connection)."""
+        return await self._work_listener().start(within)
+
+    def pauses_version(self, environment: str) -> object:
+        """Changes whenever a pause or resume of ``environment`` was announced, or the
+        listening connection was lost (announcements may have been missed)."""
+        listener = self._listener
+        return None if listener is None else listener.pauses_version(environment)
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

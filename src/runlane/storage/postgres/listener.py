@@ -39,6 +39,10 @@ RECONNECT_BACKOFF_MAX = 5.0
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
+#: A work notification whose payload is an environment plus this says its queue pauses
+#: changed (environments never hold ':').
+PAUSES_SUFFIX = ":pauses"
+
 
 class HandoffReceiver(Protocol):
     """An offer hearing its hand-offs."""
@@ -78,6 +82,8 @@ class WorkListener:
         #: meanwhile), so an outage costs one attempt per backoff step, not one per poll.
         self._retry_at = 0.0
         self._retry_step = RECONNECT_BACKOFF_INITIAL
+        #: Pause announcements heard, by environment.
+        self._pause_marks: dict[str, int] = {}
 
     @property
     def listening(self) -> bool:
@@ -94,6 +100,15 @@ class WorkListener:
             return False
         event = self._pending.setdefault(environment, asyncio.Event())
         return await wait_for_announcement(event, deadline, lambda: self._generation)
+
+    async def start(self, within: float) -> bool:
+        """Listen now (connecting within ``within`` seconds) unless already listening."""
+        return self.listening or await self._start(within)
+
+    def pauses_version(self, environment: str) -> tuple[int, int]:
+        """Changes with each pause announcement of ``environment`` and each lost
+        connection."""
+        return self._generation, self._pause_marks.get(environment, 0)
 
     async def address(self, within: float) -> HandoffAddress | None:
         """The hand-off channel and lock of the live connection, connecting if needed
@@ -168,7 +183,13 @@ class WorkListener:
                 if notice.channel == address.channel:
                     self._hand_over(notice.payload)
                     continue
-                event = self._pending.get(notice.payload)
+                payload = notice.payload
+                if payload.endswith(PAUSES_SUFFIX):
+                    # The environment's pauses changed: note it, and wake its idle
+                    # workers (a resumed queue's runs may start now).
+                    payload = payload[: -len(PAUSES_SUFFIX)]
+                    self._pause_marks[payload] = self._pause_marks.get(payload, 0) + 1
+                event = self._pending.get(payload)
                 if event is not None:
                     event.set()
         except (psycopg.Error, OSError) as error:

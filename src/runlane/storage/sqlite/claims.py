@@ -51,7 +51,13 @@ def claim_due_runs(
     rotation: QueueRotation,
 ) -> list[Run]:
     """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity
-    and, on rate-limited queues, the tokens their partitions have."""
+    and, on rate-limited queues, the tokens their partitions have. Queues paused in
+    the database are left out here, whatever the caller last read: a pause stored by
+    another process holds from its commit on."""
+    paused = cur.execute(QUERIES["paused_queue_names"], {"environment": environment}).fetchall()
+    if paused:
+        names = {row[0] for row in paused}
+        queues = [q for q in queues if q.name not in names]
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []

@@ -29,3 +29,8 @@ SET reserved_until = NULL, delivery_requested_at = NULL
 WHERE environment = :environment AND queue = :queue
   AND delivery_requested_at IS NOT NULL
   AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying' OR status = 'released');
+
+-- name: paused_queue_names
+-- Read by every claim, in its write transaction (the table is empty unless a queue
+-- is paused).
+SELECT queue FROM runlane_queue_pauses WHERE environment = :environment;
