@@ -132,6 +132,7 @@ class Worker(WorkerSlots, WorkerIdling):
         intervals = [q.rate_limit.per / q.rate_limit.count for q in queues if q.rate_limit]
         self._token_interval = max(MIN_TOKEN_WAIT, min(intervals)) if intervals else None
         self._rate_limited = frozenset(q.name for q in queues if q.rate_limit)
+        self._rated_policies = [q for q in queues if q.rate_limit]
         #: Until when (loop time) idle waits last one token interval: a rate-limited
         #: queue started runs lately, so its backlog may get a token any moment.
         self._paced_until = 0.0
@@ -290,7 +291,7 @@ class Worker(WorkerSlots, WorkerIdling):
                     if self._active:
                         await self._wait_for(self._slot_freed, None)
                     continue
-                await self._idle(work, self._idle_limit(loop.time()))
+                await self._idle(work, await self._idle_limit(loop.time()))
         finally:
             self._work.unsubscribe(work)
             watching.cancel()
@@ -319,14 +320,29 @@ class Worker(WorkerSlots, WorkerIdling):
         if any(run.queue in self._rate_limited for run in claimed):
             self._paced_until = now + self.poll_interval
 
-    def _idle_limit(self, now: float) -> float:
-        """The poll interval; a token interval while a rate-limited queue started runs
-        within the last poll interval (its backlog takes each token as it comes, where
-        waiting a whole poll interval would leave tokens unused). Once its claims find
-        nothing for a poll interval, the worker polls as usual again."""
-        if self._token_interval is not None and now < self._paced_until:
-            return min(self.poll_interval, self._token_interval)
-        return self.poll_interval
+    async def _idle_limit(self, now: float) -> float:
+        """The poll interval; while a rate-limited queue started runs within the last
+        poll interval, until its next token (at most a token interval): its backlog takes
+        each token as it comes, where waiting longer would leave tokens unused (a token
+        taken late is time lost for good). Once its claims find nothing for a poll
+        interval, the worker polls as usual again."""
+        if self._token_interval is None or now >= self._paced_until:
+            return self.poll_interval
+        wait = min(self.poll_interval, self._token_interval)
+        store = self._store
+        try:
+            at = await store.storage.next_rate_token(
+                store.environment, self._rated_policies, store.now()
+            )
+        except Exception as error:
+            # The claims report storage trouble themselves: wait a token interval.
+            logger.debug("worker %s: reading the next token failed (%s)", self.worker_id, error)
+            return wait
+        if at is not None:
+            ahead = (at - store.now()).total_seconds()
+            if ahead > 0:
+                wait = min(wait, ahead)
+        return wait
 
     async def _listen_for_pauses(self) -> None:
         announcer = self._announcer

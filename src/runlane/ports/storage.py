@@ -367,6 +367,13 @@ class Storage(Protocol):
     async def get_rate_limit_state(self, environment: str, queue: str, rate_key: str) -> int | None:
         """One partition's stored token state (its tat), or None when it has none."""
 
+    async def next_rate_token(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
+    ) -> datetime | None:
+        """The soonest time after ``now`` at which a partition of the rate-limited
+        ``queues`` gets a token (on a queue limited per key: a partition with a due run
+        then), or None when none is ahead: a worker pacing a backlog claims then."""
+
     async def defer_delivery(
         self,
         environment: str,

@@ -126,3 +126,12 @@ UPDATE {schema}.runlane_runs
 SET rate_key = '', run_at = run_at
 WHERE environment = %(environment)s AND queue = %(queue)s AND rate_key IS NULL
   AND status IN ('queued', 'scheduled', 'retrying', 'released');
+
+-- name: next_ready_partition
+-- When the soonest partition with a due run gets its token (a worker pacing a backlog
+-- claims then): the first ready_at after now, an index seek.
+SELECT ready_at AS at FROM {schema}.runlane_rate_limits
+WHERE environment = %(environment)s AND queue = %(queue)s AND ready_at > %(now)s
+  AND ready_at < 9223372036854775807
+ORDER BY ready_at
+LIMIT 1;

@@ -104,3 +104,12 @@ SET rate_key = '', run_at = run_at
 WHERE environment = :environment AND queue = :queue AND rate_key IS NULL
   AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
        OR status = 'released');
+
+-- name: next_ready_partition
+-- When the soonest partition with a due run gets its token (a worker pacing a backlog
+-- claims then): the first ready_at after now, an index seek.
+SELECT ready_at AS at FROM runlane_rate_limits
+WHERE environment = :environment AND queue = :queue AND ready_at > :now
+  AND ready_at < 9223372036854775807
+ORDER BY ready_at
+LIMIT 1;
