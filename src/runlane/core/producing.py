@@ -94,12 +94,13 @@ class TriggerPlan:
 
     @property
     def plain(self) -> bool:
-        """Whether the runs are bare rows: no idempotency or singleton key, no delivery
-        request (what :class:`~runlane.ports.storage.StreamsRuns` takes)."""
+        """Whether the runs are bare rows: no idempotency, singleton or rate key, no
+        delivery request (what :class:`~runlane.ports.storage.StreamsRuns` takes)."""
         return (
             self.idempotency_key is None
             and self.singleton_key is None
             and not self.request_delivery
+            and self.rate_key is None
         )
 
     def batches(self, payloads: Sequence[Any]) -> Iterator[list[NewRun]]:

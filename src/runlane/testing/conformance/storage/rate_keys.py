@@ -30,6 +30,7 @@ from runlane import (
     task,
     topic,
 )
+from runlane.core.producing import TRIGGER_BATCH_SIZE
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.ports.transport import DeliveryOutcome, IgnoredReason
 from runlane.testing.conformance.storage.support import MAIN, Factory, TransportFactory
@@ -103,6 +104,22 @@ async def test_many_exhausted_keys_ahead_never_keep_a_free_key_waiting(
     assert [run.id for run in claimed] == [late.id]
     stats = {entry.queue: entry for entry in await rl.queue_stats()}
     assert (stats[TENANTS.name].due, stats[TENANTS.name].rate_limited) == (60, 60)
+
+
+async def test_a_trigger_many_of_several_batches_keeps_every_runs_key(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, sync = _starts_recorder(clock)
+    rl = await make_runtime([sync], queues=[MAIN, TENANTS], clock=clock)
+    payloads = [{"tenant": f"t{i % 3}"} for i in range(TRIGGER_BATCH_SIZE + 5)]
+    runs = await rl.trigger_many(sync, payloads, queue=TENANTS, rate_key=_tenant)
+    assert [run.rate_key for run in runs] == [p["tenant"] for p in payloads]
+    for run in (runs[0], runs[-1]):  # the first and the last batch, as stored
+        assert (await rl.runs.get(run.id)).rate_key == run.rate_key
+    await rl.worker(mode="drain", handle_signals=False, maintenance=False).run()
+    stats = {entry.queue: entry for entry in await rl.queue_stats()}
+    assert stats[TENANTS.name].due == len(runs) - 3  # one token per key
 
 
 async def test_runs_without_a_key_share_the_unkeyed_partition(make_runtime: Factory) -> None:
