@@ -163,9 +163,9 @@ class TriggerPlan:
             concurrency_key=self.concurrency_key,
             trace_carrier=self.trace_carrier,
             rate_key=(
-                self.rate_key
-                if self.rate_key is None or isinstance(self.rate_key, str)
-                else _rate_key_from(self.rate_key, instance)
+                _rate_key_from(self.rate_key, instance)
+                if callable(self.rate_key)
+                else self.rate_key
             ),
             request_delivery=self.request_delivery,
         )

@@ -76,11 +76,14 @@ ORDER BY ready_at, rate_key
 LIMIT %(limit)s;
 
 -- name: due_rate_keyed_runs
+-- Ordered by the rate key too (one value here), as runlane_runs_rate_keyed is: only
+-- that index gives the order, so even a generic plan never walks the queue's other
+-- keys' due runs in runlane_runs_claimable instead.
 SELECT id, concurrency_key FROM {schema}.runlane_runs
 WHERE environment = %(environment)s AND queue = %(queue)s AND rate_key = %(rate_key)s
   AND status IN ('queued', 'scheduled', 'retrying', 'released')
   AND run_at <= %(now)s
-ORDER BY run_at, id
+ORDER BY rate_key, run_at, id
 LIMIT %(limit)s;
 
 -- name: get_rate_partition
@@ -101,11 +104,16 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- limit), and due_at again from its runs, unless a run arrived since the claimer read
 -- the version (due_at then keeps the trigger's lower value: at worst a look too early).
 WITH next_due AS (
-    SELECT coalesce(min(r.run_at), 9223372036854775807) AS at
-    FROM {schema}.runlane_runs r
-    WHERE r.environment = %(environment)s AND r.queue = %(queue)s
-      AND r.rate_key = %(rate_key)s
-      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+    -- The key's earliest waiting run, read as the first of runlane_runs_rate_keyed
+    -- (as in due_rate_keyed_runs).
+    SELECT coalesce((
+        SELECT r.run_at FROM {schema}.runlane_runs r
+        WHERE r.environment = %(environment)s AND r.queue = %(queue)s
+          AND r.rate_key = %(rate_key)s
+          AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+        ORDER BY r.rate_key, r.run_at
+        LIMIT 1
+    ), 9223372036854775807) AS at
 )
 UPDATE {schema}.runlane_rate_limits p
 SET tat = %(tat)s,

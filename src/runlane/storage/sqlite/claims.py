@@ -51,13 +51,9 @@ def claim_due_runs(
     rotation: QueueRotation,
 ) -> list[Run]:
     """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity
-    and, on rate-limited queues, the tokens their partitions have. Queues paused in
-    the database are left out here, whatever the caller last read: a pause stored by
-    another process holds from its commit on."""
-    paused = cur.execute(QUERIES["paused_queue_names"], {"environment": environment}).fetchall()
-    if paused:
-        names = {row[0] for row in paused}
-        queues = [q for q in queues if q.name not in names]
+    and, on rate-limited queues, the tokens their partitions have. The claim statements
+    leave out queues paused in the database, whatever the caller last read: a pause
+    stored by another process holds from its commit on."""
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []
@@ -66,6 +62,7 @@ def claim_due_runs(
             break
         if policy.rate_keyed:
             if (environment, policy.name) not in rotation.adopted:
+                ensure_rate_key_triggers(cur)
                 adopt_unkeyed_runs(cur, environment, policy.name)
                 rotation.adopted.add((environment, policy.name))
             runs += _claim_keyed(cur, environment, policy, limit - len(runs), lease_params)
@@ -131,6 +128,14 @@ def _claim_with_tokens(
     return runs
 
 
+def ensure_rate_key_triggers(cur: sqlite3.Cursor) -> None:
+    """Create the triggers that keep each rate-key partition's due_at (once per file:
+    they stay), in the caller's write transaction, before it writes or claims runs with
+    a rate key."""
+    cur.execute(QUERIES["create_rate_key_created_trigger"])
+    cur.execute(QUERIES["create_rate_key_waiting_trigger"])
+
+
 def adopt_unkeyed_runs(cur: sqlite3.Cursor, environment: str, queue: str) -> None:
     """Bring a queue's waiting runs written before it was limited per key (without a
     rate key) into its unkeyed partition: once per process and queue."""
@@ -151,6 +156,8 @@ def _claim_keyed(
     assert rate is not None
     now = lease_params["now"]
     base = {"environment": environment, "queue": policy.name}
+    if cur.execute(QUERIES["queue_is_paused"], base).fetchone() is not None:
+        return []  # paused by some process since the caller last read the pauses
     partitions = cur.execute(
         QUERIES["ready_rate_partitions"],
         {**base, "now": now, "limit": partition_scan(limit)},
@@ -216,6 +223,7 @@ def _claim_run_keyed(
     partition, which it takes."""
     rate = queue.rate_limit
     assert rate is not None
+    ensure_rate_key_triggers(cur)
     current = cur.execute(QUERIES["get_run"], params).fetchone()
     if current is None:
         return None

@@ -23,7 +23,10 @@ SET status = 'running',
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
     updated_at = :now
-WHERE environment = :environment AND id IN (
+WHERE environment = :environment
+  -- A queue paused by any process is left out from the pause's commit on.
+  AND queue NOT IN (SELECT queue FROM runlane_queue_pauses WHERE environment = :environment)
+  AND id IN (
     SELECT id FROM (
         SELECT id, run_at FROM (
             SELECT id, run_at FROM runlane_runs
@@ -95,7 +98,10 @@ SET status = 'running',
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
     updated_at = :now
-WHERE environment = :environment AND id IN (
+WHERE environment = :environment
+  -- A queue paused by any process is left out from the pause's commit on.
+  AND queue NOT IN (SELECT queue FROM runlane_queue_pauses WHERE environment = :environment)
+  AND id IN (
     SELECT c.id FROM (
         SELECT e.id, e.queue, e.run_at, e.lim, e.part,
                row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.run_at, e.id) AS rn

@@ -30,7 +30,6 @@ WHERE environment = :environment AND queue = :queue
   AND delivery_requested_at IS NOT NULL
   AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying' OR status = 'released');
 
--- name: paused_queue_names
--- Read by every claim, in its write transaction (the table is empty unless a queue
--- is paused).
-SELECT queue FROM runlane_queue_pauses WHERE environment = :environment;
+-- name: queue_is_paused
+-- A claim on a queue limited per key asks first (its runs are claimed one by one).
+SELECT 1 FROM runlane_queue_pauses WHERE environment = :environment AND queue = :queue;

@@ -113,3 +113,40 @@ WHERE environment = :environment AND queue = :queue AND ready_at > :now
   AND ready_at < 9223372036854775807
 ORDER BY ready_at
 LIMIT 1;
+
+-- Runs entering a waiting status (created, retried, released, recovered, released by
+-- their dependencies) lower their partition's due_at and ready_at, creating its row
+-- the first time. Created by ensure_rate_key_triggers (claims.py) with the first
+-- write or claim of a run with a rate key, in that write's transaction.
+
+-- name: create_rate_key_created_trigger
+CREATE TRIGGER IF NOT EXISTS runlane_rate_key_run_created
+AFTER INSERT ON runlane_runs
+WHEN NEW.rate_key IS NOT NULL
+ AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
+      OR NEW.status = 'released')
+BEGIN
+    INSERT INTO runlane_rate_limits (
+        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
+    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
+    ON CONFLICT (environment, queue, rate_key) DO UPDATE
+    SET due_at = min(due_at, excluded.due_at),
+        ready_at = max(token_at, min(due_at, excluded.due_at)),
+        version = version + 1;
+END;
+
+-- name: create_rate_key_waiting_trigger
+CREATE TRIGGER IF NOT EXISTS runlane_rate_key_run_waiting
+AFTER UPDATE OF status, run_at ON runlane_runs
+WHEN NEW.rate_key IS NOT NULL
+ AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
+      OR NEW.status = 'released')
+BEGIN
+    INSERT INTO runlane_rate_limits (
+        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
+    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
+    ON CONFLICT (environment, queue, rate_key) DO UPDATE
+    SET due_at = min(due_at, excluded.due_at),
+        ready_at = max(token_at, min(due_at, excluded.due_at)),
+        version = version + 1;
+END;

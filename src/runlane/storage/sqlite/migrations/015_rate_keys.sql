@@ -30,32 +30,7 @@ ALTER TABLE runlane_rate_limits ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runlane_rate_limits_ready
     ON runlane_rate_limits (environment, queue, ready_at);
 
-CREATE TRIGGER runlane_rate_key_run_created
-AFTER INSERT ON runlane_runs
-WHEN NEW.rate_key IS NOT NULL
- AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
-      OR NEW.status = 'released')
-BEGIN
-    INSERT INTO runlane_rate_limits (
-        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
-    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
-    ON CONFLICT (environment, queue, rate_key) DO UPDATE
-    SET due_at = min(due_at, excluded.due_at),
-        ready_at = max(token_at, min(due_at, excluded.due_at)),
-        version = version + 1;
-END;
-
-CREATE TRIGGER runlane_rate_key_run_waiting
-AFTER UPDATE OF status, run_at ON runlane_runs
-WHEN NEW.rate_key IS NOT NULL
- AND (NEW.status = 'queued' OR NEW.status = 'scheduled' OR NEW.status = 'retrying'
-      OR NEW.status = 'released')
-BEGIN
-    INSERT INTO runlane_rate_limits (
-        environment, queue, rate_key, tat, token_at, due_at, ready_at, version
-    ) VALUES (NEW.environment, NEW.queue, NEW.rate_key, 0, 0, NEW.run_at, NEW.run_at, 1)
-    ON CONFLICT (environment, queue, rate_key) DO UPDATE
-    SET due_at = min(due_at, excluded.due_at),
-        ready_at = max(token_at, min(due_at, excluded.due_at)),
-        version = version + 1;
-END;
+-- The triggers that keep due_at low (storage/sqlite/rate_limits.sql) are created by
+-- the first write or claim of a run with a rate key, not here: SQLite runs a
+-- trigger's WHEN inside a sub-program started for every row written, which files
+-- without queues limited per key would pay on every insert, claim and settle.

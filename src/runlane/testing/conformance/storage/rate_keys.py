@@ -30,7 +30,6 @@ from runlane import (
     task,
     topic,
 )
-from runlane.core.producing import TRIGGER_BATCH_SIZE
 from runlane.ports.storage import LeaseRequest, QueuePolicy
 from runlane.ports.transport import DeliveryOutcome, IgnoredReason
 from runlane.testing.conformance.storage.support import MAIN, Factory, TransportFactory
@@ -112,7 +111,8 @@ async def test_a_trigger_many_of_several_batches_keeps_every_runs_key(
     clock = ManualClock()
     _, sync = _starts_recorder(clock)
     rl = await make_runtime([sync], queues=[MAIN, TENANTS], clock=clock)
-    payloads = [{"tenant": f"t{i % 3}"} for i in range(TRIGGER_BATCH_SIZE + 5)]
+    # More than one batch of trigger_many (1,000 runs).
+    payloads = [{"tenant": f"t{i % 3}"} for i in range(1_005)]
     runs = await rl.trigger_many(sync, payloads, queue=TENANTS, rate_key=_tenant)
     assert [run.rate_key for run in runs] == [p["tenant"] for p in payloads]
     for run in (runs[0], runs[-1]):  # the first and the last batch, as stored
