@@ -242,7 +242,20 @@ class Worker(WorkerSlots, WorkerIdling):
                     continue
                 work.clear()
                 busy_before_claim = bool(self._active)
-                await self._follow_pauses()
+                # Inline, not a coroutine: this runs before every claim.
+                announcer = self._announcer
+                if announcer is not None:
+                    seen = announcer.pauses_version(store.environment)
+                    if seen != self._pauses_seen:
+                        # Another process paused or resumed a queue: read them now.
+                        self._pauses_seen = seen
+                        await self._read_pauses()
+                elif self._woken:
+                    self._woken = False
+                    if self._pauses.names:
+                        # Woken by a commit while some queues are paused: maybe a
+                        # resume (SQLite claims leave out queues paused since).
+                        await self._read_pauses()
                 queues = self._pauses.claimable(self.queues)
                 self._reserved += free
                 try:
@@ -291,7 +304,10 @@ class Worker(WorkerSlots, WorkerIdling):
                     if self._active:
                         await self._wait_for(self._slot_freed, None)
                     continue
-                await self._idle(work, await self._idle_limit(loop.time()))
+                limit = self.poll_interval
+                if self._token_interval is not None and loop.time() < self._paced_until:
+                    limit = await self._until_next_token()
+                await self._idle(work, limit)
         finally:
             self._work.unsubscribe(work)
             watching.cancel()
@@ -320,14 +336,13 @@ class Worker(WorkerSlots, WorkerIdling):
         if any(run.queue in self._rate_limited for run in claimed):
             self._paced_until = now + self.poll_interval
 
-    async def _idle_limit(self, now: float) -> float:
-        """The poll interval; while a rate-limited queue started runs within the last
-        poll interval, until its next token (at most a token interval): its backlog takes
-        each token as it comes, where waiting longer would leave tokens unused (a token
-        taken late is time lost for good). Once its claims find nothing for a poll
-        interval, the worker polls as usual again."""
-        if self._token_interval is None or now >= self._paced_until:
-            return self.poll_interval
+    async def _until_next_token(self) -> float:
+        """An idle wait while a rate-limited queue started runs within the last poll
+        interval (else the worker waits a poll interval): until its next token, at most
+        a token interval, so its backlog takes each token as it comes (a token taken
+        late is time lost for good). Once its claims find nothing for a poll interval,
+        the worker polls as usual again."""
+        assert self._token_interval is not None
         wait = min(self.poll_interval, self._token_interval)
         store = self._store
         try:
@@ -354,20 +369,6 @@ class Worker(WorkerSlots, WorkerIdling):
             # Reading the pauses every poll interval still covers them.
             logger.warning("worker %s: listening for pauses failed (%s)", self.worker_id, error)
         self._pauses_seen = announcer.pauses_version(self._store.environment)
-
-    async def _follow_pauses(self) -> None:
-        """Before a claim: read the pauses again when another process announced a
-        change (PostgreSQL), or, after a wakeup while some of them are paused, in case
-        it was a resume (SQLite, whose claims leave out queues paused by then)."""
-        announcer = self._announcer
-        if announcer is not None:
-            seen = announcer.pauses_version(self._store.environment)
-            if seen != self._pauses_seen:
-                self._pauses_seen = seen
-                await self._read_pauses()
-        elif self._woken and self._pauses.names:
-            await self._read_pauses()
-        self._woken = False
 
     async def _watch_pauses(self) -> None:
         """Read the paused queues again every poll interval, so a pause stored by any

@@ -698,7 +698,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         """Changes whenever a pause or resume of ``environment`` was announced, or the
         listening connection was lost (announcements may have been missed)."""
         listener = self._listener
-        return None if listener is None else listener.pauses_version(environment)
+        return None if listener is None else listener.pause_epoch
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

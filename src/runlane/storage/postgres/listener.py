@@ -82,8 +82,9 @@ class WorkListener:
         #: meanwhile), so an outage costs one attempt per backoff step, not one per poll.
         self._retry_at = 0.0
         self._retry_step = RECONNECT_BACKOFF_INITIAL
-        #: Pause announcements heard, by environment.
-        self._pause_marks: dict[str, int] = {}
+        #: Bumped by every pause announcement heard (of any environment: a worker of
+        #: another one reads its pauses once for nothing) and every lost connection.
+        self.pause_epoch = 0
 
     @property
     def listening(self) -> bool:
@@ -104,11 +105,6 @@ class WorkListener:
     async def start(self, within: float) -> bool:
         """Listen now (connecting within ``within`` seconds) unless already listening."""
         return self.listening or await self._start(within)
-
-    def pauses_version(self, environment: str) -> tuple[int, int]:
-        """Changes with each pause announcement of ``environment`` and each lost
-        connection."""
-        return self._generation, self._pause_marks.get(environment, 0)
 
     async def address(self, within: float) -> HandoffAddress | None:
         """The hand-off channel and lock of the live connection, connecting if needed
@@ -188,7 +184,7 @@ class WorkListener:
                     # The environment's pauses changed: note it, and wake its idle
                     # workers (a resumed queue's runs may start now).
                     payload = payload[: -len(PAUSES_SUFFIX)]
-                    self._pause_marks[payload] = self._pause_marks.get(payload, 0) + 1
+                    self.pause_epoch += 1
                 event = self._pending.get(payload)
                 if event is not None:
                     event.set()
@@ -196,6 +192,7 @@ class WorkListener:
             logger.warning("work notification connection lost (%s)", type(error).__name__)
         finally:
             self._generation += 1
+            self.pause_epoch += 1
             self._address = None
             for event in self._pending.values():
                 event.set()

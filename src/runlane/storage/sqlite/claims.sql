@@ -25,7 +25,10 @@ SET status = 'running',
     updated_at = :now
 WHERE environment = :environment
   -- A queue paused by any process is left out from the pause's commit on.
-  AND queue NOT IN (SELECT queue FROM runlane_queue_pauses WHERE environment = :environment)
+  AND NOT EXISTS (
+      SELECT 1 FROM runlane_queue_pauses p
+      WHERE p.environment = :environment AND p.queue = runlane_runs.queue
+  )
   AND id IN (
     SELECT id FROM (
         SELECT id, run_at FROM (
@@ -100,7 +103,10 @@ SET status = 'running',
     updated_at = :now
 WHERE environment = :environment
   -- A queue paused by any process is left out from the pause's commit on.
-  AND queue NOT IN (SELECT queue FROM runlane_queue_pauses WHERE environment = :environment)
+  AND NOT EXISTS (
+      SELECT 1 FROM runlane_queue_pauses p
+      WHERE p.environment = :environment AND p.queue = runlane_runs.queue
+  )
   AND id IN (
     SELECT c.id FROM (
         SELECT e.id, e.queue, e.run_at, e.lim, e.part,

@@ -149,8 +149,10 @@ def _create_row_by_row(
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
     """Plain runs one statement execution each (with outbox rows for those asking for a
-    delivery): cheaper than the JSON array for a few runs, such as one lone trigger."""
-    insert = NUMBERED["insert_plain_run"]
+    delivery): cheaper than the JSON array for a few runs, such as one lone trigger.
+    The runs share their shape, and so their rate key or its absence."""
+    keyed = runs[0].rate_key is not None
+    insert = NUMBERED["insert_plain_keyed_run" if keyed else "insert_plain_run"]
     cur.executemany(
         insert.sql,
         [insert.values(insert_params(environment, new, now_us, None, None)) for new in runs],

@@ -17,6 +17,19 @@ ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: insert_plain_run
+-- A lone trigger's statement: runs with a rate key take insert_plain_keyed_run, so
+-- the others bind nothing more for it.
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+    trace_carrier, delivery_requested_at
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
+    :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
+    :trace_carrier, :delivery_requested_at
+);
+
+-- name: insert_plain_keyed_run
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
