@@ -31,12 +31,17 @@ def tat_after(limit: RateLimit, tat: int | None, now: int, taken: int) -> int:
     return start + taken * limit.interval_micros
 
 
+def tolerance(limit: RateLimit) -> int:
+    """How far ahead of now a partition's ``tat`` may be while it still has a token."""
+    return (limit.burst - 1) * limit.interval_micros
+
+
 def token_time(limit: RateLimit, tat: int | None) -> int:
     """When a partition whose stored value is ``tat`` has its next token (in the past
     for an idle partition): what a partition's ``token_at`` holds."""
     if tat is None:
         return 0
-    return tat - (limit.burst - 1) * limit.interval_micros
+    return tat - tolerance(limit)
 
 
 def partition_scan(limit: int) -> int:

@@ -41,6 +41,7 @@ from runlane.model.rate_limiting import (
     tat_after,
     token_time,
     tokens_available,
+    tolerance,
 )
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.postgres.sessions import (
@@ -71,14 +72,16 @@ async def claim_due_runs(
     queues: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    adopted: set[str] | None = None,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs: rate-limited queues within their tokens, bounded
-    queues within capacity, then the others."""
+    queues within capacity, then the others. ``adopted``: the queues limited per key
+    this driver has prepared (see :func:`_adopt_unkeyed_runs`)."""
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
-    if rated:
-        await _adopt_unkeyed_runs(conn, session, q, lock_prefix, rated, params)
+    if rated and adopted is not None:
+        await _adopt_unkeyed_runs(conn, session, q, rated, params, adopted)
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
@@ -170,30 +173,31 @@ async def _claim_with_tokens(
     return rows
 
 
-#: Queues limited per key whose runs written before (without a rate key) this process
-#: brought into their unkeyed partition, by capacity lock prefix (schema, environment).
-_ADOPTED: set[tuple[str, str]] = set()
-
-
 async def _adopt_unkeyed_runs(
     conn: DriverConnection,
     session: AsyncSession,
     q: Queries,
-    lock_prefix: str,
     rated: Sequence[QueuePolicy],
     params: dict[str, Any],
+    adopted: set[str],
 ) -> None:
     """Once per process and queue limited per key, in a transaction of its own: its
     waiting runs without a rate key (written before the queue was keyed) join its
     unkeyed partition."""
     for policy in rated:
-        if policy.rate_keyed and (lock_prefix, policy.name) not in _ADOPTED:
+        key = f"{params['environment']}\n{policy.name}"
+        if policy.rate_keyed and key not in adopted:
+            assert policy.rate_limit is not None
+            base = {"environment": params["environment"], "queue": policy.name}
             async with conn.transaction():
+                await session.fetch(q["adopt_unkeyed_runs"], base)
+                # Each partition's next token as this limit reads it (a new deploy may
+                # have changed it): when the claims look, not what they allow.
                 await session.fetch(
-                    q["adopt_unkeyed_runs"],
-                    {"environment": params["environment"], "queue": policy.name},
+                    q["retime_rate_partitions"],
+                    {**base, "tolerance": tolerance(policy.rate_limit)},
                 )
-            _ADOPTED.add((lock_prefix, policy.name))
+            adopted.add(key)
 
 
 async def _claim_keyed(
@@ -369,6 +373,7 @@ async def apply_and_claim(
     queues: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    adopted: set[str] | None = None,
 ) -> tuple[list[set[str]], list[Run]]:
     """In one transaction: ``apply_transitions`` once per round (the ids each applied),
     then claim up to ``limit`` due runs as :func:`claim_due_runs` does, seeing them."""
@@ -381,7 +386,7 @@ async def apply_and_claim(
                 {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
                 for round_params in rounds
             ]
-            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
+            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, adopted)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {**params, "queues": unbounded}

@@ -163,6 +163,9 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         ]
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
+        #: Queues limited per key this driver prepared for its claims (environment and
+        #: queue): older runs adopted into the unkeyed partition, next tokens retimed.
+        self._rate_keys_adopted: set[str] = set()
         self._finished = FinishedRunListeners(self._db.connect_listener)
         #: Per (environment, queue): until when lone triggers skip looking for an offer.
         self._no_offer_until: dict[tuple[str, str], float] = {}
@@ -380,7 +383,9 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         }
         prefix = self._lock_prefix(environment)
         return await self._db.run(
-            lambda conn: claims.claim_due_runs(conn, self._q, prefix, queues, limit, params)
+            lambda conn: claims.claim_due_runs(
+                conn, self._q, prefix, queues, limit, params, self._rate_keys_adopted
+            )
         )
 
     async def claim_run(
@@ -521,7 +526,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         prefix = self._lock_prefix(environment)
         done, claimed = await self._db.run(
             lambda conn: claims.apply_and_claim(
-                conn, self._q, prefix, round_params, queues, limit, params
+                conn, self._q, prefix, round_params, queues, limit, params, self._rate_keys_adopted
             )
         )
         applied = [False] * len(transitions)

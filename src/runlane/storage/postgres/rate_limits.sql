@@ -143,3 +143,12 @@ WHERE environment = %(environment)s AND queue = %(queue)s AND ready_at > %(now)s
   AND ready_at < 9223372036854775807
 ORDER BY ready_at
 LIMIT 1;
+
+-- name: retime_rate_partitions
+-- Once per process and queue limited per key: each partition's next token as this
+-- process's limit reads its stored state (a new deploy may have changed the limit;
+-- the claim checks tokens with it anyway, this only moves when it looks).
+UPDATE {schema}.runlane_rate_limits
+SET token_at = tat - %(tolerance)s, ready_at = greatest(tat - %(tolerance)s, due_at)
+WHERE environment = %(environment)s AND queue = %(queue)s
+  AND token_at <> tat - %(tolerance)s;

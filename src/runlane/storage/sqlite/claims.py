@@ -19,6 +19,7 @@ from runlane.model.rate_limiting import (
     tat_after,
     token_time,
     tokens_available,
+    tolerance,
 )
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.claiming import WHOLE_QUEUE, split_by_capacity, split_rate_limited
@@ -64,6 +65,15 @@ def claim_due_runs(
             if (environment, policy.name) not in rotation.adopted:
                 ensure_rate_key_triggers(cur)
                 adopt_unkeyed_runs(cur, environment, policy.name)
+                assert policy.rate_limit is not None
+                cur.execute(
+                    QUERIES["retime_rate_partitions"],
+                    {
+                        "environment": environment,
+                        "queue": policy.name,
+                        "tolerance": tolerance(policy.rate_limit),
+                    },
+                )
                 rotation.adopted.add((environment, policy.name))
             runs += _claim_keyed(cur, environment, policy, limit - len(runs), lease_params)
             continue

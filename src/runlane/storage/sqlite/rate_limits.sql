@@ -150,3 +150,11 @@ BEGIN
         ready_at = max(token_at, min(due_at, excluded.due_at)),
         version = version + 1;
 END;
+
+-- name: retime_rate_partitions
+-- Once per process and queue limited per key: each partition's next token as this
+-- process's limit reads its stored state (a new deploy may have changed the limit;
+-- the claim checks tokens with it anyway, this only moves when it looks).
+UPDATE runlane_rate_limits
+SET token_at = tat - :tolerance, ready_at = max(tat - :tolerance, due_at)
+WHERE environment = :environment AND queue = :queue AND token_at <> tat - :tolerance;

@@ -277,6 +277,28 @@ async def test_a_queue_newly_limited_per_key_starts_its_older_runs(make_runtime:
     assert [(await after.runs.get(r.id)).status for r in runs] == [RunStatus.SUCCEEDED] * 2
 
 
+async def test_a_new_deploy_with_another_rate_follows_it_for_each_key_without_a_burst(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, sync = _starts_recorder(clock)
+    before = await make_runtime([sync], queues=[MAIN, TENANTS], clock=clock)
+    runs = await before.trigger_many(sync, [{"tenant": "a"}] * 3, queue=TENANTS, rate_key=_tenant)
+    assert await before.execute_next() is not None  # key a's token: next at +500ms
+    await before.close()
+    faster = queue(TENANTS.name, rate_limit=RateLimit(10, per="1s", burst=5), rate_limit_by="key")
+    after = await make_runtime([sync], queues=[MAIN, faster], clock=clock)
+    # The stored state carries no saved-up tokens; the new rate's next one comes at
+    # +100ms (not at the old limit's +500ms).
+    assert await after.execute_next() is None
+    clock.advance("100ms")
+    assert await after.execute_next() is not None
+    assert await after.execute_next() is None
+    clock.advance("100ms")
+    assert await after.execute_next() is not None
+    assert [(await after.runs.get(r.id)).status for r in runs] == [RunStatus.SUCCEEDED] * 3
+
+
 async def test_on_a_transport_lane_a_keys_wakeup_without_a_token_comes_back_at_its_token(
     make_transport_runtime: TransportFactory,
 ) -> None:
