@@ -17,8 +17,8 @@ CHECKPOINT, as the harness does) on a fresh schema, two ways, taking turns:
 - ``floor``: as many processes, each a loop of one pipelined transaction per batch of
   ``--slots`` runs, as Runlane's busy worker sends it: the driver's own
   ``apply_transitions`` statement settles the previous batch (its parameters built
-  by the driver's ``transition_params``: compare-and-set, ``run.succeeded`` rows),
-  and Runlane's claim function takes the next (lease, ``run.started`` rows). The
+  by the driver's ``transition_params``: compare-and-set, the success kept on the
+  row), and Runlane's claim function takes the next (lease and start on the row). The
   same statements, with little around them in Python: no handler, no task per run,
   no ``Run`` records built.
 
@@ -89,7 +89,7 @@ def _runtime(dsn: str, schema: str) -> Runlane:
 
 # -- the SQL of the floor's loop -------------------------------------------------------
 
-#: Runlane's own claim (migration 010): lease the oldest due runs, with run.started rows.
+#: Runlane's own claim (migration 017): lease the oldest due runs, the start on the row.
 _CLAIM = """
 SELECT * FROM {claim}(
     %(environment)s, %(queues)s::text[], %(limit)s::bigint, %(now)s::bigint,

@@ -11,9 +11,11 @@ UPDATE statements. Every measurement gets a fresh file.
     .venv/bin/python bench/bench_sqlite.py --runs 2000 --json
     .venv/bin/python bench/bench_sqlite.py --observers --runs 5000   # observer overhead
 
-``--observers`` measures only the drain, in interleaved rounds of six
-configurations: no observers; Prometheus; Prometheus and OpenTelemetry with the
-API alone (no SDK); and with the SDK (batch processor, discarding exporter) at
+``--observers`` measures only the drain, in interleaved rounds of eight
+configurations: no observers; OpenTelemetry alone, with the API and no SDK
+(``otel-api``) and with the recommended SDK setup (``otel-sdk-sampled-skip``);
+Prometheus; Prometheus and OpenTelemetry with the API alone (no SDK); and with
+the SDK (batch processor, discarding exporter) at
 ``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled`` (the
 recommended setup, ``-skip``) and without, and at full sampling. Each run is
 triggered on its own, so each has its own sampling decision. It prints each
@@ -245,6 +247,8 @@ def measure(folder: Path, runs: int, concurrency: int) -> list[dict[str, Any]]:
 #: The --observers configurations, in the order they are printed.
 OBSERVER_CONFIGS = (
     "off",
+    "otel-api",
+    "otel-sdk-sampled-skip",
     "prometheus",
     "prometheus+otel-api",
     "prometheus+otel-sdk-sampled",
@@ -282,10 +286,12 @@ def _observers(config: str, ratio: float) -> tuple[list[Any], Callable[[], None]
 
     if config == "off":
         return [], lambda: None
-    observers: list[Any] = [prometheus_metrics(CollectorRegistry())]
+    observers: list[Any] = (
+        [] if config.startswith("otel") else [prometheus_metrics(CollectorRegistry())]
+    )
     if config == "prometheus":
         return observers, lambda: None
-    if config == "prometheus+otel-api":
+    if config.endswith("otel-api"):
         # No SDK: the global provider is the API's no-op one (this script sets none).
         return [*observers, otel_tracing()], lambda: None
     sampler = ALWAYS_ON if config.endswith("full") else ParentBased(TraceIdRatioBased(ratio))

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import contextvars
 import re
+import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
@@ -52,6 +53,8 @@ _FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LE
 _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _NO_TRACE = "0" * 32
 _NO_SPAN = "0" * 16
+#: What a trigger gets from a tracer that records nothing, outside any trace.
+_NOTHING_PRODUCED: AbstractContextManager[Mapping[str, str] | None] = nullcontext(None)
 #: Last hex digits of trace flags whose sampled bit is clear.
 _EVEN_HEX = frozenset("02468ace")
 
@@ -140,6 +143,9 @@ class OtelTracing(Observer):
         holding = self._trace.set_span_in_context(self._trace.INVALID_SPAN, self._root)
         self._span_key = next(iter(holding)) if isinstance(holding, dict) and holding else None
         self._producer_kind = self._trace.SpanKind.PRODUCER
+        self._no_op_providers = (self._trace.ProxyTracerProvider, self._trace.NoOpTracerProvider)
+        self._no_op_global = False
+        self._no_op_until = 0.0  # monotonic time to look the global provider up again
         self._consumer_kind = self._trace.SpanKind.CONSUMER
 
     def attached(self, runtime: ObservedRuntime) -> None:
@@ -162,6 +168,10 @@ class OtelTracing(Observer):
     def producing(
         self, task_id: str, queue: str, count: int
     ) -> AbstractContextManager[Mapping[str, str] | None]:
+        if self._no_op() and not self._trace.get_current_span().get_span_context().is_valid:
+            # No SDK and no trace around the trigger: the span would be the invalid
+            # current one and the carrier empty.
+            return _NOTHING_PRODUCED
         return _Producer(self, task_id, queue, count)
 
     def triggered(self, runs: Sequence[Run]) -> None:
@@ -169,8 +179,26 @@ class OtelTracing(Observer):
         if span is not None and len(runs) == 1 and span.is_recording():
             span.set_attribute("messaging.message.id", runs[0].id)
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
+        if not attempt.run.trace_carrier and self._no_op():
+            # No SDK and no stored context: the API's tracer would hand back the current
+            # (invalid) span and there is no context to make current, so nothing would
+            # change; the attempt then keeps the runtime's path without observers.
+            return None
         return _Consumer(self, attempt)
+
+    def _no_op(self) -> bool:
+        """Whether the tracer provider records nothing: the API's own, with no SDK set
+        as the global one. The global one is looked up again at most once a second (the
+        lookup reads the process environment), so an SDK set later is seen within it."""
+        provider = self._provider
+        if provider is not None:
+            return type(provider) in self._no_op_providers
+        now = time.monotonic()
+        if now >= self._no_op_until:
+            self._no_op_global = type(self._trace.get_tracer_provider()) in self._no_op_providers
+            self._no_op_until = now + 1.0
+        return self._no_op_global
 
     def _remote(self, carrier: Mapping[str, str], unsampled_only: bool) -> tuple[Any, Any] | None:
         """The context of a carrier holding only a version-00 W3C ``traceparent``, and

@@ -58,7 +58,8 @@ def test_publish_fans_out_and_a_repeat_of_its_message_id_is_a_duplicate(topics_c
     assert receipt["sequence"] >= 1 and receipt["published_at"]
     assert [run["task_id"] for run in receipt["runs"]] == ["orders.email", "orders.ledger"]
     assert set(receipt["runs"][0]) == {
-        "id", "task_id", "queue", "status", "attempt", "run_at", "updated_at", "progress",
+        "id", "task_id", "queue", "status", "attempt", "priority", "run_at", "updated_at",
+        "progress",
     }  # fmt: skip
     again = cli.run(
         "publish", APP, "orders", "--payload", '{"id": 1}',

@@ -121,6 +121,7 @@ def test_run_detail_shows_the_error_traceback_and_the_timeline_oldest_first(
     assert page.status_code == 200
     assert data["run"]["id"] == run_id and data["run"]["status"] == "failed"
     assert [e["type"] for e in data["events"]] == ["run.created", "run.started", "run.failed"]
+    assert data["run"]["priority"] == 0 and "<dt>priority</dt><dd>0</dd>" in page.text
     assert "feed.example unreachable" in page.text and "ConnectionError" in page.text
     shown_traceback = re.search(r'<pre class="traceback">(.*?)</pre>', page.text, re.S)
     assert shown_traceback is not None

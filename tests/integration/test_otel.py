@@ -21,6 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from runlane import (
+    Attempt,
     Context,
     ManualClock,
     RetryPolicy,
@@ -490,17 +491,20 @@ async def test_an_unusable_traceparent_starts_a_new_trace_even_with_skip_unsampl
     assert SEEN[run.id] == execute.context and execute.context.trace_id != int(UNSAMPLED[3:35], 16)
 
 
+@pytest.mark.parametrize("global_provider", [False, True], ids=["no-op provider", "no global SDK"])
 @pytest.mark.parametrize("carrier", [None, {"traceparent": UNSAMPLED[:-2] + "01"}])
 async def test_without_an_sdk_task_code_runs_in_the_runs_or_the_callers_context(
-    tmp_path: Path, carrier: dict[str, str] | None
+    tmp_path: Path, carrier: dict[str, str] | None, global_provider: bool
 ) -> None:
     """With the API's no-op tracer there is no span to make current: task code sees the
     stored carrier's context, or, for a run without one, the caller's own span."""
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # no SDK set
+    provider = None if global_provider else trace.NoOpTracerProvider()
     async with Runlane(
         lane=sqlite_lane(tmp_path / "o.db"),
         queues=[MAIN],
         tasks=[seen],
-        observers=[otel_tracing(trace.NoOpTracerProvider(), PROPAGATOR)],
+        observers=[otel_tracing(provider, PROPAGATOR)],
     ) as rl:
         await rl.migrate()
         run = await rl.trigger(seen, None, trace_carrier=carrier)
@@ -513,6 +517,33 @@ async def test_without_an_sdk_task_code_runs_in_the_runs_or_the_callers_context(
     else:
         expected = trace.get_current_span(PROPAGATOR.extract(carrier)).get_span_context()
         assert SEEN[run.id] == expected and expected.is_valid
+
+
+async def test_without_an_sdk_a_run_with_no_carrier_gets_no_attempt_scope_or_carrier(
+    tmp_path: Path,
+) -> None:
+    """Nothing would change inside such a scope, and an attempt without one settles on
+    the runtime's cheaper path: the observer wraps only runs whose carrier it must make
+    current, and a trigger outside any trace stores no carrier."""
+    tracing = otel_tracing()  # the global provider: the API's proxy, no SDK set
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"), queues=[MAIN], tasks=[seen], observers=[tracing]
+    ) as rl:
+        await rl.migrate()
+        plain = await rl.trigger(seen, None)
+        carried = await rl.trigger(seen, None, trace_carrier={"traceparent": UNSAMPLED})
+        assert plain.trace_carrier is None
+        assert tracing.attempt(Attempt(plain, "w")) is None
+        assert tracing.attempt(Attempt(carried, "w")) is not None
+        with TRACER.start_as_current_span("a request"):  # a trace to carry: a producer
+            inside = await rl.trigger(seen, None)
+        assert inside.trace_carrier is not None
+        # With an SDK every attempt is wrapped, carrier or not.
+        assert otel_tracing(PROVIDER).attempt(Attempt(plain, "w")) is not None
+        await rl.worker(concurrency=2, mode=WorkerMode.DRAIN, handle_signals=False).run()
+        runs = [await rl.runs.get(run.id) for run in (plain, carried, inside)]
+    assert [run.status for run in runs] == [RunStatus.SUCCEEDED] * 3
+    assert SEEN[carried.id].trace_id == int(UNSAMPLED[3:35], 16)
 
 
 async def test_a_failed_trigger_ends_its_producer_span_as_an_error(tmp_path: Path) -> None:

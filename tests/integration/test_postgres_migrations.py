@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from tests.support import stored_history
 
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.postgres.versioning import SCHEMA_VERSION
+from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_MIGRATIONS = [
@@ -35,8 +36,11 @@ ALL_MIGRATIONS = [
     "012_observing_runs",
     "013_run_dependencies",
     "014_flow_control",
+    "015_priorities",
     "016_rate_keys",
+    "017_implied_attempt_events",
 ]
+#: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
 
 
@@ -76,7 +80,7 @@ async def test_migrate_applies_every_version_once_and_then_nothing(
     assert await storage.migrate() == ALL_MIGRATIONS
     assert await storage.migrate() == []
     versions = _versions(postgres_dsn, schema)
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16] == ALL_VERSIONS
+    assert versions == ALL_VERSIONS == sorted(version for version, _, _ in MIGRATIONS)
 
 
 async def test_migrate_works_on_a_runtime_that_is_not_open(postgres_dsn: str, schema: str) -> None:
@@ -409,11 +413,26 @@ async def test_version_14_adds_flow_control_and_a_run_queued_before_waits_out_a_
         assert done is not None and done.id == "queued-at-13"
 
 
-async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+async def test_version_15_adds_priorities_and_a_run_queued_before_keeps_its_place(
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 14, "queued-at-14")
-    assert await rl.migrate() == ["016_rate_keys"]
+    assert (await rl.migrate())[0] == "015_priorities"
+    async with rl:
+        assert (await rl.runs.get("queued-at-14")).priority == 0
+        # Due long ago at priority 0: it goes before a new run even of priority 10.
+        urgent = await rl.trigger(noop, None, priority=10)
+        first = await rl.execute_next()
+        assert first is not None and first.id == "queued-at-14"
+        second = await rl.execute_next()
+        assert second is not None and second.id == urgent.id and second.priority == 10
+
+
+async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 15, "queued-at-15")
+    assert await rl.migrate() == ["016_rate_keys", "017_implied_attempt_events"]
     keyed = Runlane(
         lane=postgres_lane(postgres_dsn, schema=schema),
         queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
@@ -423,7 +442,37 @@ async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
     async with keyed:
         # Written without a rate key, the run joins the queue's unkeyed partition.
         done = await keyed.execute_next()
-        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
+        assert done is not None and done.id == "queued-at-15" and done.rate_key == ""
         later = await keyed.trigger(noop, None, rate_key="tenant-1")
         assert await keyed.execute_next() is not None
         assert (await keyed.runs.get(later.id)).status.value == "succeeded"
+
+
+async def test_version_17_lists_history_stored_before_it_once_and_implies_what_follows(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = [m for m in older._migrations if m[0] < 17]
+    await older.migrate()
+    marks = sql.SQL(", ").join([sql.Placeholder()] * len(stored_history.RUN_COLUMNS.split(",")))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany(
+            sql.SQL("INSERT INTO {}.runlane_runs ({}) VALUES ({})").format(
+                sql.Identifier(schema), sql.SQL(stored_history.RUN_COLUMNS), marks
+            ),
+            stored_history.run_rows("migrations"),
+        )
+        cur.executemany(
+            sql.SQL("INSERT INTO {}.runlane_run_events VALUES (%s, %s, %s, %s, %s, %s)").format(
+                sql.Identifier(schema)
+            ),
+            stored_history.event_rows("migrations"),
+        )
+    rl = _runtime(postgres_dsn, schema)
+    assert await rl.migrate() == ["017_implied_attempt_events"]
+    async with rl:
+        await stored_history.check_upgraded_history(rl)
+    with psycopg.connect(postgres_dsn) as conn:
+        query = sql.SQL("SELECT run_id, count(*) FROM {}.runlane_run_events GROUP BY run_id")
+        counts = dict(conn.execute(query.format(sql.Identifier(schema))).fetchall())
+    assert counts == stored_history.STORED_AFTER

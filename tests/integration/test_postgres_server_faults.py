@@ -97,20 +97,31 @@ def terminate_runlane_backends(url: str) -> int:
 
 
 def succeeded_more_than_once(url: str, environment: str) -> list[str]:
-    """Runs whose history records more than one ``run.succeeded``."""
+    """Runs whose history records more than one ``run.succeeded``, stored or implied by
+    the run's row (a stored one wins over an implied one of the same sequence)."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT run_id FROM runlane.runlane_run_events "
-            "WHERE environment = %s AND type = 'run.succeeded' "
-            "GROUP BY run_id HAVING count(*) > 1",
-            (environment,),
+            "SELECT run_id FROM ("
+            " SELECT run_id, sequence FROM runlane.runlane_run_events"
+            "  WHERE environment = %(env)s AND type = 'run.succeeded'"
+            " UNION SELECT id, succeeded_sequence FROM runlane.runlane_runs"
+            "  WHERE environment = %(env)s AND succeeded_sequence IS NOT NULL"
+            ") AS s GROUP BY run_id HAVING count(*) > 1",
+            {"env": environment},
         ).fetchall()
     return [row[0] for row in rows]
 
 
 async def _not_succeeded(rl: Runlane, run_ids: set[str]) -> set[str]:
-    runs = await asyncio.gather(*(rl.runs.get(run_id) for run_id in sorted(run_ids)))
-    return {run.id for run in runs if run.status is not RunStatus.SUCCEEDED}
+    # One listing of the runs in any other status, page by page, rather than a read per run.
+    others = [status for status in RunStatus if status is not RunStatus.SUCCEEDED]
+    found: set[str] = set()
+    cursor = None
+    while True:
+        page = await rl.runs.list(statuses=others, limit=500, cursor=cursor)
+        found.update(run.id for run in page.data if run.id in run_ids)
+        if (cursor := page.next_cursor) is None:
+            return found
 
 
 async def _not_succeeded_after_retries(

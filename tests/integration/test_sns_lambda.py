@@ -84,6 +84,8 @@ class Recorder:
             raise TransientWorkError("busy", retry_after="0s")
         if do == "raise":
             raise ValueError("boom")
+        if do == "cancel":
+            raise asyncio.CancelledError
         if do == "release":
             return ctx.release("0s")
         if do == "junk":
@@ -241,6 +243,19 @@ def test_each_outcome_is_settled_on_the_queue(sns_world: SnsWorld) -> None:
     failure = json.loads(fatal["runlane_failure"])
     assert failure["code"] == "task_failed" and failure["retryable"] is False
     assert failure["meta"]["exception_type"] == "FatalWorkError"
+
+
+def test_a_cancelled_error_the_handler_raises_fails_its_record_only(sns_world: SnsWorld) -> None:
+    recorder = Recorder()
+    arn, binding, handler = setup(sns_world, recorder)
+    publish(sns_world, arn, job("ok", "complete"), job("cancel", "cancel"), job("dead", "dead"))
+    failed, ids = lambda_like(sns_world, binding, handler, expected=3)
+    # Only its own record is handed back for another delivery; the others were settled.
+    assert [ids[f] for f in failed] == ["cancel"]
+    assert sorted(recorder.ran()) == ["cancel", "dead", "ok"]
+    assert set(dead_letters(sns_world, binding, 1)) == {"dead"}
+    again = sns_world.receive_all(binding.queue_url, expected=1, within=4.5)
+    assert [json.loads(m["Body"])["message"]["id"] for m in again] == ["cancel"]
 
 
 def test_the_handler_gets_the_validated_payload_and_the_delivery_context(

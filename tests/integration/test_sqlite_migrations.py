@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import stored_history
 
 from runlane import Context, Runlane, queue, sqlite_lane, task
 from runlane.storage.sqlite import SqliteStorage, versioning
@@ -17,6 +18,10 @@ from runlane.storage.sqlite.versioning import apply_migrations
 @task("noop")
 async def noop(payload: Any, ctx: Context) -> None:
     return None
+
+
+#: Every version this code applies, in order.
+LATEST = [version for version, _, _ in versioning._MIGRATIONS]
 
 
 def _applied(path: Path) -> list[int]:
@@ -68,7 +73,7 @@ async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working
         )  # fmt: skip
         done = await rl.execute_next()
         assert done is not None and done.id == "old-run" and done.status.value == "succeeded"
-    assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+    assert _applied(path) == LATEST
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         (finished,) = conn.execute(
@@ -116,19 +121,25 @@ async def test_version_8_rebuilds_the_partial_indexes_with_the_same_rows(
     assert before["runlane_runs_claimable"] == 3 and before["runlane_runs_finished"] == 2
     rl = _runtime(path)
     async with rl:
-        assert _applied(path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+        assert _applied(path) == LATEST
         with sqlite3.connect(path) as conn:
             after = _index_sizes(conn)
             # Migration 10 takes the delivery index out; a lane without a transport
             # does not create it again.
             assert "runlane_runs_undelivered" not in after
+            # Migration 14 replaces runlane_runs_claimable by runlane_runs_claim_order,
+            # which holds the same runs.
+            assert "runlane_runs_claimable" not in after
+            assert after["runlane_runs_claim_order"] == before["runlane_runs_claimable"]
+            gone = {"runlane_runs_undelivered", "runlane_runs_claimable"}
             kept = {k: v for k, v in after.items() if k in before}
-            assert kept == {k: v for k, v in before.items() if k != "runlane_runs_undelivered"}
+            assert kept == {k: v for k, v in before.items() if k not in gone}
             # Indexes of later migrations' new tables start empty.
-            assert all(after[k] == 0 for k in after.keys() - before.keys())
+            later = after.keys() - before.keys() - {"runlane_runs_claim_order"}
+            assert all(after[k] == 0 for k in later)
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             sql = conn.execute(
-                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claimable'"
+                "SELECT sql FROM sqlite_master WHERE name = 'runlane_runs_claim_order'"
             ).fetchone()[0]
         assert " IN (" not in sql
         done = await rl.execute_next()
@@ -155,7 +166,7 @@ async def test_a_run_created_before_version_9_keeps_its_stored_created_event(
         )
     rl = _runtime(path)
     async with rl:
-        assert _applied(path)[-1] == 15
+        assert _applied(path) == LATEST
         (event,) = await rl.runs.events("old-run")
         assert event.type.value == "run.created" and event.data == created
         new = await rl.trigger(noop, None)
@@ -187,7 +198,7 @@ async def test_migrate_on_a_current_file_applies_nothing(tmp_path: Path) -> None
         assert await storage.migrate() == []
     finally:
         await storage.close()
-    assert _applied(tmp_path / "new.db") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+    assert _applied(tmp_path / "new.db") == LATEST
 
 
 def _index_names(path: Path) -> set[str]:
@@ -233,7 +244,32 @@ async def test_version_13_adds_flow_control_and_an_older_files_runs_wait_out_a_p
         await rl.queues.resume("main")
         done = await rl.execute_next()
         assert done is not None and done.id == run.id
-    assert 13 in _applied(path)
+    assert _applied(path) == LATEST
+
+
+async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 13, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'queued-at-13', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+            '\'{"type": "trigger"}\')'
+        )
+    conn.close()
+    rl = _runtime(path)
+    async with rl:
+        assert (await rl.runs.get("queued-at-13")).priority == 0
+        # Due long ago at priority 0: it goes before a new run even of priority 10.
+        urgent = await rl.trigger(noop, None, priority=10)
+        first = await rl.execute_next()
+        assert first is not None and first.id == "queued-at-13"
+        second = await rl.execute_next()
+        assert second is not None and second.id == urgent.id and second.priority == 10
+    assert _applied(path) == LATEST
 
 
 async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
@@ -248,6 +284,7 @@ async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
             "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
             '\'{"type": "trigger"}\')'
         )
+    conn.close()
     keyed = Runlane(
         lane=sqlite_lane(path),
         queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
@@ -255,10 +292,36 @@ async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
         environment="upgrade",
     )
     async with keyed:
-        assert _applied(path)[-1] == 15
+        assert _applied(path) == LATEST
         # Written without a rate key, the run joins the queue's unkeyed partition.
         done = await keyed.execute_next()
         assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
         later = await keyed.trigger(noop, None, rate_key="tenant-1")
         assert (await keyed.execute_next()) is not None
         assert (await keyed.runs.get(later.id)).status.value == "succeeded"
+
+
+async def test_version_16_lists_history_stored_before_it_once_and_implies_what_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v15.db"
+    _migrate_up_to(path, 15, monkeypatch)
+    marks = ", ".join("?" * len(stored_history.RUN_COLUMNS.split(",")))
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            f"INSERT INTO runlane_runs ({stored_history.RUN_COLUMNS}) VALUES ({marks})",
+            stored_history.run_rows("upgrade"),
+        )
+        conn.executemany(
+            "INSERT INTO runlane_run_events VALUES (?, ?, ?, ?, ?, ?)",
+            stored_history.event_rows("upgrade"),
+        )
+    rl = _runtime(path)
+    async with rl:
+        assert _applied(path) == LATEST
+        await stored_history.check_upgraded_history(rl)
+    with sqlite3.connect(path) as conn:
+        counts = dict(
+            conn.execute("SELECT run_id, count(*) FROM runlane_run_events GROUP BY run_id")
+        )
+    assert counts == stored_history.STORED_AFTER

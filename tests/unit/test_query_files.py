@@ -103,15 +103,15 @@ def test_sqlite_partial_indexes_name_their_status_sets_without_in_lists() -> Non
             "WHERE type = 'index' AND sql LIKE '% WHERE %'"
         )
     }
-    assert "runlane_runs_claimable" in partial
+    assert "runlane_runs_claim_order" in partial
     assert {name: where for name, where in partial.items() if " IN (" in where} == {}
 
 
 @pytest.mark.parametrize(
     ("statement", "index"),
     [
-        ("claim_due_runs", "runlane_runs_claimable"),
-        ("claim_bounded_runs", "runlane_runs_claimable"),
+        ("claim_due_runs", "runlane_runs_claim_order"),
+        ("claim_bounded_runs", "runlane_runs_claim_order"),
         ("claim_run", "runlane_runs_keyed"),
         ("list_expired_leases", "runlane_runs_leased"),
         ("occupied_capacity", "runlane_runs_leased"),

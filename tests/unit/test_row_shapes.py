@@ -108,7 +108,12 @@ def _new_run(**overrides: Any) -> NewRun:
 
 def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
     new = _new_run(
-        idempotency_key="k1", singleton_key="s1", request_delivery=True, rate_key="tenant-7"
+        idempotency_key="k1",
+        singleton_key="s1",
+        request_delivery=True,
+        priority=7,
+        priority_offset=210_000_000,
+        rate_key="tenant-7",
     )
     batch = creation_batch("env", [new], NOW_US, None)
     (row,) = json.loads(batch.insert_params()["runs"])
@@ -126,6 +131,8 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
         "concurrency_key": "tenant-1",
         "trace_carrier": {"traceparent": "00-abc-def-01"},
         "request_delivery": True,
+        "priority": 7,
+        "priority_offset": 210_000_000,
         "rate_key": "tenant-7",
     }
 
@@ -147,7 +154,8 @@ def _copy_fields(line: str) -> list[str | None]:
 
 
 def test_the_copy_encoder_writes_the_declared_columns() -> None:
-    data, due = copy_text("env", [_new_run()], NOW_US)
+    new = _new_run(priority=-2, priority_offset=-60_000_000, rate_key="tenant-3")
+    data, due = copy_text("env", [new], NOW_US)
     assert not due  # due in five seconds: nobody is woken
     (line,) = data.decode().splitlines()
     assert dict(zip(COPY_RUN.names, _copy_fields(line), strict=True)) == {
@@ -167,6 +175,9 @@ def test_the_copy_encoder_writes_the_declared_columns() -> None:
         "source": json.dumps(RunSource().to_json(), separators=(",", ":")),
         "concurrency_key": "tenant-1",
         "trace_carrier": '{"traceparent":"00-abc-def-01"}',
+        "priority": "-2",
+        "priority_offset": "-60000000",
+        "rate_key": "tenant-3",
     }
 
 
@@ -229,6 +240,7 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "replays": 2,
         "dead_letter_reason": "max_attempts",
         "dead_lettered_at": NOW_US,
+        "succeeded_attempt": None,
     }
     (event,) = json.loads(params["events"])
     assert dict(zip(TRANSITION_EVENT.names, event, strict=True)) == {
@@ -237,6 +249,21 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "type": "run.failed",
         "data": {"attempt": 1},
     }
+
+
+def test_a_success_the_row_implies_travels_as_its_attempt_and_not_as_an_event() -> None:
+    transition = Transition(
+        run_id="run-1",
+        expected_sequence=2,
+        changes=RunChanges(RunStatus.SUCCEEDED),
+        events=(NewEvent(RunEventType.SUCCEEDED, {"attempt": 3}),),
+        lease_token="token-1",
+    )
+    params = transition_params("env", [transition], NOW_US)
+    (row,) = json.loads(params["transitions"])
+    fields = dict(zip(TRANSITION.names, row, strict=True))
+    assert fields["succeeded_attempt"] == 3 and fields["event_count"] == 1
+    assert json.loads(params["events"]) == []
 
 
 def test_the_delivery_encoder_writes_the_declared_fields() -> None:

@@ -36,7 +36,9 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
     columns = (
         "environment, id, status, run_at, result, failure, cancel_reason, failure_count, "
         "replays, dead_letter_reason, dead_lettered_at, event_sequence, updated_at, "
-        "delivery_requested_at, lease_owner, lease_token, lease_expires_at, has_dependents"
+        "delivery_requested_at, lease_owner, lease_token, lease_expires_at, has_dependents, "
+        "attempt, started_sequence, started_at, started_by, started_lease_expires_at, "
+        "succeeded_sequence, succeeded_at"
     )
     params = {
         "environment": "e", "id": "r", "status": "succeeded", "run_at": None,
@@ -44,7 +46,7 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         "add_failure": 0, "replays": None, "dead_letter_reason": None,
         "dead_lettered_at": None, "event_count": 1, "now": 5, "keep_lease": 0,
         "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
-        "settles_alone": 1,
+        "settles_alone": 1, "succeeded_attempt": 1,
     }  # fmt: skip
     rows = []
     for form in ("named", "numbered"):
@@ -52,14 +54,16 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         conn.execute(f"CREATE TABLE runlane_runs ({columns})")
         conn.execute(
             "INSERT INTO runlane_runs VALUES ('e', 'r', 'running', 1, NULL, NULL, NULL, 0, 0,"
-            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0)"
+            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0, 1, 2, 1, 'w', 9, NULL, NULL)"
         )
         if form == "named":
-            changed = conn.execute(QUERIES["apply_transition"], params).rowcount
+            changed = len(conn.execute(QUERIES["apply_transition"], params).fetchall())
         else:
             settle = NUMBERED["apply_transition"]
-            changed = conn.execute(settle.sql, settle.values(params)).rowcount
+            changed = len(conn.execute(settle.sql, settle.values(params)).fetchall())
         rows.append((changed, conn.execute("SELECT * FROM runlane_runs").fetchall()))
         conn.close()
     assert rows[0] == rows[1]
     assert rows[0][0] == 1 and rows[0][1][0][2] == "succeeded"
+    # The success is kept on the row: at the next sequence, at the settle's time.
+    assert rows[0][1][0][-2:] == (3, 5)

@@ -132,6 +132,10 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
     table.add_column("queue")
     table.add_column("status", no_wrap=True)
     table.add_column("attempt", justify="right")
+    # Priority only when a run of the page has one: most queues never use them.
+    prioritised = any(row.get("priority") for row in rows)
+    if prioritised:
+        table.add_column("priority", justify="right")
     table.add_column("run at (UTC)", no_wrap=True)
     table.add_column("updated (UTC)", no_wrap=True)
     table.add_column("progress", no_wrap=True)
@@ -143,6 +147,7 @@ def runs_table(rows: Sequence[View], *, title: str | None = None) -> Table:
             Text(row["queue"]),
             status_text(row["status"]),
             str(row["attempt"]),
+            *([str(row["priority"])] if prioritised else []),
             short_time(row["run_at"]),
             short_time(row["updated_at"]),
             Text(progress_text(progress) if progress else ""),

@@ -24,6 +24,13 @@ from runlane.operator import run_view
 @click.option("--singleton-key", help="At most one active run of the task with this key.")
 @click.option("--concurrency-key", help="Partition of a bounded queue.")
 @click.option(
+    "--priority",
+    type=int,
+    default=0,
+    show_default=True,
+    help="-10 to 10: higher starts first among the queue's due runs.",
+)
+@click.option(
     "--after",
     "after",
     multiple=True,
@@ -47,6 +54,7 @@ def trigger(
     idempotency_key: str | None,
     singleton_key: str | None,
     concurrency_key: str | None,
+    priority: int,
     after: tuple[str, ...],
     on_failure: str,
     as_json: bool,
@@ -64,6 +72,7 @@ def trigger(
             concurrency_key=concurrency_key,
             after=list(after) or None,
             on_failure=on_failure,
+            priority=priority,
         ),
     )
     view = run_view(run)

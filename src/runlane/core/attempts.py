@@ -439,8 +439,9 @@ class OpenAttempt:
             observers.started(report)
             if observers.wraps_attempts:
                 scope = observers.attempt(report)
-                await scope.__aenter__()
-                self._scope = scope
+                if scope is not None:
+                    await scope.__aenter__()
+                    self._scope = scope
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "run %s (%s) attempt %s started",

@@ -105,6 +105,7 @@ class ProducingCalls:
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
         rate_key: str | None = None,
+        priority: int = 0,
     ) -> Run:
         """Create a run of ``task``; it has committed when this returns.
 
@@ -123,6 +124,10 @@ class ProducingCalls:
         runs without one share the queue's unkeyed partition); on any other queue
         it is ``CONFIGURATION_INVALID``.
 
+        ``priority`` (-10 to 10, default 0): higher starts first among the due runs of
+        its queue, within the queue's ``priority_window`` (see the flow-control
+        guide); it never lets a run start before it is due.
+
         >>> extract_run = await rl.trigger(extract, {"day": "2026-12-01"})
         >>> report_run = await rl.trigger(report, None, after=[extract_run])
         """
@@ -140,6 +145,7 @@ class ProducingCalls:
             after=after,
             on_failure=on_failure,
             rate_key=rate_key,
+            priority=priority,
         )
 
     async def trigger_many(
@@ -156,6 +162,7 @@ class ProducingCalls:
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
         rate_key: str | Callable[[Any], str | None] | None = None,
+        priority: int = 0,
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
         written in batches of :data:`TRIGGER_BATCH_SIZE`, each atomic, up to
@@ -167,9 +174,9 @@ class ProducingCalls:
         each batch is validated while the one before is stored, and a bad payload or a
         failure anywhere writes nothing.
 
-        ``after`` and ``on_failure`` apply to every run, as for :meth:`trigger`.
-        ``rate_key`` is one key for every run or a function of each payload giving
-        its key (``None``: the queue's unkeyed partition)."""
+        ``after``, ``on_failure`` and ``priority`` apply to every run, as for
+        :meth:`trigger`. ``rate_key`` is one key for every run or a function of each
+        payload giving its key (``None``: the queue's unkeyed partition)."""
         return await self._producer.trigger_many(
             task,
             payloads,
@@ -182,6 +189,7 @@ class ProducingCalls:
             after=after,
             on_failure=on_failure,
             rate_key=rate_key,
+            priority=priority,
         )
 
     async def publish(

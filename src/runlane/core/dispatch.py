@@ -80,6 +80,7 @@ class Dispatcher:
                 (q.dispatch_timeout or lease_duration) if q.concurrency_limit else None,
                 q.rate_limit,
                 q.rate_limit_by is not None,
+                q.priority_window,
             )
             for q in queues
         ]

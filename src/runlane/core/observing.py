@@ -181,11 +181,15 @@ class Observer:
         any ``attempt`` context is entered). Cheaper than ``attempt`` for an observer
         that only counts."""
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
         """Wraps one attempt from just after its lease is held until its outcome is
         written (worker, ``execute_next``, ``run_now``, ``execute_delivery``); it is
         entered in the context the handler runs in, so a context variable it sets is
-        visible to task code (sync tasks included)."""
+        visible to task code (sync tasks included).
+
+        Return ``None`` when there is nothing to wrap for this attempt: the attempt
+        then settles as it does without observers (its outcome may be written in a
+        later batch, after the slot has moved on), and ``settled`` is still called."""
         return contextlib.nullcontext()
 
     def settled(self, attempt: Attempt) -> None:
@@ -341,20 +345,40 @@ class Observers:
                 except Exception:
                     self.failed(observer, "producing")
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None]:
-        """Every observer's ``attempt`` around the body; ``settled`` before leaving."""
-        return _AttemptScope(self, attempt)
+    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
+        """Every observer's ``attempt`` around the body, ``settled`` before leaving; or
+        ``None`` when none of them has a context for this attempt (each returned
+        ``None``, or raised, which is logged)."""
+        managers: list[tuple[Observer, AbstractAsyncContextManager[None]]] | None = None
+        for observer, bound in self._bound["attempt"]:
+            try:
+                manager = bound(attempt)
+            except Exception:
+                self.failed(observer, "attempt")
+                continue
+            if manager is not None:
+                if managers is None:
+                    managers = [(observer, manager)]
+                else:
+                    managers.append((observer, manager))
+        return None if managers is None else _AttemptScope(self, attempt, managers)
 
 
 class _AttemptScope:
     """Enters the observers' attempt contexts in order and leaves them in reverse
     (a plain class: this runs once per attempt)."""
 
-    __slots__ = ("_attempt", "_entered", "_manager", "_observer", "_observers")
+    __slots__ = ("_attempt", "_entered", "_manager", "_managers", "_observer", "_observers")
 
-    def __init__(self, observers: Observers, attempt: Attempt) -> None:
+    def __init__(
+        self,
+        observers: Observers,
+        attempt: Attempt,
+        managers: list[tuple[Observer, AbstractAsyncContextManager[None]]],
+    ) -> None:
         self._observers = observers
         self._attempt = attempt
+        self._managers = managers
         #: The first context entered and its observer (usually the only one), then
         #: observer, manager, observer, manager... of the others.
         self._observer: Any = None
@@ -362,10 +386,9 @@ class _AttemptScope:
         self._entered: list[Any] | None = None
 
     async def __aenter__(self) -> None:
-        observers, attempt = self._observers, self._attempt
-        for observer, bound in observers._bound["attempt"]:
+        observers = self._observers
+        for observer, manager in self._managers:
             try:
-                manager = bound(attempt)
                 await manager.__aenter__()
             except Exception:
                 observers.failed(observer, "attempt")

@@ -40,6 +40,7 @@ from runlane.types.clock import Clock, aware_utc
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import new_run_id, validate_identifier, validate_optional_identifier
+from runlane.types.priorities import DEFAULT_PRIORITY, priority_offset, validate_priority
 from runlane.types.records import CreateOutcome, NewGroup, NewRun, NewWaitingRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
@@ -88,6 +89,9 @@ class TriggerPlan:
     idempotency_expires_at: datetime | None
     concurrency_key: str | None
     trace_carrier: dict[str, str] | None
+    priority: int
+    #: The runs' place ahead of their due time in the queue's order (microseconds).
+    priority_offset: int
     #: On a queue rate-limited per key: a key, or a function of the payload giving one
     #: (its None, like no key at all, is the queue's unkeyed partition ''); else None.
     rate_key: Any = None
@@ -168,6 +172,8 @@ class TriggerPlan:
                 else self.rate_key
             ),
             request_delivery=self.request_delivery,
+            priority=self.priority,
+            priority_offset=self.priority_offset,
         )
 
 
@@ -205,8 +211,10 @@ def plan_trigger(
     concurrency_key: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
     rate_key: str | Callable[[Any], str | None] | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> TriggerPlan:
     """Validate the options of one call; ``transport``: the lane wakes workers through one."""
+    validate_priority(priority)
     if delay is not None and run_at is not None:
         raise configuration_error("pass delay or run_at, not both.")
     if run_at is not None:
@@ -252,6 +260,8 @@ def plan_trigger(
         trace_carrier=validate_trace_carrier(trace_carrier),
         # Runs without a key share the keyed queue's unkeyed partition.
         rate_key=(rate_key if rate_key is not None else UNKEYED) if keyed else None,
+        priority=priority,
+        priority_offset=priority_offset(priority, target.priority_window),
     )
 
 
@@ -545,6 +555,7 @@ class Producer:
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
         rate_key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
         new = self.build_new_run(
@@ -561,6 +572,7 @@ class Producer:
             after=after,
             on_failure=on_failure,
             rate_key=rate_key,
+            priority=priority,
         )
         observers = self._observers
         if observers:
@@ -587,6 +599,7 @@ class Producer:
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
         rate_key: str | Callable[[Any], str | None] | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> list[Run]:
         """``Runlane.trigger_many``: every payload validated, then written in batches."""
         plan = self.plan_trigger(
@@ -600,6 +613,7 @@ class Producer:
             after=after,
             on_failure=on_failure,
             rate_key=rate_key,
+            priority=priority,
         )
         writer = self._writer
         # A streamed call validates each batch as storage asks for it; otherwise every
@@ -638,6 +652,7 @@ class Producer:
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
         rate_key: str | Callable[[Any], str | None] | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
         definition = self._registry.resolve_task(task)
@@ -655,6 +670,7 @@ class Producer:
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
             rate_key=rate_key,
+            priority=priority,
         )
         if after is None and on_failure is CANCEL:
             return plan  # no dependencies: the plan every trigger without after= takes
@@ -700,6 +716,7 @@ class Producer:
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
         rate_key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
         return self.plan_trigger(
@@ -715,12 +732,14 @@ class Producer:
             after=after,
             on_failure=on_failure,
             rate_key=rate_key,
+            priority=priority,
         ).new_run(payload)
 
     async def create_child_run(
         self, source: Run, source_type: RunSourceType, queue: QueueDef | str | None
     ) -> Run:
-        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry)."""
+        """A new run of ``source``'s task and payload, linked to it (rerun, manual retry),
+        with its priority."""
         target = self._registry.queue_for(
             self._registry.resolve_task(source.task_id), queue or source.queue
         )
@@ -737,6 +756,7 @@ class Producer:
             source=RunSource(source_type, run_id=source.id),
             # Its partition too, when the queue it goes to is limited per key.
             rate_key=source.rate_key or None if target.rate_limit_by is not None else None,
+            priority=source.priority,
         )
         with self._observers.producing(new.task_id, new.queue, 1):
             # The parent's carrier is kept: the new run continues the parent's trace.

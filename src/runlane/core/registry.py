@@ -67,6 +67,7 @@ class Registry:
                 q.concurrency_limit,
                 rate_limit=q.rate_limit,
                 rate_keyed=q.rate_limit_by is not None,
+                priority_window=q.priority_window,
             )
             for q in self.queues.values()
         ]
@@ -90,7 +91,8 @@ class Registry:
             raise RunlaneError(
                 ErrorCode.QUEUE_POLICY_DRIFT,
                 f"{purpose}: queue {name!r} has a different policy than the registered one "
-                "(concurrency_limit, dispatch_timeout or default differ); share one definition.",
+                "(concurrency_limit, dispatch_timeout, rate_limit, priority_window or default "
+                "differ); share one definition.",
                 meta={"queue": name},
             )
         return registered

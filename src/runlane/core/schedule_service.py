@@ -49,6 +49,7 @@ class BuildsRuns(Protocol):
         queue: QueueDef | None = None,
         run_at: datetime | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
     ) -> NewRun:
         """Validate one run; nothing is written."""
         ...
@@ -156,6 +157,7 @@ class ScheduleMaterializer:
                     queue=entry.queue,
                     run_at=slot,
                     idempotency_key=occurrence_key(schedule_id, slot),
+                    priority=entry.priority,
                     source=RunSource(
                         RunSourceType.SCHEDULE, schedule_id=schedule_id, occurs_at=slot
                     ),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from runlane.types.durations import Duration, parse_optional_duration
 from runlane.types.errors import configuration_error
 from runlane.types.ids import validate_identifier
+from runlane.types.priorities import parse_priority_window
 from runlane.types.rate_limits import RateLimit, parse_rate_limit
 
 #: The one partitioning of a rate limit besides the whole queue: each run's rate key.
@@ -28,6 +29,8 @@ class QueueDef:
     rate_limit: RateLimit | None
     #: ``"key"``: each run's ``rate_key`` is its own partition; None: the whole queue.
     rate_limit_by: str | None
+    #: Seconds a priority-10 run goes ahead of a priority-0 run due at the same time.
+    priority_window: float
 
     def __init__(
         self,
@@ -38,8 +41,10 @@ class QueueDef:
         dispatch_timeout: Duration | None = None,
         rate_limit: RateLimit | str | None = None,
         rate_limit_by: str | None = None,
+        priority_window: Duration | None = None,
     ) -> None:
         validate_identifier(name, name="queue name")
+        window = parse_priority_window(priority_window, queue=name)
         if concurrency_limit is not None and (
             isinstance(concurrency_limit, bool)
             or not isinstance(concurrency_limit, int)
@@ -65,6 +70,7 @@ class QueueDef:
         object.__setattr__(self, "rate_limit", limit)
         object.__setattr__(self, "rate_limit_by", rate_limit_by)
         object.__setattr__(self, "concurrency_limit", concurrency_limit)
+        object.__setattr__(self, "priority_window", window)
         object.__setattr__(
             self,
             "dispatch_timeout",
@@ -80,6 +86,7 @@ def queue(
     dispatch_timeout: Duration | None = None,
     rate_limit: RateLimit | str | None = None,
     rate_limit_by: str | None = None,
+    priority_window: Duration | None = None,
 ) -> QueueDef:
     """Define a queue.
 
@@ -88,10 +95,16 @@ def queue(
     every worker; with ``rate_limit_by="key"`` each run's ``rate_key`` gets its own
     limit. Bad values raise ``CONFIGURATION_INVALID`` here.
 
+    ``priority_window`` (default five minutes, 1 s to 1 day) bounds what a run's
+    ``priority`` buys: a priority-10 run goes before priority-0 runs that have been
+    due for less than the window, and no due run waits behind runs that became due
+    more than twice the window after it.
+
     >>> main = queue("main", default=True)
     >>> invoices = queue("invoice_sync", concurrency_limit=1, dispatch_timeout="2m")
     >>> partner = queue("partner_api", rate_limit="10/s")
     >>> tenants = queue("tenant_sync", rate_limit="100/m", rate_limit_by="key")
+    >>> reports = queue("reports", priority_window="10m")
     """
     return QueueDef(
         name,
@@ -100,4 +113,5 @@ def queue(
         dispatch_timeout=dispatch_timeout,
         rate_limit=rate_limit,
         rate_limit_by=rate_limit_by,
+        priority_window=priority_window,
     )

@@ -16,6 +16,7 @@ from runlane.types.clock import aware_utc
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import RunlaneError, configuration_error
 from runlane.types.ids import MAX_IDENTIFIER_LENGTH, validate_identifier
+from runlane.types.priorities import DEFAULT_PRIORITY, validate_priority
 
 if TYPE_CHECKING:
     from runlane.model.definitions import TaskDef
@@ -58,6 +59,8 @@ class ScheduleDef:
     queue: QueueDef | None
     enabled: bool
     catch_up: bool
+    #: The priority of the runs the schedule creates (-10 to 10).
+    priority: int = DEFAULT_PRIORITY
 
     def validate_for(self, task: TaskDef[Any], max_payload_bytes: int = sys.maxsize) -> None:
         """Check the static payload against the task's schema (and that storage can keep
@@ -183,11 +186,13 @@ def schedule(
     queue: QueueDef | None = None,
     enabled: bool = True,
     catch_up: bool = False,
+    priority: int = DEFAULT_PRIORITY,
 ) -> ScheduleDef:
     """Define a schedule; attach it with ``task(..., schedules=[...])``.
 
     Exactly one of ``cron`` (five fields, in ``timezone``), ``every`` (a duration;
     slots are multiples of it since the Unix epoch) or ``run_at`` (one occurrence).
+    ``priority`` (-10 to 10) is given to every run the schedule creates.
 
     >>> schedule("invoices.nightly", cron="0 3 * * *", timezone="Europe/Berlin")
     """
@@ -221,6 +226,7 @@ def schedule(
     run_at_utc = None if run_at is None else aware_utc(run_at, name=f"schedule {id!r}: run_at")
     if queue is not None and not isinstance(queue, QueueDef):
         raise configuration_error(f"schedule {id!r}: queue must be a queue(...) definition.")
+    validate_priority(priority, name=f"schedule {id!r}: priority")
     return ScheduleDef(
         id=id,
         cron=cron,
@@ -231,4 +237,5 @@ def schedule(
         queue=queue,
         enabled=bool(enabled),
         catch_up=bool(catch_up),
+        priority=priority,
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runlane.types.priorities import DEFAULT_PRIORITY_WINDOW
 from runlane.types.rate_limits import RateLimit
 from runlane.types.runs import (
     JsonValue,
@@ -55,6 +56,11 @@ class NewRun:
     rate_key: str | None = None
     #: Append a delivery request (outbox row + ``run.delivery_requested``) with the run.
     request_delivery: bool = False
+    #: -10 to 10; higher starts first among due runs of its queue.
+    priority: int = 0
+    #: Microseconds the run goes ahead of its due time in its queue's claim order
+    #: (``runlane.types.priorities.priority_offset``), stored beside ``run_at``.
+    priority_offset: int = 0
 
 
 # Without slot_init: it builds stores for a class's own slots only, and this is rare.
@@ -223,6 +229,9 @@ class QueuePolicy:
     rate_limit: RateLimit | None = None
     #: Whether each run's rate key is its own partition (else the queue is one).
     rate_keyed: bool = False
+    #: Seconds of the queue's priority window: a due run's claim time lies at most this
+    #: far after now, which bounds the claim's index range.
+    priority_window: float = DEFAULT_PRIORITY_WINDOW
 
 
 @dataclass(frozen=True, slots=True)

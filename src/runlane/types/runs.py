@@ -245,6 +245,9 @@ class Run:
     #: first report. Read by ``rl.runs`` (``get``, ``list``, ``wait``); runs returned by
     #: producing and executing calls leave it ``None``.
     progress: RunProgress | None = None
+    #: Higher starts first among due runs of its queue (-10 to 10, SPEC-flow 7.2); kept
+    #: by retries, releases, reruns and manual retries.
+    priority: int = 0
 
     @property
     def is_delivery(self) -> bool:

@@ -55,8 +55,10 @@ from runlane.storage.sql.claiming import (
     claim_order,
     split_by_capacity,
     split_rate_limited,
+    widest_priority_window,
 )
 from runlane.storage.sql.rows import run_from_row, runs_from_rows
+from runlane.types.priorities import claim_horizon
 from runlane.types.runs import Run
 
 
@@ -82,11 +84,16 @@ async def claim_due_runs(
     limits, unbounded = split_by_capacity(others)
     if rated and adopted is not None:
         await _adopt_unkeyed_runs(conn, session, q, rated, params, adopted)
+    horizon = claim_horizon(params["now"], widest_priority_window(others))
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
         # in a fresh snapshot): nothing else travels with an idle worker's claim.
         (cur,) = conn.cursors(1)
-        await cur.execute(q["claim_due_runs"], {**params, "queues": unbounded}, prepare=True)
+        await cur.execute(
+            q["claim_due_runs"],
+            {**params, "queues": unbounded, "horizon": horizon},
+            prepare=True,
+        )
         return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
         rows = await _claim_with_tokens(session, q, lock_prefix, rated, limit, params)
@@ -112,7 +119,12 @@ async def claim_due_runs(
         if unbounded and len(rows) < limit:
             rows += await session.fetch(
                 q["claim_due_runs"],
-                {**params, "queues": unbounded, "limit": limit - len(rows)},
+                {
+                    **params,
+                    "queues": unbounded,
+                    "horizon": horizon,
+                    "limit": limit - len(rows),
+                },
             )
     return _runs(rows)
 
@@ -158,7 +170,12 @@ async def _claim_with_tokens(
         take = min(limit - len(rows), tokens_available(policy.rate_limit, tat, now))
         if take < 1:
             continue
-        one = {**params, "queues": [policy.name], "limit": take}
+        one = {
+            **params,
+            "queues": [policy.name],
+            "horizon": claim_horizon(now, policy.priority_window),
+            "limit": take,
+        }
         if policy.concurrency_limit is not None:
             await session.fetch(q["lock_claimable_keys"], one)
             claimed = await session.fetch(
@@ -209,11 +226,13 @@ async def _claim_keyed(
 ) -> list[Any]:
     """A queue limited per key, under its capacity lock: of the partitions that have a
     token and a due run (an index range, however many others are exhausted), the
-    oldest due runs of each within its tokens, one token taken per run started."""
+    first due runs of each in claim order within its tokens, one token taken per run
+    started."""
     rate = policy.rate_limit
     assert rate is not None
     now = params["now"]
     base = {"environment": params["environment"], "queue": policy.name}
+    horizon = claim_horizon(now, policy.priority_window)
     partitions = await session.fetch(
         q["ready_rate_partitions"], {**base, "now": now, "limit": partition_scan(limit)}
     )
@@ -226,7 +245,8 @@ async def _claim_keyed(
         tokens = min(limit - len(rows), tokens_available(rate, tat, now))
         if tokens > 0:
             due = await session.fetch(
-                q["due_rate_keyed_runs"], {**base, "rate_key": key, "now": now, "limit": tokens}
+                q["due_rate_keyed_runs"],
+                {**base, "rate_key": key, "now": now, "horizon": horizon, "limit": tokens},
             )
             for run in due:
                 claimed = await _claim_one(session, q, policy, run, params)
@@ -389,7 +409,11 @@ async def apply_and_claim(
             claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, adopted)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
-    claim_params = {**params, "queues": unbounded}
+    claim_params = {
+        **params,
+        "queues": unbounded,
+        "horizon": claim_horizon(params["now"], widest_priority_window(queues)),
+    }
     statements = [(q["apply_transitions"], round_params) for round_params in rounds]
     results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
     # Each round returns the ids it applied, the claim (which takes the key locks

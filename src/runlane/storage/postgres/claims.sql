@@ -1,6 +1,7 @@
 -- Claims of the PostgreSQL driver, each a whole statement: choose the runs
--- (candidates), lease them and append run.started, in one statement. All claims
--- lease alike (claimed, started); only the choice of candidates differs.
+-- (candidates) and lease them, in one statement; the row implies run.started (its
+-- started_* columns, migration 017). All claims lease alike; only the choice of
+-- candidates differs.
 -- Candidates are locked rows checked as they are now; they are found by primary key
 -- (= ANY), so the plan never depends on how stale the table's statistics are.
 --
@@ -41,23 +42,25 @@ FROM {schema}.runlane_runs r
 WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS NOT NULL;
 
 -- name: claim_due_runs
--- Per queue, lock the oldest due runs without a key no other claimer holds (SKIP
--- LOCKED), and the first claimable delivery of each key whose lock it takes first
+-- Per queue, lock the first due runs in claim order (due time less the priority
+-- offset) without a key no other claimer holds (SKIP LOCKED), reading the queue's
+-- runlane_runs_claim_order up to the horizon (now plus the widest priority window),
+-- and the first claimable delivery of each key whose lock it takes first
 -- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
 -- so a worker on many queues serves them all. A function since migration 009 (its
--- text is in 010, which replaced it): one statement, which an idle worker sends alone
+-- text is in 015, which replaced it): one statement, which an idle worker sends alone
 -- in autocommit.
 SELECT * FROM {schema}.runlane_claim_due_runs(
     %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
     %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
-    %(lease_expires_iso)s
+    %(lease_expires_iso)s, %(horizon)s::bigint
 );
 
 -- name: claim_bounded_runs
 -- Bounded queues, whose capacity locks the caller holds: per (queue, concurrency
--- key) partition, at most the limit minus the runs holding an unexpired lease; of
--- a partition key (whose key lock the caller holds), at most its first claimable
--- delivery.
+-- key) partition, at most the limit minus the runs holding an unexpired lease, first
+-- in claim order (due time less the priority offset); of a partition key (whose key
+-- lock the caller holds), at most its first claimable delivery.
 WITH candidates AS (
     WITH limits AS (
         SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS q(name, lim)
@@ -77,7 +80,8 @@ WITH candidates AS (
         GROUP BY r.queue, coalesce(r.concurrency_key, '')
     ),
     eligible AS (
-        SELECT r.id, r.queue, r.run_at, coalesce(r.concurrency_key, '') AS part, limits.lim
+        SELECT r.id, r.queue, r.run_at - r.priority_offset AS claim_at,
+               coalesce(r.concurrency_key, '') AS part, limits.lim
         FROM {schema}.runlane_runs r
         JOIN limits ON limits.name = r.queue
         WHERE r.environment = %(environment)s
@@ -85,10 +89,11 @@ WITH candidates AS (
           AND r.run_at <= %(now)s
           AND r.partition_key IS NULL
         UNION ALL
-        SELECT first_of_key.id, first_of_key.queue, first_of_key.run_at, first_of_key.part,
-               first_of_key.lim
+        SELECT f.id, f.queue, f.claim_at, f.part,
+               f.lim
         FROM (
-            SELECT k.id, k.queue, k.run_at, coalesce(k.concurrency_key, '') AS part, limits.lim,
+            SELECT k.id, k.queue, k.run_at - k.priority_offset AS claim_at,
+                   coalesce(k.concurrency_key, '') AS part, limits.lim,
                    k.task_id, k.partition_key,
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
@@ -113,13 +118,13 @@ WITH candidates AS (
                                      'cancellation_requested', 'dead_lettered')
                     AND o.message_sequence < k.message_sequence
               ))
-        ) AS first_of_key
-        WHERE first_of_key.rank_in_key = 1
+        ) AS f
+        WHERE f.rank_in_key = 1
           -- No delivery of the key holds an unexpired lease.
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.runlane_runs o
-              WHERE o.environment = %(environment)s AND o.task_id = first_of_key.task_id
-                AND o.partition_key = first_of_key.partition_key
+              WHERE o.environment = %(environment)s AND o.task_id = f.task_id
+                AND o.partition_key = f.partition_key
                 AND o.status IN ('running', 'cancellation_requested')
                 AND o.lease_expires_at > %(now)s
           )
@@ -128,7 +133,7 @@ WITH candidates AS (
         SELECT eligible.*,
                row_number() OVER (
                    PARTITION BY eligible.queue, eligible.part
-                   ORDER BY eligible.run_at, eligible.id
+                   ORDER BY eligible.claim_at, eligible.id
                ) AS rn
         FROM eligible
     )
@@ -140,7 +145,7 @@ WITH candidates AS (
           FROM ranked
           LEFT JOIN occupied ON occupied.queue = ranked.queue AND occupied.part = ranked.part
           WHERE ranked.rn <= ranked.lim - coalesce(occupied.n, 0)
-          ORDER BY ranked.run_at, ranked.id
+          ORDER BY ranked.claim_at, ranked.id
           LIMIT %(limit)s
       ))
       AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
@@ -156,20 +161,14 @@ claimed AS (
         lease_token = %(lease_token)s,
         lease_expires_at = %(lease_expires_at)s,
         reserved_until = NULL,
-        updated_at = %(now)s
+        updated_at = %(now)s,
+        -- run.started is implied by these (migration 017).
+        started_sequence = r.event_sequence + 1,
+        started_at = %(now)s,
+        started_by = %(worker_id)s,
+        started_lease_expires_at = %(lease_expires_at)s
     WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING r.*
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', attempt, 'worker_id', lease_owner,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM claimed
 )
 SELECT * FROM claimed;
 
@@ -204,20 +203,14 @@ claimed AS (
         lease_token = %(lease_token)s,
         lease_expires_at = %(lease_expires_at)s,
         reserved_until = NULL,
-        updated_at = %(now)s
+        updated_at = %(now)s,
+        -- run.started is implied by these (migration 017).
+        started_sequence = r.event_sequence + 1,
+        started_at = %(now)s,
+        started_by = %(worker_id)s,
+        started_lease_expires_at = %(lease_expires_at)s
     WHERE r.environment = %(environment)s AND r.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING r.*
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', attempt, 'worker_id', lease_owner,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM claimed
 )
 SELECT * FROM claimed;
 

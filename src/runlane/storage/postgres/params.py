@@ -66,7 +66,8 @@ class CreationBatch:
             rows.append(
                 f"[{names[1:-1]},{dumps(c['payloads'][i])},{counts[1:-1]},{c['sources'][i]},"
                 f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
-                f"{'true' if c['request_deliveries'][i] else 'false'}"
+                f"{'true' if c['request_deliveries'][i] else 'false'},"
+                f"{c['priorities'][i]},{c['priority_offsets'][i]}"
                 f"{'' if rate_key is None else ',' + dumps(rate_key)}]"
             )
         return {**self.shared, "runs": f"[{','.join(rows)}]"}
@@ -147,6 +148,8 @@ def creation_batch(
     run_ats: list[int] = []
     sequences, source_texts, idempotency_keys, singleton_keys = [], [], [], []
     concurrency_keys, trace_carriers, deliveries = [], [], []
+    priorities: list[int] = []
+    offsets: list[int] = []
     for new in runs:
         source = sources.get(id(new.source))
         if source is None:
@@ -174,6 +177,8 @@ def creation_batch(
         concurrency_keys.append(new.concurrency_key)
         trace_carriers.append(carrier_text)
         deliveries.append(new.request_delivery)
+        priorities.append(new.priority)
+        offsets.append(new.priority_offset)
     expires_at = to_micros(granted.expires_at) if granted is not None else None
     columns: dict[str, list[Any]] = {
         "ids": ids, "task_ids": task_ids, "queues": queues, "statuses": statuses,
@@ -181,6 +186,7 @@ def creation_batch(
         "sources": source_texts, "idempotency_keys": idempotency_keys,
         "singleton_keys": singleton_keys, "concurrency_keys": concurrency_keys,
         "trace_carriers": trace_carriers, "request_deliveries": deliveries,
+        "priorities": priorities, "priority_offsets": offsets,
     }  # fmt: skip
     return CreationBatch(
         environment=environment,
@@ -196,7 +202,6 @@ def creation_batch(
             "lease_owner": granted.owner if granted is not None else None,
             "lease_token": granted.token if granted is not None else None,
             "lease_expires_at": expires_at,
-            "lease_expires_iso": granted.expires_at.isoformat() if granted is not None else None,
         },
         lease=granted,
     )
@@ -257,7 +262,7 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
         # Runs of one call share task, queue, status, source, key and carrier.
         key = (
             new.task_id, new.queue, new.status, new.source, new.concurrency_key,
-            id(new.trace_carrier),
+            id(new.trace_carrier), new.priority, new.priority_offset, new.rate_key,
         )  # fmt: skip
         shared = shared_fields.get(key)
         if shared is None:
@@ -267,7 +272,8 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
                 f"{copy_field(new.status.value)}\t",
                 f"{copy_field(source_json(new.source))}\t"
                 f"{copy_field(new.concurrency_key)}\t"
-                f"{copy_field(None if carrier is None else dumps(carrier))}\n",
+                f"{copy_field(None if carrier is None else dumps(carrier))}\t"
+                f"{new.priority}\t{new.priority_offset}\t{copy_field(new.rate_key)}\n",
             )
         if not due and new.status is RunStatus.QUEUED and run_at <= now_us:
             due = True
@@ -308,6 +314,7 @@ def created_run(
         rate_key=new.rate_key,
         trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
         lease=lease,
+        priority=new.priority,
     )
 
 
@@ -334,6 +341,8 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "source": source_json(new.source),
         "concurrency_key": new.concurrency_key,
         "trace_carrier": None if carrier is None else dumps(carrier),
+        "priority": new.priority,
+        "priority_offset": new.priority_offset,
     }
 
 

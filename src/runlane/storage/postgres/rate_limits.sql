@@ -26,8 +26,8 @@ ORDER BY p.queue, p.rate_key;
 -- name: defer_delivery_request
 -- execute_delivery's rate_limited path: the run keeps its delivery request, and a new
 -- outbox row publishes its wakeup again once its partition has a token for it: the
--- next token plus one interval per due run of its queue that goes before it (those
--- take the tokens first), so a backlog's wakeups do not all come back at once.
+-- next token plus one interval per due run of its queue that goes before it in claim
+-- order (those take the tokens first), so a backlog's wakeups do not all come back at once.
 WITH ahead AS (
     SELECT count(*) AS n FROM {schema}.runlane_runs o, {schema}.runlane_runs r
     WHERE r.environment = %(environment)s AND r.id = %(id)s
@@ -35,7 +35,7 @@ WITH ahead AS (
       AND o.status IN ('queued', 'scheduled', 'retrying', 'released')
       AND o.run_at <= %(now)s
       AND (r.rate_key IS NULL OR o.rate_key = r.rate_key)
-      AND (o.run_at, o.id) < (r.run_at, r.id)
+      AND (o.run_at - o.priority_offset, o.id) < (r.run_at - r.priority_offset, r.id)
 ),
 marked AS (
     UPDATE {schema}.runlane_runs r
@@ -76,14 +76,18 @@ ORDER BY ready_at, rate_key
 LIMIT %(limit)s;
 
 -- name: due_rate_keyed_runs
--- Ordered by the rate key too (one value here), as runlane_runs_rate_keyed is: only
+-- A key's due runs in claim order (run_at - priority_offset, migration 015). Ordered
+-- by the rate key too (one value here), as runlane_runs_rate_claim_order is: only
 -- that index gives the order, so even a generic plan never walks the queue's other
--- keys' due runs in runlane_runs_claimable instead.
+-- keys' due runs in runlane_runs_claim_order instead. %(horizon)s (now plus the
+-- queue's priority window: no due run's claim time is later) ends the ordered scan,
+-- and run_at <= now keeps runs that are not due yet out, whatever their priority.
 SELECT id, concurrency_key FROM {schema}.runlane_runs
 WHERE environment = %(environment)s AND queue = %(queue)s AND rate_key = %(rate_key)s
   AND status IN ('queued', 'scheduled', 'retrying', 'released')
+  AND run_at - priority_offset <= %(horizon)s
   AND run_at <= %(now)s
-ORDER BY rate_key, run_at, id
+ORDER BY rate_key, run_at - priority_offset, id
 LIMIT %(limit)s;
 
 -- name: get_rate_partition
@@ -104,8 +108,9 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- limit), and due_at again from its runs, unless a run arrived since the claimer read
 -- the version (due_at then keeps the trigger's lower value: at worst a look too early).
 WITH next_due AS (
-    -- The key's earliest waiting run, read as the first of runlane_runs_rate_keyed
-    -- (as in due_rate_keyed_runs).
+    -- The key's earliest waiting run by due time (not claim order: due_at says when
+    -- a run may start), read as the first of runlane_runs_rate_keyed, ordered by the
+    -- rate key too so that only that index gives the order.
     SELECT coalesce((
         SELECT r.run_at FROM {schema}.runlane_runs r
         WHERE r.environment = %(environment)s AND r.queue = %(queue)s

@@ -6,10 +6,10 @@
 -- batch size and is prepared once per connection.
 
 -- name: insert_runs
--- Runs (their run.created event is implied by the row: see migration 004), plus
--- run.delivery_requested and an outbox row when a transport is to wake a worker,
--- or run.started when run_now leases them, and one wakeup for listening workers
--- when a created run is due now. A run whose singleton key already has an active
+-- Runs (their run.created event is implied by the row: see migration 004, and so is
+-- run.started when run_now leases them: 017), plus run.delivery_requested and an
+-- outbox row when a transport is to wake a worker, and one wakeup for listening
+-- workers when a created run is due now. A run whose singleton key already has an active
 -- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
 -- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
 -- than a dozen arrays), fields in the order below, as shapes.INSERT_RUN declares
@@ -20,7 +20,8 @@ WITH input AS (
            (r.x->>4)::json AS payload, (r.x->>5)::bigint AS run_at, (r.x->>6)::int AS event_sequence,
            r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
            r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
-           (r.x->>12)::bool AS request_delivery, r.x->>13 AS rate_key
+           (r.x->>12)::bool AS request_delivery, (r.x->>13)::int AS priority,
+           (r.x->>14)::bigint AS priority_offset, r.x->>15 AS rate_key
     FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
 ),
 inserted AS (
@@ -28,13 +29,18 @@ inserted AS (
         environment, id, task_id, queue, status, payload, attempt, failure_count,
         run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
-        lease_expires_at, delivery_requested_at, rate_key
+        lease_expires_at, delivery_requested_at, priority, priority_offset, started_sequence,
+        started_at, started_by, started_lease_expires_at, rate_key
     )
     SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
            run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
            singleton_key, concurrency_key, trace_carrier, %(lease_owner)s::text,
            %(lease_token)s::text, %(lease_expires_at)s::bigint,
-           CASE WHEN request_delivery THEN %(now)s::bigint END, rate_key
+           CASE WHEN request_delivery THEN %(now)s::bigint END, priority, priority_offset,
+           CASE WHEN status = 'running' THEN event_sequence END,
+           CASE WHEN status = 'running' THEN %(now)s::bigint END,
+           CASE WHEN status = 'running' THEN %(lease_owner)s::text END,
+           CASE WHEN status = 'running' THEN %(lease_expires_at)s::bigint END, rate_key
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
@@ -47,14 +53,6 @@ events AS (
            jsonb_build_object('queue', queue, 'outbox_id', id || '.2')
     FROM inserted
     WHERE delivery_requested_at IS NOT NULL
-    UNION ALL
-    SELECT %(environment)s, id, event_sequence, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', 1, 'worker_id', %(lease_owner)s::text,
-               'lease_expires_at', %(lease_expires_iso)s::text
-           )
-    FROM inserted
-    WHERE status = 'running'
 ),
 outbox AS (
     INSERT INTO {schema}.runlane_outbox (
@@ -82,12 +80,12 @@ WITH inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-        trace_carrier
+        trace_carrier, priority, priority_offset
     )
     VALUES (
         %(environment)s, %(id)s, %(task_id)s, %(queue)s, %(status)s, %(payload)s::json, 0, 0,
         %(run_at)s, %(run_at)s, %(now)s, %(now)s, 1, %(source)s::jsonb, %(concurrency_key)s,
-        %(trace_carrier)s::jsonb
+        %(trace_carrier)s::jsonb, %(priority)s::int, %(priority_offset)s::bigint
     )
     RETURNING status, run_at
 )
@@ -99,8 +97,8 @@ WHERE status = 'queued' AND run_at <= %(now)s;
 -- insert_run for a run due now without a concurrency key: when a live worker stands
 -- by on its queue (migration 011; only queues without a concurrency limit are
 -- offered), the run takes one of that worker's slots: it is written already leased to the
--- worker, with run.started, and the worker hears of it, row and all, on its
--- listener's channel; otherwise the environment's listeners are woken as before.
+-- worker (its row implying run.started), and the worker hears of it, row and all,
+-- on its listener's channel; otherwise the environment's listeners are woken as before.
 -- The statement returns one row when it notified, with the lease when it handed off.
 WITH slot AS (
     UPDATE {schema}.runlane_standby s
@@ -122,7 +120,8 @@ inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-        trace_carrier, lease_owner, lease_token, lease_expires_at
+        trace_carrier, lease_owner, lease_token, lease_expires_at, priority, priority_offset,
+        started_sequence, started_at, started_by, started_lease_expires_at
     )
     SELECT %(environment)s, %(id)s, %(task_id)s, %(queue)s,
            CASE WHEN slot.worker_id IS NULL THEN %(status)s ELSE 'running' END,
@@ -130,27 +129,13 @@ inserted AS (
            %(run_at)s, %(run_at)s, %(now)s, %(now)s,
            CASE WHEN slot.worker_id IS NULL THEN 1 ELSE 2 END,
            %(source)s::jsonb, %(concurrency_key)s, %(trace_carrier)s::jsonb,
-           slot.worker_id, slot.lease_token, slot.lease_expires_at
+           slot.worker_id, slot.lease_token, slot.lease_expires_at, %(priority)s::int,
+           %(priority_offset)s::bigint,
+           CASE WHEN slot.worker_id IS NOT NULL THEN 2 END,
+           CASE WHEN slot.worker_id IS NOT NULL THEN %(now)s::bigint END,
+           slot.worker_id, slot.lease_expires_at
     FROM (VALUES (1)) AS one (x) LEFT JOIN slot ON true
     RETURNING *
-),
-started AS (
-    INSERT INTO {schema}.runlane_run_events (
-        environment, run_id, sequence, type, occurred_at, data
-    )
-    SELECT environment, id, 2, 'run.started', %(now)s,
-           jsonb_build_object(
-               'attempt', 1, 'worker_id', lease_owner,
-               -- As Python's isoformat() writes a UTC time (claims send that text).
-               'lease_expires_at',
-               to_char(to_timestamp(lease_expires_at / 1000000) AT TIME ZONE 'UTC',
-                       'YYYY-MM-DD"T"HH24:MI:SS')
-               || CASE WHEN lease_expires_at %% 1000000 = 0 THEN ''
-                       ELSE '.' || lpad((lease_expires_at %% 1000000)::text, 6, '0') END
-               || '+00:00'
-           )
-    FROM inserted
-    WHERE lease_owner IS NOT NULL
 ),
 handed AS (
     -- The row in rows.RUN_COLUMNS order, JSON columns as their text.
@@ -161,7 +146,7 @@ handed AS (
                i.singleton_key, i.concurrency_key, i.trace_carrier::text, i.lease_owner,
                i.lease_token, i.lease_expires_at, i.cancel_reason, i.partition_key, i.replays,
                i.subscription_mode, i.message_sequence, i.dead_letter_reason,
-               i.dead_lettered_at, i.rate_key
+               i.dead_lettered_at, i.rate_key, i.priority
            )::text AS row_text
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL
@@ -190,7 +175,8 @@ FROM slot CROSS JOIN handed;
 -- announce_work in the same transaction.
 COPY {schema}.runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
-    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier
+    first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
+    priority, priority_offset, rate_key
 ) FROM STDIN;
 
 -- name: announce_work
@@ -220,19 +206,24 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: list_run_events
--- Stored events, and the run.created event a row created since migration 004 implies.
--- A run with dependencies adds them and its policy to run.created.
-SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
-       NULL::jsonb AS data, task_id, queue, first_run_at, source,
+-- Stored events, and the run's row (implied), which implies run.created since
+-- migration 004 (first_run_at set) and its latest run.started and run.succeeded since
+-- 017 (started_* and succeeded_* set). A run with dependencies adds them and its
+-- policy to run.created. The driver merges them by sequence (rows.run_events_from_rows).
+SELECT true AS implied, id AS run_id, NULL::int AS sequence, NULL::text AS type,
+       created_at AS occurred_at, NULL::jsonb AS data, task_id, queue, first_run_at, source,
        (SELECT on_failure FROM {schema}.runlane_waiting_runs
         WHERE run_id = %(run_id)s AND environment = %(environment)s) AS on_failure,
        (SELECT jsonb_agg(dependency_id ORDER BY position)
         FROM {schema}.runlane_run_dependencies
-        WHERE dependent_id = %(run_id)s AND environment = %(environment)s) AS after
+        WHERE dependent_id = %(run_id)s AND environment = %(environment)s) AS after,
+       attempt, started_sequence, started_at, started_by, started_lease_expires_at,
+       succeeded_sequence, succeeded_at
 FROM {schema}.runlane_runs
-WHERE environment = %(environment)s AND id = %(run_id)s AND first_run_at IS NOT NULL
+WHERE environment = %(environment)s AND id = %(run_id)s
 UNION ALL
-SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM {schema}.runlane_run_events
 WHERE environment = %(environment)s AND run_id = %(run_id)s
 ORDER BY sequence;

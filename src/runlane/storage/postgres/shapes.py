@@ -50,6 +50,8 @@ INSERT_RUN = RowShape(
         ("concurrency_key", "text"),
         ("trace_carrier", "jsonb"),
         ("request_delivery", "bool"),
+        ("priority", "int"),
+        ("priority_offset", "bigint"),
         # Absent (NULL) unless the run's queue is rate-limited per key.
         ("rate_key", "text"),
     )
@@ -74,6 +76,7 @@ TRANSITION = RowShape(
         ("replays", "int"),
         ("dead_letter_reason", "text"),
         ("dead_lettered_at", "bigint"),
+        ("succeeded_attempt", "int"),
     )
 )
 
@@ -139,5 +142,9 @@ COPY_RUN = RowShape(
         ("source", "jsonb"),
         ("concurrency_key", "text"),
         ("trace_carrier", "jsonb"),
+        ("priority", "int4"),
+        ("priority_offset", "int8"),
+        # A batch's shared field, like the queue: \N unless it is rate-limited per key.
+        ("rate_key", "text"),
     )
 )

@@ -10,6 +10,7 @@ from typing import Any
 from runlane.ports.storage import Transition
 from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
 from runlane.storage.sql.encoding import dumps, micros_or_none
+from runlane.storage.sql.implied import implied_success_attempt
 
 
 def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
@@ -43,6 +44,8 @@ def transition_params(
         run_id = transition.run_id
         sequence = transition.expected_sequence
         failure = changes.failure
+        # Left out of the events: the row implies it (or the statement appends it).
+        succeeded_attempt = implied_success_attempt(transition)
         ids.append(run_id)
         rows.append(
             [
@@ -62,10 +65,12 @@ def transition_params(
                 changes.replays,
                 changes.dead_letter_reason,
                 micros_or_none(changes.dead_lettered_at),
+                succeeded_attempt,
             ]
         )
-        for offset, event in enumerate(transition.events, start=1):
-            events.append([run_id, sequence + offset, event.type.value, event.data])
+        if succeeded_attempt is None:
+            for offset, event in enumerate(transition.events, start=1):
+                events.append([run_id, sequence + offset, event.type.value, event.data])
     return {
         "environment": environment,
         "now": now_us,

@@ -10,6 +10,10 @@
 -- parameter each: cheaper to send than a dozen arrays; shapes.py declares their
 -- fields); ids also come as an
 -- array so the runs are found by primary key whatever the statistics say.
+-- Implied events (migration 017): a settle whose only event is run.succeeded of the
+-- row's attempt (succeeded_attempt, the event left out of the events array) keeps it
+-- on the row, or appends it when the attempt is not the row's; a run made claimable
+-- again gets the start its row implied stored, before its next claim overwrites it.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -18,7 +22,7 @@ WITH input AS (
            (t.x->>9)::int AS expected_sequence, t.x->>10 AS lease_token,
            (t.x->>11)::bigint AS lease_expired_by, (t.x->>12)::bool AS reset_failures,
            (t.x->>13)::int AS replays, t.x->>14 AS dead_letter_reason,
-           (t.x->>15)::bigint AS dead_lettered_at
+           (t.x->>15)::bigint AS dead_lettered_at, (t.x->>16)::int AS succeeded_attempt
     FROM jsonb_array_elements(%(transitions)s::jsonb) AS t(x)
 ),
 updated AS (
@@ -38,14 +42,19 @@ updated AS (
         delivery_requested_at = NULL,
         lease_owner = CASE WHEN input.keep_lease THEN r.lease_owner END,
         lease_token = CASE WHEN input.keep_lease THEN r.lease_token END,
-        lease_expires_at = CASE WHEN input.keep_lease THEN r.lease_expires_at END
+        lease_expires_at = CASE WHEN input.keep_lease THEN r.lease_expires_at END,
+        succeeded_sequence = CASE WHEN input.succeeded_attempt = r.attempt
+                                  THEN r.event_sequence + 1 ELSE r.succeeded_sequence END,
+        succeeded_at = CASE WHEN input.succeeded_attempt = r.attempt
+                            THEN %(now)s ELSE r.succeeded_at END
     FROM input
     WHERE r.environment = %(environment)s AND r.id = input.id
       AND r.id = ANY(%(ids)b::text[])
       AND r.event_sequence = input.expected_sequence
       AND (input.lease_token IS NULL OR r.lease_token = input.lease_token)
       AND (input.lease_expired_by IS NULL OR r.lease_expires_at <= input.lease_expired_by)
-    RETURNING r.id
+    RETURNING r.id, r.status, r.attempt, r.event_sequence, r.started_sequence, r.started_at,
+              r.started_by, r.started_lease_expires_at, input.succeeded_attempt
 ),
 events AS (
     INSERT INTO {schema}.runlane_run_events (
@@ -55,5 +64,32 @@ events AS (
            %(now)s, e.x->3 AS data
     FROM jsonb_array_elements(%(events)s::jsonb) AS e(x)
     JOIN updated ON updated.id = e.x->>0
+    UNION ALL
+    -- A success left out of the events whose attempt is not the row's.
+    SELECT %(environment)s, id, event_sequence, 'run.succeeded', %(now)s,
+           jsonb_build_object('attempt', succeeded_attempt)
+    FROM updated
+    WHERE succeeded_attempt <> attempt
+),
+stored_starts AS (
+    INSERT INTO {schema}.runlane_run_events (
+        environment, run_id, sequence, type, occurred_at, data
+    )
+    SELECT %(environment)s, id, started_sequence, 'run.started', started_at,
+           jsonb_build_object(
+               'attempt', attempt, 'worker_id', started_by,
+               -- As Python's isoformat() writes a UTC time (as the row implied it).
+               'lease_expires_at',
+               to_char(to_timestamp(started_lease_expires_at / 1000000) AT TIME ZONE 'UTC',
+                       'YYYY-MM-DD"T"HH24:MI:SS')
+               || CASE WHEN started_lease_expires_at %% 1000000 = 0 THEN ''
+                       ELSE '.' || lpad((started_lease_expires_at %% 1000000)::text, 6, '0')
+                  END
+               || '+00:00'
+           )
+    FROM updated
+    WHERE started_sequence IS NOT NULL
+      AND status IN ('queued', 'scheduled', 'retrying', 'released')
+    ON CONFLICT DO NOTHING
 )
 SELECT id FROM updated;

@@ -46,8 +46,19 @@ _NONE_LIMITED: list[QueuePolicy] = []
 WHOLE_QUEUE = ""
 
 
+def widest_priority_window(queues: Sequence[QueuePolicy]) -> float:
+    """The widest priority window (seconds) of ``queues``: a claim of them reads each
+    queue's claim order up to now plus it (no due run's claim time is later)."""
+    widest = 0.0
+    for policy in queues:
+        if policy.priority_window > widest:
+            widest = policy.priority_window
+    return widest
+
+
 def claim_order(run: Run) -> tuple[datetime, str]:
-    """Claimed runs come back oldest ``run_at`` first, ties broken by id."""
+    """Claimed runs come back oldest ``run_at`` first, ties broken by id. (Which runs
+    a claim takes follows their priorities; the runs of one claim start together.)"""
     return run.run_at, run.id
 
 

@@ -70,6 +70,7 @@ RUN_COLUMNS = (
     "dead_letter_reason",
     "dead_lettered_at",
     "rate_key",
+    "priority",
 )
 _BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
 
@@ -137,6 +138,7 @@ class RunDecoder:
             dead_letter_reason,
             dead_lettered_at,
             rate_key,
+            priority,
         ) = self._fields(row)
         time = self.time
         source = self._sources.get(source_text)
@@ -177,6 +179,7 @@ class RunDecoder:
             dead_letter_reason=dead_letter_reason,
             dead_lettered_at=time(dead_lettered_at) if dead_lettered_at is not None else None,
             rate_key=rate_key,
+            priority=priority,
         )
 
 
@@ -255,14 +258,69 @@ def implied_created_event(row: Row) -> RunEvent:
     )
 
 
+def implied_attempt_events(row: Row) -> list[RunEvent]:
+    """The ``run.started`` and ``run.succeeded`` events a run's row implies, for drivers
+    that do not store them: ``run_id``, ``attempt`` and the ``started_*`` and
+    ``succeeded_*`` columns (``NULL`` where the row implies neither). The start is the
+    row's latest, so its attempt is the row's; so is the success's."""
+    events: list[RunEvent] = []
+    run_id, attempt = row["run_id"], row["attempt"]
+    if row["started_sequence"] is not None:
+        data = {
+            "attempt": attempt,
+            "worker_id": row["started_by"],
+            "lease_expires_at": from_micros(row["started_lease_expires_at"]).isoformat(),
+        }
+        events.append(
+            RunEvent(
+                run_id,
+                row["started_sequence"],
+                RunEventType.STARTED,
+                from_micros(row["started_at"]),
+                data,
+            )
+        )
+    if row["succeeded_sequence"] is not None:
+        events.append(
+            RunEvent(
+                run_id,
+                row["succeeded_sequence"],
+                RunEventType.SUCCEEDED,
+                from_micros(row["succeeded_at"]),
+                {"attempt": attempt},
+            )
+        )
+    return events
+
+
 def run_events_from_rows(rows: Iterable[Row]) -> list[RunEvent]:
-    """A run's history from ``list_run_events`` rows: stored events, and the
-    ``run.created`` event a row with ``first_run_at`` implies (see
-    :func:`implied_created_event`)."""
-    return [
-        event_from_row(row) if row["first_run_at"] is None else implied_created_event(row)
-        for row in rows
-    ]
+    """A run's history from ``list_run_events`` rows: the stored events, and those the
+    run's row (the one with ``implied`` set) implies: ``run.created`` when it has
+    ``first_run_at`` (see :func:`implied_created_event`), and its latest start and
+    success (:func:`implied_attempt_events`).
+
+    A stored event wins over an implied one of the same sequence: a start is stored once
+    its run is to be claimed again, and its columns stay until the next claim.
+    """
+    stored: list[RunEvent] = []
+    implied: list[RunEvent] = []
+    for row in rows:
+        if not row["implied"]:
+            stored.append(event_from_row(row))
+            continue
+        if row["first_run_at"] is not None:
+            implied.append(implied_created_event(row))
+        implied += implied_attempt_events(row)
+    if not implied:
+        return stored
+    taken = {event.sequence for event in stored}
+    events = stored + [event for event in implied if event.sequence not in taken]
+    events.sort(key=_sequence)
+    return events
+
+
+def _sequence(event: RunEvent) -> int:
+    return event.sequence
 
 
 def schedule_states(rows: Iterable[Row]) -> dict[str, ScheduleState]:

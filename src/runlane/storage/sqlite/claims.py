@@ -2,7 +2,7 @@
 
 Claims run in IMMEDIATE transactions: the caller holds the write lock, so a
 bounded queue's count of active leases cannot change between counting and
-claiming. Each claimed run gets a ``run.started`` event.
+claiming. A claimed run's ``run.started`` event is implied by its row (migration 016).
 """
 
 from __future__ import annotations
@@ -22,9 +22,15 @@ from runlane.model.rate_limiting import (
     tolerance,
 )
 from runlane.ports.storage import QueuePolicy
-from runlane.storage.sql.claiming import WHOLE_QUEUE, split_by_capacity, split_rate_limited
+from runlane.storage.sql.claiming import (
+    WHOLE_QUEUE,
+    split_by_capacity,
+    split_rate_limited,
+    widest_priority_window,
+)
 from runlane.storage.sql.rows import runs_from_rows
 from runlane.storage.sqlite.queries import QUERIES
+from runlane.types.priorities import claim_horizon
 from runlane.types.runs import Run
 
 
@@ -51,10 +57,11 @@ def claim_due_runs(
     lease_params: dict[str, Any],
     rotation: QueueRotation,
 ) -> list[Run]:
-    """Lease up to ``limit`` due runs (oldest ``run_at`` first) within queue capacity
-    and, on rate-limited queues, the tokens their partitions have. The claim statements
-    leave out queues paused in the database, whatever the caller last read: a pause
-    stored by another process holds from its commit on."""
+    """Lease up to ``limit`` due runs (first in claim order: due time less the
+    priority offset) within queue capacity and, on rate-limited queues, the tokens
+    their partitions have. The claim statements leave out queues paused in the
+    database, whatever the caller last read: a pause stored by another process holds
+    from its commit on."""
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []
@@ -91,6 +98,7 @@ def claim_due_runs(
         )
     # One indexed, ordered scan per queue; the starting queue rotates so a
     # worker on many queues serves them all.
+    horizon = claim_horizon(lease_params["now"], widest_priority_window(others))
     for name in rotation.next_order(unbounded):
         if len(runs) >= limit:
             break
@@ -101,10 +109,10 @@ def claim_due_runs(
                 "environment": environment,
                 "queue": name,
                 "limit": limit - len(runs),
+                "horizon": horizon,
                 **lease_params,
             },
         )
-    _insert_started_events(cur, environment, runs, lease_params["now"])
     return runs
 
 
@@ -130,7 +138,12 @@ def _claim_with_tokens(
         params = {"environment": environment, "bounded": bounded, "limit": take}
         runs = _claim_rows(cur, "claim_bounded_runs", {**params, **lease_params})
     else:
-        params = {"environment": environment, "queue": policy.name, "limit": take}
+        params = {
+            "environment": environment,
+            "queue": policy.name,
+            "limit": take,
+            "horizon": claim_horizon(now, policy.priority_window),
+        }
         runs = _claim_rows(cur, "claim_due_runs", {**params, **lease_params})
     if runs:
         new_tat = tat_after(policy.rate_limit, tat, now, len(runs))
@@ -161,13 +174,14 @@ def _claim_keyed(
 ) -> list[Run]:
     """A queue limited per key: of the partitions that have a token and a due run
     (an index range, however many others are exhausted), the oldest due runs of each
-    within its tokens, one token taken per run started."""
+    within its tokens in claim order, one token taken per run started."""
     rate = policy.rate_limit
     assert rate is not None
     now = lease_params["now"]
     base = {"environment": environment, "queue": policy.name}
     if cur.execute(QUERIES["queue_is_paused"], base).fetchone() is not None:
         return []  # paused by some process since the caller last read the pauses
+    horizon = claim_horizon(now, policy.priority_window)
     partitions = cur.execute(
         QUERIES["ready_rate_partitions"],
         {**base, "now": now, "limit": partition_scan(limit)},
@@ -182,7 +196,7 @@ def _claim_keyed(
         if tokens > 0:
             due = cur.execute(
                 QUERIES["due_rate_keyed_runs"],
-                {**base, "rate_key": key, "now": now, "limit": tokens},
+                {**base, "rate_key": key, "now": now, "horizon": horizon, "limit": tokens},
             ).fetchall()
             for row in due:
                 run = _claim_one(cur, environment, policy, row["id"], lease_params)
@@ -255,7 +269,6 @@ def _claim_run_keyed(
         QUERIES["settle_rate_partition"],
         {**state, "tat": new_tat, "token_at": token_time(rate, new_tat)},
     )
-    _insert_started_events(cur, environment, [run], now)
     return run
 
 
@@ -301,7 +314,6 @@ def claim_run(
                 "tat": new_tat,
             },
         )
-    _insert_started_events(cur, environment, runs, params["now"])
     return runs[0] if runs else None
 
 
@@ -312,21 +324,3 @@ def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list
     if not rows:
         return []
     return runs_from_rows(rows, [column[0] for column in cur.description])
-
-
-def _insert_started_events(
-    cur: sqlite3.Cursor, environment: str, runs: list[Run], now_us: int
-) -> None:
-    if not runs:
-        return
-    lease = runs[0].lease
-    assert lease is not None  # one claim, one lease for all its runs
-    cur.execute(
-        QUERIES["insert_started_events"],
-        {
-            "environment": environment,
-            "ids": json.dumps([run.id for run in runs]),
-            "now": now_us,
-            "lease_expires_iso": lease.expires_at.isoformat(),
-        },
-    )

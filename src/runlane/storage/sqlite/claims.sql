@@ -1,7 +1,8 @@
 -- Claims of the SQLite driver, each a whole statement: lease the runs it chooses
--- and return them (the caller appends run.started). Callers hold the write lock
--- (IMMEDIATE transactions), so a bounded queue's count and a key's deliveries
--- cannot change under them. All claims lease alike; only the choice of runs differs.
+-- and return them (their run.started is implied by the row's started_* columns).
+-- Callers hold the write lock (IMMEDIATE transactions), so a bounded queue's count
+-- and a key's deliveries cannot change under them. All claims lease alike; only the
+-- choice of runs differs.
 --
 -- Key rules (contract 5.7), for deliveries with a partition key (task runs and NONE
 -- deliveries have none, and skip them): EXCLUSIVE, no delivery of the same
@@ -12,8 +13,12 @@
 -- those scans empty on a lane of tasks, however long its queue.
 
 -- name: claim_due_runs
--- One queue: the oldest due runs without a key, and the first claimable delivery of
--- each key, merged by run_at.
+-- One queue: the first due runs without a key in claim order (claim_at, the due time
+-- less the run's priority offset, migration 014), and the first claimable delivery
+-- of each key, merged by claim_at. A due run's claim_at is at most :horizon (now
+-- plus the widest priority window of the queues claimed: the offset of the lowest
+-- priority), which ends the ordered scan of runlane_runs_claim_order; run_at <= :now
+-- keeps runs that are not due yet out, whatever their priority.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -22,7 +27,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment
   -- A queue paused by any process is left out from the pause's commit on.
   AND NOT EXISTS (
@@ -31,20 +41,21 @@ WHERE environment = :environment
   )
   AND id IN (
     SELECT id FROM (
-        SELECT id, run_at FROM (
-            SELECT id, run_at FROM runlane_runs
+        SELECT id, claim_at FROM (
+            SELECT id, claim_at FROM runlane_runs INDEXED BY runlane_runs_claim_order
             WHERE environment = :environment
               AND queue = :queue
               AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
                    OR status = 'released')
+              AND claim_at <= :horizon
               AND run_at <= :now
               AND partition_key IS NULL
-            ORDER BY run_at, id
+            ORDER BY claim_at, id
             LIMIT :limit
         )
         UNION ALL
-        SELECT f.id, f.run_at FROM (
-            SELECT k.id, k.run_at, k.task_id, k.partition_key,
+        SELECT f.id, f.claim_at FROM (
+            SELECT k.id, k.claim_at, k.task_id, k.partition_key,
                    row_number() OVER (
                        PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
                    ) AS rank_in_key
@@ -83,15 +94,15 @@ WHERE environment = :environment
                 AND o.lease_expires_at > :now
           )
     )
-    ORDER BY run_at, id
+    ORDER BY claim_at, id
     LIMIT :limit
 )
 RETURNING *;
 
 -- name: claim_bounded_runs
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
--- minus the runs that hold an active lease; of a partition key, at most its first
--- claimable delivery.
+-- minus the runs that hold an active lease, first in claim order (claim_at); of a
+-- partition key, at most its first claimable delivery.
 UPDATE runlane_runs
 SET status = 'running',
     attempt = attempt + 1,
@@ -100,7 +111,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment
   -- A queue paused by any process is left out from the pause's commit on.
   AND NOT EXISTS (
@@ -109,10 +125,10 @@ WHERE environment = :environment
   )
   AND id IN (
     SELECT c.id FROM (
-        SELECT e.id, e.queue, e.run_at, e.lim, e.part,
-               row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.run_at, e.id) AS rn
+        SELECT e.id, e.queue, e.claim_at, e.lim, e.part,
+               row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.claim_at, e.id) AS rn
         FROM (
-            SELECT r.id, r.queue, r.run_at, q.lim, coalesce(r.concurrency_key, '') AS part
+            SELECT r.id, r.queue, r.claim_at, q.lim, coalesce(r.concurrency_key, '') AS part
             FROM runlane_runs r
             JOIN (
                 SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS lim
@@ -124,8 +140,9 @@ WHERE environment = :environment
               AND r.run_at <= :now
               AND r.partition_key IS NULL
             UNION ALL
-            SELECT f.id, f.queue, f.run_at, f.lim, f.part FROM (
-                SELECT k.id, k.queue, k.run_at, q.lim, coalesce(k.concurrency_key, '') AS part,
+            SELECT f.id, f.queue, f.claim_at, f.lim, f.part FROM (
+                SELECT k.id, k.queue, k.run_at, k.claim_at, q.lim,
+                       coalesce(k.concurrency_key, '') AS part,
                        k.task_id, k.partition_key,
                        row_number() OVER (
                            PARTITION BY k.task_id, k.partition_key ORDER BY k.run_at, k.id
@@ -182,7 +199,7 @@ WHERE environment = :environment
         GROUP BY queue, part
     ) o ON o.queue = c.queue AND o.part = c.part
     WHERE c.rn <= c.lim - coalesce(o.n, 0)
-    ORDER BY c.run_at, c.id
+    ORDER BY c.claim_at, c.id
     LIMIT :limit
 )
 RETURNING *;
@@ -197,7 +214,12 @@ SET status = 'running',
     lease_token = :lease_token,
     lease_expires_at = :lease_expires_at,
     reserved_until = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- run.started is implied by these (migration 016).
+    started_sequence = event_sequence + 1,
+    started_at = :now,
+    started_by = :worker_id,
+    started_lease_expires_at = :lease_expires_at
 WHERE environment = :environment AND id IN (
     SELECT k.id FROM runlane_runs k
     WHERE k.environment = :environment AND k.id = :id
@@ -249,14 +271,3 @@ WHERE environment = :environment AND queue = :queue
   AND coalesce(concurrency_key, '') = coalesce(:concurrency_key, '')
   AND (status = 'running' OR status = 'cancellation_requested')
   AND lease_expires_at > :now;
-
--- name: insert_started_events
--- run.started for each run a claim leased (:ids, a JSON array of their ids), built
--- here rather than row by row in Python: the runs share the claim's lease (its expiry
--- as Python's isoformat() writes it, :lease_expires_iso) and its time.
-INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
-SELECT environment, id, event_sequence, 'run.started', :now,
-       json_object('attempt', attempt, 'worker_id', lease_owner,
-                   'lease_expires_at', :lease_expires_iso)
-FROM runlane_runs
-WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));

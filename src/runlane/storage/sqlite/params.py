@@ -45,6 +45,7 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
         concurrency_key=new.concurrency_key,
         rate_key=new.rate_key,
         trace_carrier=new.trace_carrier,
+        priority=new.priority,
     )
 
 
@@ -62,6 +63,8 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
         and a.rate_key == b.rate_key
         and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
         and a.request_delivery == b.request_delivery
+        and a.priority_offset == b.priority_offset
+        and a.priority == b.priority
     )
 
 
@@ -85,6 +88,8 @@ def plain_batch(
         "concurrency_key": first.concurrency_key,
         "rate_key": first.rate_key,
         "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
+        "priority": first.priority,
+        "priority_offset": first.priority_offset,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
     return run_params, [_run(environment, new, run_at, now) for new in runs]
@@ -116,6 +121,8 @@ def insert_params(
         "lease_owner": lease.worker_id if lease else None,
         "lease_token": token,
         "lease_expires_at": to_micros(lease.expires_at) if lease else None,
+        "priority": new.priority,
+        "priority_offset": new.priority_offset,
     }
 
 
@@ -154,14 +161,12 @@ def event_row(
 def creation_events(
     environment: str, run: Run, now_us: int, delivery_requested: bool
 ) -> list[dict[str, Any]]:
-    """A new run's stored events: delivery requested and started where they apply
-    (``run.created`` is implied by the row's ``first_run_at``)."""
-    events = []
+    """A new run's stored events: its delivery request, where it applies (``run.created``
+    is implied by the row's ``first_run_at``, and a leased run's ``run.started`` by its
+    ``started_*`` columns)."""
     if delivery_requested:
-        events.append(delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us))
-    if run.status is RunStatus.RUNNING:
-        events.append(started_event(environment, run, now_us))
-    return events
+        return [delivery_event(environment, run, DELIVERY_REQUEST_SEQUENCE, now_us)]
+    return []
 
 
 def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> dict[str, Any]:
@@ -173,21 +178,4 @@ def delivery_event(environment: str, run: Run, sequence: int, now_us: int) -> di
         RunEventType.DELIVERY_REQUESTED,
         now_us,
         {"queue": run.queue, "outbox_id": f"{run.id}.{sequence}"},
-    )
-
-
-def started_event(environment: str, run: Run, now_us: int) -> dict[str, Any]:
-    """``run.started`` for a run that now holds a lease."""
-    assert run.lease is not None
-    return event_row(
-        environment,
-        run.id,
-        run.event_sequence,
-        RunEventType.STARTED,
-        now_us,
-        {
-            "attempt": run.attempt,
-            "worker_id": run.lease.owner,
-            "lease_expires_at": run.lease.expires_at.isoformat(),
-        },
     )

@@ -34,7 +34,7 @@ WHERE environment = :environment AND id = :id
 RETURNING id, queue, event_sequence, trace_carrier;
 
 -- name: due_runs_ahead
--- How many due runs of the run's queue go before it (oldest first): the tokens they
+-- How many due runs of the run's queue go before it (in claim order): the tokens they
 -- take first. Deferred wakeups are spread one interval apart by it, so a backlog's
 -- wakeups do not all come back at the next token to be ignored again.
 SELECT count(*) AS ahead FROM runlane_runs o, runlane_runs r
@@ -44,7 +44,7 @@ WHERE r.environment = :environment AND r.id = :id
        OR o.status = 'released')
   AND o.run_at <= :now
   AND (r.rate_key IS NULL OR o.rate_key = r.rate_key)
-  AND (o.run_at < r.run_at OR (o.run_at = r.run_at AND o.id < r.id));
+  AND (o.claim_at < r.claim_at OR (o.claim_at = r.claim_at AND o.id < r.id));
 
 -- name: insert_deferred_outbox
 INSERT INTO runlane_outbox (
@@ -64,12 +64,16 @@ ORDER BY ready_at, rate_key
 LIMIT :limit;
 
 -- name: due_rate_keyed_runs
-SELECT id, concurrency_key FROM runlane_runs INDEXED BY runlane_runs_rate_keyed
+-- A key's due runs in claim order (claim_at, migration 014); :horizon (now plus the
+-- queue's priority window: no due run's claim_at is later) ends the ordered scan, and
+-- run_at <= :now keeps runs that are not due yet out, whatever their priority.
+SELECT id, concurrency_key FROM runlane_runs INDEXED BY runlane_runs_rate_claim_order
 WHERE environment = :environment AND queue = :queue AND rate_key = :rate_key
   AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
        OR status = 'released')
+  AND claim_at <= :horizon
   AND run_at <= :now
-ORDER BY run_at, id
+ORDER BY claim_at, id
 LIMIT :limit;
 
 -- name: get_rate_partition

@@ -2,16 +2,21 @@
 -- Parameters are :named.
 
 -- name: insert_run
+-- A run created leased (run_now) implies its run.started, the last of its events.
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
     singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
-    delivery_requested_at, rate_key
+    delivery_requested_at, priority, priority_offset, started_sequence, started_at, started_by,
+    started_lease_expires_at, rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
     :singleton_key, :concurrency_key, :trace_carrier, :lease_owner, :lease_token, :lease_expires_at,
-    :delivery_requested_at, :rate_key
+    :delivery_requested_at, :priority, :priority_offset,
+    CASE WHEN :lease_owner IS NOT NULL THEN :event_sequence END,
+    CASE WHEN :lease_owner IS NOT NULL THEN :now END,
+    :lease_owner, :lease_expires_at, :rate_key
 )
 ON CONFLICT DO NOTHING
 RETURNING *;
@@ -22,22 +27,22 @@ RETURNING *;
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at
+    trace_carrier, delivery_requested_at, priority, priority_offset
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
-    :trace_carrier, :delivery_requested_at
+    :trace_carrier, :delivery_requested_at, :priority, :priority_offset
 );
 
 -- name: insert_plain_keyed_run
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at, rate_key
+    trace_carrier, delivery_requested_at, priority, priority_offset, rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
-    :trace_carrier, :delivery_requested_at, :rate_key
+    :trace_carrier, :delivery_requested_at, :priority, :priority_offset, :rate_key
 );
 
 -- name: insert_plain_runs
@@ -47,11 +52,11 @@ INSERT INTO runlane_runs (
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at, rate_key
+    trace_carrier, delivery_requested_at, priority, priority_offset, rate_key
 )
 SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
        json_extract(row.value, '$[1]'), 0, 0, :run_at, :run_at, :now, :now, 1, :source,
-       :concurrency_key, :trace_carrier, NULL, :rate_key
+       :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset, :rate_key
 FROM json_each(:rows) AS row;
 
 -- name: insert_event
@@ -84,20 +89,25 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: list_run_events
--- Stored events, and the run.created event a row created since migration 009 implies.
--- A run with dependencies adds them and its policy to run.created.
-SELECT id AS run_id, 1 AS sequence, 'run.created' AS type, created_at AS occurred_at,
-       NULL AS data, task_id, queue, first_run_at, source,
+-- Stored events, and the run's row (implied = 1), which implies run.created since
+-- migration 009 (first_run_at set) and its latest run.started and run.succeeded since
+-- 016 (started_* and succeeded_* set). A run with dependencies adds them and its
+-- policy to run.created. The driver merges them by sequence (rows.run_events_from_rows).
+SELECT 1 AS implied, id AS run_id, NULL AS sequence, NULL AS type,
+       created_at AS occurred_at, NULL AS data, task_id, queue, first_run_at, source,
        (SELECT on_failure FROM runlane_waiting_runs
         WHERE environment = :environment AND run_id = :run_id) AS on_failure,
        (SELECT json_group_array(dependency_id) FROM (
             SELECT dependency_id FROM runlane_run_dependencies
             WHERE environment = :environment AND dependent_id = :run_id
-            ORDER BY position)) AS after
+            ORDER BY position)) AS after,
+       attempt, started_sequence, started_at, started_by, started_lease_expires_at,
+       succeeded_sequence, succeeded_at
 FROM runlane_runs
-WHERE environment = :environment AND id = :run_id AND first_run_at IS NOT NULL
+WHERE environment = :environment AND id = :run_id
 UNION ALL
-SELECT run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 0, run_id, sequence, type, occurred_at, data, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM runlane_run_events
 WHERE environment = :environment AND run_id = :run_id
 ORDER BY sequence;

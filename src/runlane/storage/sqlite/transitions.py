@@ -9,37 +9,67 @@ from typing import Any
 from runlane.model.dependencies import SETTLED_STATUSES
 from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
+from runlane.storage.sql.implied import implied_success_attempt
 from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
-from runlane.storage.sqlite.queries import NUMBERED
+from runlane.storage.sqlite.queries import NUMBERED, QUERIES
+from runlane.types.clock import from_micros
+from runlane.types.runs import CLAIMABLE_STATUSES, RunEventType
 
 
 def apply_transitions(
     cur: sqlite3.Cursor, environment: str, transitions: Sequence[Transition], now_us: int
 ) -> list[bool]:
-    """Compare-and-set each transition; the events of the applied ones go in one batch."""
+    """Compare-and-set each transition; the events of the applied ones go in one batch,
+    but for those the row implies (migration 016): a success is kept on the row, and a
+    start the row implied is stored when its run becomes claimable again."""
     settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
     query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
+    starts: list[dict[str, Any]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
-        ok = cur.execute(query, values(params)).rowcount == 1
-        if not ok and params["settles_alone"]:
+        row = cur.execute(query, values(params)).fetchone()
+        if row is None and params["settles_alone"]:
             # Either the compare-and-set failed, or runs wait for this one: try again
             # without the condition (the write lock is held: nothing else changed).
             params["settles_alone"] = 0
-            ok = cur.execute(query, values(params)).rowcount == 1
-            if ok:
+            row = cur.execute(query, values(params)).fetchone()
+            if row is not None:
                 depended_on.append(transition.run_id)
-        applied.append(ok)
-        if ok:
+        applied.append(row is not None)
+        if row is None:
+            continue
+        if row[1] is not None and transition.changes.status in CLAIMABLE_STATUSES:
+            starts.append(stored_start(cur, environment, transition.run_id))
+        if not row[0]:
             events += transition_events(environment, transition, now_us)
+    if starts:
+        cur.executemany(QUERIES["insert_event_unless_stored"], starts)
     cur.executemany(insert.sql, map(insert.values, events))
     if depended_on:
         settle_dependents(cur, environment, depended_on, now_us)
     return applied
+
+
+def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str, Any]:
+    """The ``run.started`` event the run's row implies, as an ``insert_event`` row,
+    exactly as the row implied it (read again: runs made claimable are few)."""
+    row = cur.execute(QUERIES["read_start"], {"environment": environment, "id": run_id}).fetchone()
+    return event_row(
+        environment,
+        run_id,
+        row["started_sequence"],
+        RunEventType.STARTED,
+        row["started_at"],
+        {
+            "attempt": row["attempt"],
+            "worker_id": row["started_by"],
+            "lease_expires_at": from_micros(row["started_lease_expires_at"]).isoformat(),
+        },
+    )
 
 
 def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
@@ -66,6 +96,7 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         "lease_expired_by": micros_or_none(transition.lease_expired_by),
         # A settle is written on the first try only when no run depends on this one.
         "settles_alone": int(changes.status in SETTLED_STATUSES),
+        "succeeded_attempt": implied_success_attempt(transition),
     }
 
 

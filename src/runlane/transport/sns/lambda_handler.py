@@ -344,11 +344,9 @@ def _returned(sub: SubscriptionDef, value: object) -> tuple[object, bool]:
 
 
 def _raised(sub: SubscriptionDef, error: BaseException) -> tuple[object, bool]:
-    if isinstance(error, asyncio.CancelledError):
-        # A CancelledError the handler raised on its own ends the invocation here, as it
-        # always has (SQS then delivers the whole batch again); a worker counts it as
-        # the handler's failure instead.
-        raise error
+    # A CancelledError the handler raised on its own (call_handler lets a cancellation
+    # of the invocation itself propagate) fails its record only, as a worker counts it
+    # as the handler's failure: the batch's other records keep their outcomes.
     return error, True
 
 

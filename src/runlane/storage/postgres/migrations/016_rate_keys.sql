@@ -4,9 +4,18 @@
 -- WHEN test below.
 ALTER TABLE {schema}.runlane_runs ADD COLUMN IF NOT EXISTS rate_key TEXT;
 
--- A key's oldest due runs, for the claim that has a token of that key.
+-- A key's waiting runs by due time: its earliest (due_at below) is the first entry.
 CREATE INDEX IF NOT EXISTS runlane_runs_rate_keyed
     ON {schema}.runlane_runs (environment, queue, rate_key, run_at, id)
+    WHERE rate_key IS NOT NULL
+      AND status IN ('queued', 'scheduled', 'retrying', 'released');
+
+-- The same runs in claim order (run_at - priority_offset, migration 015), for the
+-- claim that has a token of the key: an ordered scan that stops at its tokens. A
+-- second index because neither order gives the other's first entry, and only runs
+-- with a rate key pay it.
+CREATE INDEX IF NOT EXISTS runlane_runs_rate_claim_order
+    ON {schema}.runlane_runs (environment, queue, rate_key, (run_at - priority_offset), id)
     WHERE rate_key IS NOT NULL
       AND status IN ('queued', 'scheduled', 'retrying', 'released');
 

@@ -3,9 +3,18 @@
 -- unkeyed partition is ''); every other run keeps NULL and pays nothing below.
 ALTER TABLE runlane_runs ADD COLUMN rate_key TEXT;
 
--- A key's oldest due runs, for the claim that has a token of that key.
+-- A key's waiting runs by due time: its earliest (due_at below) is the first entry.
 CREATE INDEX runlane_runs_rate_keyed
     ON runlane_runs (environment, queue, rate_key, run_at, id)
+    WHERE rate_key IS NOT NULL
+      AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+           OR status = 'released');
+
+-- The same runs in claim order (claim_at, migration 014), for the claim that has a
+-- token of the key: an ordered scan that stops at its tokens. A second index because
+-- neither order gives the other's first entry, and only runs with a rate key pay it.
+CREATE INDEX runlane_runs_rate_claim_order
+    ON runlane_runs (environment, queue, rate_key, claim_at, id)
     WHERE rate_key IS NOT NULL
       AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
            OR status = 'released');

@@ -33,6 +33,7 @@ from runlane.testing.conformance.storage import (
     executing,
     groups,
     idempotency,
+    implied_events,
     key_wakeups,
     leadership,
     leases,
@@ -43,6 +44,7 @@ from runlane.testing.conformance.storage import (
     operating,
     outbox,
     pausing,
+    priorities,
     producing,
     progress,
     queue_pause_methods,
@@ -65,6 +67,7 @@ from runlane.testing.conformance.storage.dependencies import *  # noqa: F403
 from runlane.testing.conformance.storage.executing import *  # noqa: F403
 from runlane.testing.conformance.storage.groups import *  # noqa: F403
 from runlane.testing.conformance.storage.idempotency import *  # noqa: F403
+from runlane.testing.conformance.storage.implied_events import *  # noqa: F403
 from runlane.testing.conformance.storage.key_wakeups import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
@@ -75,6 +78,7 @@ from runlane.testing.conformance.storage.observing_methods import *  # noqa: F40
 from runlane.testing.conformance.storage.operating import *  # noqa: F403
 from runlane.testing.conformance.storage.outbox import *  # noqa: F403
 from runlane.testing.conformance.storage.pausing import *  # noqa: F403
+from runlane.testing.conformance.storage.priorities import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.progress import *  # noqa: F403
 from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F403
@@ -105,6 +109,7 @@ _MODULES = (
     methods_maintenance,
     observing_methods,
     methods_dependencies,
+    implied_events,
     topics,
     dead_letters,
     retention,
@@ -120,6 +125,7 @@ _MODULES = (
     queue_pause_methods,
     rate_limits,
     rate_keys,
+    priorities,
 )
 
 __all__ = [name for module in _MODULES for name in module.__all__] + [

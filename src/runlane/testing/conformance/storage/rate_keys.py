@@ -22,6 +22,7 @@ from runlane import (
     Message,
     RateLimit,
     RetryPolicy,
+    RunEventType,
     RunlaneError,
     RunStatus,
     SubscriptionMode,
@@ -39,6 +40,7 @@ BURSTY_TENANTS = queue(
     "tenant_burst", rate_limit=RateLimit(3, per="1s", burst=3), rate_limit_by="key"
 )
 ONE_SLOT_TENANTS = queue("tenant_slot", rate_limit="10/s", rate_limit_by="key", concurrency_limit=1)
+URGENT_TENANTS = queue("tenant_urgent", rate_limit="1/s", rate_limit_by="key", priority_window="1m")
 
 
 def _starts_recorder(clock: ManualClock) -> tuple[list[tuple[str, datetime]], Any]:
@@ -191,6 +193,56 @@ async def test_each_key_keeps_count_plus_burst_minus_one_per_window_and_its_full
         # Liveness: every key's backlog goes at its own full rate, side by side.
         assert len(times) == 20
         assert times[-1] - times[0] <= timedelta(seconds=(20 - 3) / 3 + 0.05)
+
+
+async def test_a_keys_token_goes_to_its_first_run_in_claim_order_and_never_early(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, sync = _starts_recorder(clock)
+    rl = await make_runtime([sync], queues=[MAIN, URGENT_TENANTS], clock=clock)
+    older = await rl.trigger(sync, {"tenant": "a"}, queue=URGENT_TENANTS, rate_key="a")
+    clock.advance("10s")
+    # Priority 10 places a run a whole window (1 minute) ahead of its due time.
+    urgent = await rl.trigger(
+        sync, {"tenant": "a"}, queue=URGENT_TENANTS, rate_key="a", priority=10
+    )
+    later = await rl.trigger(
+        sync,
+        {"tenant": "a"},
+        queue=URGENT_TENANTS,
+        rate_key="a",
+        priority=10,
+        run_at=clock.now() + timedelta(seconds=5),
+    )
+    first = await rl.execute_next(queues=[URGENT_TENANTS])
+    assert first is not None and first.id == urgent.id
+    clock.advance("1s")
+    # The later run goes first in claim order, but it is not due: the older one starts.
+    second = await rl.execute_next(queues=[URGENT_TENANTS])
+    assert second is not None and second.id == older.id
+    clock.advance("1s")
+    assert await rl.execute_next(queues=[URGENT_TENANTS]) is None
+    clock.advance("3s")
+    third = await rl.execute_next(queues=[URGENT_TENANTS])
+    assert third is not None and third.id == later.id
+
+
+async def test_a_run_claimed_by_its_key_lists_one_start_per_attempt(
+    make_runtime: Factory,
+) -> None:
+    clock = ManualClock()
+    _, sync = _starts_recorder(clock)
+    rl = await make_runtime([sync], queues=[MAIN, TENANTS], clock=clock)
+    queued = await rl.trigger(sync, {"tenant": "a"}, queue=TENANTS, rate_key="a")
+    assert await rl.execute_next(queues=[TENANTS]) is not None
+    again = await rl.runs.rerun(queued.id)
+    clock.advance("500ms")
+    # Each is leased by id (claim_run) by the claim of its key's partition.
+    assert await rl.execute_next(queues=[TENANTS]) is not None
+    for run in (queued, again):
+        types = [event.type for event in await rl.runs.events(run.id)]
+        assert types == [RunEventType.CREATED, RunEventType.STARTED, RunEventType.SUCCEEDED]
 
 
 async def test_a_key_starts_only_with_both_a_slot_and_a_token(make_runtime: Factory) -> None:
