@@ -10,6 +10,7 @@ reports for the nested statement (sent to this client as a notice)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -33,11 +34,14 @@ def filled(postgres_dsn: str) -> Iterator[tuple[psycopg.Connection[tuple[object,
     conn.execute(
         sql.SQL(
             "INSERT INTO {}.runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, created_at, updated_at, event_sequence, source, priority, priority_offset) "
+            "run_at, created_at, updated_at, event_sequence, source, priority, priority_offset, "
+            "rate_key) "
             "SELECT 'e', 'r' || i, 't', 'q' || (i %% 20), "
             "CASE WHEN i %% 10 = 1 THEN 'scheduled' ELSE 'queued' END, 'null', "
             "CASE WHEN i %% 10 = 1 THEN %s + %s ELSE %s - i END, i, i, 1, "
-            '\'{{"type": "trigger"}}\', p, p * 30000000 '
+            '\'{{"type": "trigger"}}\', p, p * 30000000, '
+            # Queue q7 is limited per key: its runs carry one of three rate keys.
+            "CASE WHEN i %% 20 = 7 THEN 'k' || (i %% 3) END "
             "FROM generate_series(1, 200000) AS i, "
             "LATERAL (SELECT CASE WHEN i %% 10 = 2 THEN (i %% 21) - 10 ELSE 0 END AS p) AS pr"
         ).format(quoted),
@@ -107,3 +111,38 @@ def test_the_claim_reads_each_queue_in_claim_order_from_the_expression_index(
     assert not any("Sort" in line for line in lines[limit:read]), plan
     # Its range ends at the queue's horizon: runs due later are not read.
     assert "(run_at - priority_offset) <=" in lines[read + 1], plan
+
+
+def test_a_keys_claim_reads_its_runs_in_claim_order_from_its_index(
+    filled: tuple,  # type: ignore[type-arg]
+) -> None:
+    conn, schema = filled
+    statement = QUERY_TEMPLATES["due_rate_keyed_runs"].replace("{schema}", schema)
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", number, statement).strip().rstrip(";")
+    values = {
+        "environment": "'e'",
+        "queue": "'q7'",
+        "rate_key": "'k1'",
+        "now": str(NOW),
+        "horizon": str(NOW + 300_000_000),
+        "limit": "10",
+    }
+    with conn.transaction(force_rollback=True):
+        # The plan the driver's prepared statement ends up with: a generic one.
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE keyed AS {prepared}")
+        rows = conn.execute(f"EXPLAIN EXECUTE keyed({', '.join(values[n] for n in names)})")
+        plan = "\n".join(str(row[0]) for row in rows)
+        conn.execute("DEALLOCATE keyed")
+    print(f"\ndue_rate_keyed_runs:\n{plan}")
+    # One key's runs, read in claim order up to the horizon, stopping at the limit.
+    assert "Index Scan using runlane_runs_rate_claim_order" in plan, plan
+    assert "Sort" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    assert "(run_at - priority_offset) <=" in plan, plan

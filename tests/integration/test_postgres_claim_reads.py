@@ -19,6 +19,7 @@ from runlane.storage.postgres import PostgresStorage
 from runlane.storage.sql.claiming import key_lock_prefix
 from runlane.topics.publishing import canonical_envelope
 from runlane.types.clock import to_micros
+from runlane.types.priorities import DEFAULT_PRIORITY_WINDOW, claim_horizon
 from runlane.types.runs import RunSource, RunStatus, SubscriptionMode
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -70,7 +71,7 @@ def _rows_fetched_by_a_claim(dsn: str, store: PostgresStorage, environment: str)
     with psycopg.connect(dsn) as conn:
         claimed = conn.execute(
             f"SELECT id FROM {schema}.runlane_claim_due_runs("
-            "%s, %s, %s, %s, %s, 'w', 't', %s, 'iso')",
+            "%s, %s, %s, %s, %s, 'w', 't', %s, 'iso', %s)",
             (
                 environment,
                 ["main"],
@@ -78,6 +79,8 @@ def _rows_fetched_by_a_claim(dsn: str, store: PostgresStorage, environment: str)
                 to_micros(NOW),
                 key_lock_prefix(schema, environment),
                 to_micros(NOW + timedelta(minutes=5)),
+                # The horizon (migration 015): now plus the default priority window.
+                claim_horizon(to_micros(NOW), DEFAULT_PRIORITY_WINDOW),
             ),
         ).fetchall()
         assert len(claimed) == CLAIMED

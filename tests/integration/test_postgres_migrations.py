@@ -37,6 +37,7 @@ ALL_MIGRATIONS = [
     "013_run_dependencies",
     "014_flow_control",
     "015_priorities",
+    "016_rate_keys",
     "017_implied_attempt_events",
 ]
 #: Their versions.
@@ -325,6 +326,7 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
         ("runlane_dependencies_met",),
         ("runlane_dependency_settled",),
         ("runlane_lock_claimable_keys",),
+        ("runlane_rate_key_waiting",),
     ]
     async with rl:
         done = await rl.execute_next()
@@ -424,6 +426,26 @@ async def test_version_15_adds_priorities_and_a_run_queued_before_keeps_its_plac
         assert first is not None and first.id == "queued-at-14"
         second = await rl.execute_next()
         assert second is not None and second.id == urgent.id and second.priority == 10
+
+
+async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 15, "queued-at-15")
+    assert await rl.migrate() == ["016_rate_keys", "017_implied_attempt_events"]
+    keyed = Runlane(
+        lane=postgres_lane(postgres_dsn, schema=schema),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="migrations",
+    )
+    async with keyed:
+        # Written without a rate key, the run joins the queue's unkeyed partition.
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-15" and done.rate_key == ""
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        assert await keyed.execute_next() is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"
 
 
 async def test_version_17_lists_history_stored_before_it_once_and_implies_what_follows(

@@ -15,6 +15,7 @@ from tests.support import worker_app
 from tests.support.app_processes import app_log, processes, wait_until_finished
 
 from runlane import RunEventType, Runlane, RunStatus
+from runlane.testing import wait_for_status
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +126,78 @@ async def test_a_rate_limit_holds_across_worker_processes_and_a_kill_9(
     assert sorted((row[0], row[1]) for row in handled) == sorted(
         [(run.id, "1") for run in runs] + [(hung.id, "1"), (hung.id, "2")]
     )
+
+
+async def test_a_rate_limit_per_key_holds_for_each_key_across_worker_processes_and_a_kill_9(
+    app: Runlane, postgres_dsn: str, environment: str
+) -> None:
+    limit = worker_app.tenant_paced.rate_limit
+    assert limit is not None
+    tenants = [f"tenant-{i}" for i in range(4)]
+    runs = await app.trigger_many(
+        worker_app.tenant_paced_call,
+        [{"tenant": t, "hang": False} for t in tenants for _ in range(12)],
+        rate_key=lambda payload: payload["tenant"],
+    )
+    hung = await app.trigger(
+        worker_app.tenant_paced_call, {"tenant": tenants[0], "hang": True}, rate_key=tenants[0]
+    )
+    with processes(
+        "worker", 3, postgres_dsn, environment, RUNLANE_APP_QUEUES="main,tenant_paced"
+    ) as procs:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        log = "tenant_paced"
+        while not any(row[0] == hung.id for row in app_log(postgres_dsn, environment, log)):
+            assert loop.time() < deadline, "the hanging run never started"
+            await asyncio.sleep(0.1)
+        (pid,) = {row[4] for row in app_log(postgres_dsn, environment, log) if row[0] == hung.id}
+        victim = next(proc for proc in procs if proc.pid == pid)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        deadline = loop.time() + 120
+        for run in [hung, *runs]:
+            while (await app.runs.get(run.id)).status is not RunStatus.SUCCEEDED:
+                assert loop.time() < deadline, "the runs did not finish"
+                await asyncio.sleep(0.2)
+    handled = app_log(postgres_dsn, environment, "tenant_paced")
+    # One handler start per attempt, the killed one and its retry included.
+    assert sorted((row[0], row[1].split("/")[1]) for row in handled) == sorted(
+        [(run.id, "1") for run in runs] + [(hung.id, "1"), (hung.id, "2")]
+    )
+    period = timedelta(seconds=limit.per)
+    most = limit.count + limit.burst - 1
+    for tenant in tenants:
+        ids = {run.id for run in [*runs, hung] if run.rate_key == tenant}
+        # Storage's starts (the claims that took the tokens) fit the limit exactly.
+        starts: list[datetime] = []
+        for run_id in ids:
+            events = await app.runs.events(run_id)
+            starts += [e.occurred_at for e in events if e.type is RunEventType.STARTED]
+        starts.sort()
+        for index, start in enumerate(starts):
+            in_window = sum(1 for later in starts[index:] if later - start < period)
+            assert in_window <= most, (tenant, start, in_window)
+        # So do the handlers' own start times, up to the moment between a claim and its
+        # handler's first line (a window shorter by that much).
+        seen = sorted(row[3] for row in handled if row[1].startswith(f"{tenant}/"))
+        for index, start in enumerate(seen):
+            in_window = sum(1 for later in seen[index:] if later - start < period * 0.75)
+            assert in_window <= most, (tenant, start, in_window)
+
+
+async def test_a_pause_and_a_resume_reach_idle_workers_of_other_processes_at_once(
+    app: Runlane, postgres_dsn: str, environment: str
+) -> None:
+    # Workers that read the pauses only every 30 s: the announcement, not their poll,
+    # must stop and restart them.
+    with processes("worker", 2, postgres_dsn, environment, RUNLANE_APP_POLL_INTERVAL="30s"):
+        first = await app.trigger(worker_app.count, None)
+        await wait_for_status(app, first.id, RunStatus.SUCCEEDED, within=20)
+        await app.queues.pause("main")
+        waiting = await app.trigger_many(worker_app.count, [None] * 5)
+        await asyncio.sleep(2)
+        assert {(await app.runs.get(r.id)).status for r in waiting} == {RunStatus.QUEUED}
+        await app.queues.resume("main")
+        for run in waiting:
+            await wait_for_status(app, run.id, RunStatus.SUCCEEDED, within=10)

@@ -272,6 +272,35 @@ async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_pla
     assert _applied(path) == LATEST
 
 
+async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_older_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _migrate_up_to(path, 14, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+            '\'{"type": "trigger"}\')'
+        )
+    conn.close()
+    keyed = Runlane(
+        lane=sqlite_lane(path),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="upgrade",
+    )
+    async with keyed:
+        assert _applied(path) == LATEST
+        # Written without a rate key, the run joins the queue's unkeyed partition.
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-14" and done.rate_key == ""
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        assert (await keyed.execute_next()) is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"
+
+
 async def test_version_16_lists_history_stored_before_it_once_and_implies_what_follows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

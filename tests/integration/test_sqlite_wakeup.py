@@ -166,3 +166,18 @@ async def test_a_listener_goes_on_watching_after_the_log_file_is_removed(tmp_pat
             assert await waiting is True
     finally:
         await listener.close()
+
+
+async def test_a_pause_and_a_resume_reach_an_idle_worker_of_another_process_at_once(
+    producer: Runlane, tmp_path: Path
+) -> None:
+    with idle_worker(str(tmp_path / "runlane.db")):
+        await _let_it_idle()
+        await producer.queues.pause("main")
+        # The trigger's commit wakes the worker, whose claim leaves the paused queue out.
+        run = await producer.trigger(sqlite_worker.ping, None)
+        await asyncio.sleep(2)
+        assert (await producer.runs.get(run.id)).status is RunStatus.QUEUED
+        # The resume's commit wakes it again, long before its poll.
+        await producer.queues.resume("main")
+        await wait_for_status(producer, run.id, RunStatus.SUCCEEDED, within=WITHIN)

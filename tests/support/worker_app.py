@@ -36,6 +36,10 @@ main = queue("main", default=True)
 limited = queue("limited", concurrency_limit=3)
 #: Ten starts a second across every worker process, after a burst of three.
 paced = queue("paced", rate_limit=RateLimit(10, per="1s", burst=3))
+#: Five starts a second per tenant (the run's rate key), after a burst of two.
+tenant_paced = queue(
+    "tenant_paced", rate_limit=RateLimit(5, per="1s", burst=2), rate_limit_by="key"
+)
 
 _log: psycopg.AsyncConnection[Any] | None = None
 
@@ -76,6 +80,15 @@ async def paced_call(payload: Any, ctx: Context) -> None:
         await asyncio.sleep(3600)
 
 
+@task("tenant.paced", queue=tenant_paced, retry=RetryPolicy(max_attempts=5, initial_delay="100ms"))
+async def tenant_paced_call(payload: Any, ctx: Context) -> None:
+    """Records its start with its tenant and attempt (``tenant/attempt``); the first
+    attempt of a run marked ``hang`` hangs (until its worker is killed)."""
+    await _record("tenant_paced", ctx.run_id, f"{payload['tenant']}/{ctx.attempt}", True)
+    if payload.get("hang") and ctx.attempt == 1:
+        await asyncio.sleep(3600)
+
+
 @task("every.second", schedules=[schedule("every-second", every="1s")])
 async def every_second(payload: Any, ctx: Context) -> None:
     """A scheduled no-op."""
@@ -112,8 +125,8 @@ def build_runtime(dsn: str, environment: str, sqlite_path: str = "") -> Runlane:
     given (the test process builds the same one)."""
     return Runlane(
         lane=sqlite_lane(sqlite_path) if sqlite_path else postgres_lane(dsn),
-        queues=[main, limited, paced],
-        tasks=[count, interval, every_second, stall, hold, paced_call],
+        queues=[main, limited, paced, tenant_paced],
+        tasks=[count, interval, every_second, stall, hold, paced_call, tenant_paced_call],
         environment=environment,
         lease_duration="5s",
     )

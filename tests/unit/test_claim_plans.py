@@ -35,3 +35,22 @@ def test_the_claim_reads_each_queue_in_claim_order_from_the_index_without_sortin
     sorts_there = [d for _, parent, d in plan if parent == scan_of_queue and "TEMP B-TREE" in d]
     assert sorts_there == [], plan
     assert not any("runlane_runs_claimable" in detail for _, _, detail in plan), plan
+
+
+def test_a_keys_claim_reads_its_runs_in_claim_order_from_its_index_without_sorting() -> None:
+    plan = _plan("due_rate_keyed_runs")
+    search = (
+        "SEARCH runlane_runs USING INDEX runlane_runs_rate_claim_order "
+        "(environment=? AND queue=? AND rate_key=? AND claim_at<?)"
+    )
+    assert [detail for _, _, detail in plan] == [search], plan
+
+
+def test_a_keys_earliest_due_time_is_read_from_its_run_at_index() -> None:
+    plan = _plan("settle_rate_partition")
+    details = [detail for _, _, detail in plan]
+    # min(run_at) of the key's waiting runs, for due_at and ready_at: the run_at-ordered
+    # index, not the claim-order one (whose first entry is not the earliest due).
+    seeks = [d for d in details if "runlane_runs_rate_keyed" in d]
+    assert len(seeks) == 2 and all("rate_key=?" in d for d in seeks), plan
+    assert not any("TEMP B-TREE" in d or d.startswith("SCAN") for d in details), plan

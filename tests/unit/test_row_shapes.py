@@ -116,6 +116,7 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
         request_delivery=True,
         priority=7,
         priority_offset=210_000_000,
+        rate_key="tenant-7",
     )
     batch = creation_batch("env", [new], NOW_US, None)
     (row,) = json.loads(batch.insert_params()["runs"])
@@ -135,7 +136,15 @@ def test_the_insert_runs_encoder_writes_the_declared_fields() -> None:
         "request_delivery": True,
         "priority": 7,
         "priority_offset": 210_000_000,
+        "rate_key": "tenant-7",
     }
+
+
+def test_the_insert_runs_encoder_leaves_out_an_unset_rate_key() -> None:
+    batch = creation_batch("env", [_new_run()], NOW_US, None)
+    (row,) = json.loads(batch.insert_params()["runs"])
+    # The statement reads the missing last field as NULL.
+    assert len(row) == len(INSERT_RUN.names) - 1 and INSERT_RUN.names[-1] == "rate_key"
 
 
 def _copy_fields(line: str) -> list[str | None]:
@@ -148,7 +157,8 @@ def _copy_fields(line: str) -> list[str | None]:
 
 
 def test_the_copy_encoder_writes_the_declared_columns() -> None:
-    data, due = copy_text("env", [_new_run(priority=-2, priority_offset=-60_000_000)], NOW_US)
+    new = _new_run(priority=-2, priority_offset=-60_000_000, rate_key="tenant-3")
+    data, due = copy_text("env", [new], NOW_US)
     assert not due  # due in five seconds: nobody is woken
     (line,) = data.decode().splitlines()
     assert dict(zip(COPY_RUN.names, _copy_fields(line), strict=True)) == {
@@ -170,6 +180,7 @@ def test_the_copy_encoder_writes_the_declared_columns() -> None:
         "trace_carrier": '{"traceparent":"00-abc-def-01"}',
         "priority": "-2",
         "priority_offset": "-60000000",
+        "rate_key": "tenant-3",
     }
 
 
@@ -281,7 +292,7 @@ def test_a_success_the_row_implies_travels_as_its_attempt_and_not_as_an_event() 
 
 
 def test_the_delivery_encoder_writes_the_declared_fields() -> None:
-    new = NewDelivery("run-1", "ship", "main", SubscriptionMode.ORDERED, "k", True)
+    new = NewDelivery("run-1", "ship", "main", SubscriptionMode.ORDERED, "k", True, "k")
     row = json.loads(json.dumps(delivery_row(new)))
     assert dict(zip(INSERT_DELIVERY.names, row, strict=True)) == {
         "id": "run-1",
@@ -290,6 +301,7 @@ def test_the_delivery_encoder_writes_the_declared_fields() -> None:
         "partition_key": "k",
         "subscription_mode": "ordered",
         "request_delivery": True,
+        "rate_key": "k",
     }
 
 
@@ -326,4 +338,5 @@ def test_the_plain_batch_encoder_writes_the_declared_fields() -> None:
         "partition_key": None,
         "subscription_mode": "none",
         "request_delivery": True,
+        "rate_key": None,
     }

@@ -232,6 +232,9 @@ def _queue_cell(view: View) -> str:
             cell += f", {view['rate_limited']} waiting for tokens"
         if view.get("next_token_at"):
             cell += f", next token {short_time(view['next_token_at'])}"
+        for waiting in view.get("limited_keys") or ():
+            key = waiting["key"] or "(none)"
+            cell += f"\n  key {key}: next {short_time(waiting['next_token_at'])}"
     return cell
 
 

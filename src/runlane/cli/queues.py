@@ -47,6 +47,7 @@ def queue_counts(app: str, as_json: bool) -> None:
             "paused": queues[entry.queue]["paused"],
             "rate_limit": queues[entry.queue]["rate_limit"],
             "next_token_at": queues[entry.queue]["next_token_at"],
+            "limited_keys": queues[entry.queue]["limited_keys"],
         }
         for entry in stats
     ]

@@ -104,6 +104,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        rate_key: str | None = None,
         priority: int = 0,
     ) -> Run:
         """Create a run of ``task``; it has committed when this returns.
@@ -117,6 +118,11 @@ class ProducingCalls:
         default) and a dependency that failed or was cancelled, it is cancelled
         with reason ``dependency_failed``. ``on_failure="run"`` runs it however its
         dependencies ended. See the workflows guide.
+
+        ``rate_key`` names the run's partition on a queue defined with
+        ``rate_limit_by="key"`` (each key gets the queue's rate limit of its own;
+        runs without one share the queue's unkeyed partition); on any other queue
+        it is ``CONFIGURATION_INVALID``.
 
         ``priority`` (-10 to 10, default 0): higher starts first among the due runs of
         its queue, within the queue's ``priority_window`` (see the flow-control
@@ -138,6 +144,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
             priority=priority,
         )
 
@@ -154,6 +161,7 @@ class ProducingCalls:
         connection: Any = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = "cancel",
+        rate_key: str | Callable[[Any], str | None] | None = None,
         priority: int = 0,
     ) -> list[Run]:
         """Create many runs of one task: all payloads are validated first, then
@@ -167,7 +175,8 @@ class ProducingCalls:
         failure anywhere writes nothing.
 
         ``after``, ``on_failure`` and ``priority`` apply to every run, as for
-        :meth:`trigger`."""
+        :meth:`trigger`. ``rate_key`` is one key for every run or a function of each
+        payload giving its key (``None``: the queue's unkeyed partition)."""
         return await self._producer.trigger_many(
             task,
             payloads,
@@ -179,6 +188,7 @@ class ProducingCalls:
             connection=connection,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
             priority=priority,
         )
 

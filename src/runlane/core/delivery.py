@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from runlane.model.context import Signal
+from runlane.model.queue_defs import UNKEYED
 from runlane.model.rate_limiting import next_token_at, tokens_available
 from runlane.ports.transport import (
     DeliveryMessage,
@@ -63,8 +64,9 @@ async def _rate_limited(
         return None
     now = store.now()
     now_us = to_micros(now)
-    states = await store.storage.list_rate_limit_states(store.environment)
-    tat = next((s.tat for s in states if s.queue == run.queue and s.rate_key == ""), None)
+    # The run's own partition: its key's on a queue limited per key, else the queue's.
+    key = run.rate_key if policy.rate_keyed and run.rate_key is not None else UNKEYED
+    tat = await store.storage.get_rate_limit_state(store.environment, run.queue, key)
     if tokens_available(policy.rate_limit, tat, now_us) > 0:
         return None
     at = from_micros(next_token_at(policy.rate_limit, tat, now_us))

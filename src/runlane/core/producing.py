@@ -33,7 +33,7 @@ from runlane.core.store import StoreScope
 from runlane.model.definitions import TaskDef
 from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
 from runlane.model.payloads import prepare_payload
-from runlane.model.queue_defs import QueueDef
+from runlane.model.queue_defs import UNKEYED, QueueDef
 from runlane.ports.storage import StreamsRuns, TracksDependencies
 from runlane.types.carriers import validate_trace_carrier
 from runlane.types.clock import Clock, aware_utc
@@ -92,15 +92,19 @@ class TriggerPlan:
     priority: int
     #: The runs' place ahead of their due time in the queue's order (microseconds).
     priority_offset: int
+    #: On a queue rate-limited per key: a key, or a function of the payload giving one
+    #: (its None, like no key at all, is the queue's unkeyed partition ''); else None.
+    rate_key: Any = None
 
     @property
     def plain(self) -> bool:
-        """Whether the runs are bare rows: no idempotency or singleton key, no delivery
-        request (what :class:`~runlane.ports.storage.StreamsRuns` takes)."""
+        """Whether the runs are bare rows: no idempotency, singleton or rate key, no
+        delivery request (what :class:`~runlane.ports.storage.StreamsRuns` takes)."""
         return (
             self.idempotency_key is None
             and self.singleton_key is None
             and not self.request_delivery
+            and self.rate_key is None
         )
 
     def batches(self, payloads: Sequence[Any]) -> Iterator[list[NewRun]]:
@@ -162,6 +166,11 @@ class TriggerPlan:
             singleton_key=singleton_key,
             concurrency_key=self.concurrency_key,
             trace_carrier=self.trace_carrier,
+            rate_key=(
+                _rate_key_from(self.rate_key, instance)
+                if callable(self.rate_key)
+                else self.rate_key
+            ),
             request_delivery=self.request_delivery,
             priority=self.priority,
             priority_offset=self.priority_offset,
@@ -201,6 +210,7 @@ def plan_trigger(
     singleton_key: str | None = None,
     concurrency_key: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
+    rate_key: str | Callable[[Any], str | None] | None = None,
     priority: int = DEFAULT_PRIORITY,
 ) -> TriggerPlan:
     """Validate the options of one call; ``transport``: the lane wakes workers through one."""
@@ -218,6 +228,17 @@ def plan_trigger(
     if singleton_key is not None:
         validate_identifier(singleton_key, name="singleton_key")
     validate_optional_identifier(concurrency_key, name="concurrency_key")
+    keyed = target.rate_limit_by is not None
+    if rate_key is not None:
+        if not keyed:
+            raise configuration_error(
+                f"rate_key needs a queue rate-limited per key; queue {target.name!r} is not "
+                "(define it with rate_limit=... and rate_limit_by='key')."
+            )
+        if isinstance(rate_key, str):
+            validate_identifier(rate_key, name="rate_key")
+        elif not callable(rate_key):
+            raise configuration_error("rate_key must be a string or a function of the payload.")
     ttl = task.idempotency_key_ttl
     return TriggerPlan(
         task=task,
@@ -237,9 +258,16 @@ def plan_trigger(
         idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
         concurrency_key=concurrency_key,
         trace_carrier=validate_trace_carrier(trace_carrier),
+        # Runs without a key share the keyed queue's unkeyed partition.
+        rate_key=(rate_key if rate_key is not None else UNKEYED) if keyed else None,
         priority=priority,
         priority_offset=priority_offset(priority, target.priority_window),
     )
+
+
+def _rate_key_from(option: Callable[[Any], str | None], payload: Any) -> str:
+    value = option(payload)
+    return UNKEYED if value is None else validate_identifier(value, name="rate_key")
 
 
 def _key_from(option: Any, payload: Any, name: str) -> str | None:
@@ -526,6 +554,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
@@ -542,6 +571,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
             priority=priority,
         )
         observers = self._observers
@@ -568,6 +598,7 @@ class Producer:
         connection: Any,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | Callable[[Any], str | None] | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> list[Run]:
         """``Runlane.trigger_many``: every payload validated, then written in batches."""
@@ -581,6 +612,7 @@ class Producer:
             source=_TRIGGERED,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
             priority=priority,
         )
         writer = self._writer
@@ -619,6 +651,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | Callable[[Any], str | None] | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> TriggerPlan:
         """Validate the payload-independent options of a call; nothing is written here."""
@@ -636,6 +669,7 @@ class Producer:
             singleton_key=singleton_key,
             concurrency_key=concurrency_key,
             trace_carrier=trace_carrier,
+            rate_key=rate_key,
             priority=priority,
         )
         if after is None and on_failure is CANCEL:
@@ -681,6 +715,7 @@ class Producer:
         trace_carrier: Mapping[str, str] | None = None,
         after: Sequence[Run | str] | None = None,
         on_failure: str = CANCEL,
+        rate_key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> NewRun:
         """Validate everything about one run to create; nothing is written here."""
@@ -696,6 +731,7 @@ class Producer:
             trace_carrier=trace_carrier,
             after=after,
             on_failure=on_failure,
+            rate_key=rate_key,
             priority=priority,
         ).new_run(payload)
 
@@ -704,6 +740,9 @@ class Producer:
     ) -> Run:
         """A new run of ``source``'s task and payload, linked to it (rerun, manual retry),
         with its priority."""
+        target = self._registry.queue_for(
+            self._registry.resolve_task(source.task_id), queue or source.queue
+        )
         new = self.build_new_run(
             source.task_id,
             source.payload,
@@ -715,6 +754,8 @@ class Producer:
             concurrency_key=source.concurrency_key,
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
+            # Its partition too, when the queue it goes to is limited per key.
+            rate_key=source.rate_key or None if target.rate_limit_by is not None else None,
             priority=source.priority,
         )
         with self._observers.producing(new.task_id, new.queue, 1):

@@ -30,6 +30,7 @@ from runlane.core.brokered import BrokeredTopics
 from runlane.core.dispatch import OUTBOX_CLAIM_WINDOW, Dispatcher
 from runlane.core.observing import Observers
 from runlane.core.store import StoreScope
+from runlane.model.queue_defs import UNKEYED
 from runlane.topics.definitions import TopicDef
 from runlane.topics.publishing import ValidatedPublish, envelope_of, validate_publish
 from runlane.topics.records import PublishReceipt
@@ -263,6 +264,8 @@ def new_message(checked: ValidatedPublish, now: datetime, *, transport: bool) ->
                 mode=planned.mode,
                 partition_key=planned.key,
                 request_delivery=transport and planned.queue.concurrency_limit is None,
+                # A keyed queue limits each message key apart; keyless ones share ''.
+                rate_key=(planned.key or UNKEYED) if planned.queue.rate_limit_by else None,
             )
             for run_id, planned in zip(ids, checked.deliveries, strict=True)
         ),

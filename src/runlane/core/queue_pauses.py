@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from runlane.core.store import StoreScope
 from runlane.model.queue_defs import QueueDef
-from runlane.model.rate_limiting import next_token_at
+from runlane.model.rate_limiting import next_token_at, tokens_available
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.rate_limits import RateLimit
-from runlane.types.records import QueuePolicy
+from runlane.types.records import QueuePolicy, RateLimitState
 from runlane.types.storable_text import unstorable
 
 logger = logging.getLogger("runlane.queues")
@@ -86,7 +86,30 @@ class QueueInfo:
     #: Attempt starts allowed per period (None: unlimited).
     rate_limit: RateLimit | None = None
     #: When the rate-limited queue may start a run again; None while it has a token.
+    #: On a queue limited per key: the soonest next token of a key whose due runs
+    #: wait for one.
     next_token_at: datetime | None = None
+    #: ``"key"`` when each run's rate key is limited apart (else None).
+    rate_limit_by: str | None = None
+    #: On a queue limited per key: the keys whose due runs wait for a token, soonest
+    #: next token first (at most :data:`LIMITED_KEYS_SHOWN`), with that time.
+    limited_keys: tuple[tuple[str, datetime], ...] = ()
+
+
+#: How many waiting keys of a queue limited per key ``rl.queues.list()`` names.
+LIMITED_KEYS_SHOWN = 5
+
+
+def _limited_keys(
+    limit: RateLimit, queue: str, states: Sequence[RateLimitState], now_us: int
+) -> tuple[tuple[str, datetime], ...]:
+    """The keys of ``queue`` whose due runs wait for a token, soonest token first."""
+    waiting = sorted(
+        (next_token_at(limit, s.tat, now_us), s.rate_key)
+        for s in states
+        if s.queue == queue and s.due > 0 and tokens_available(limit, s.tat, now_us) < 1
+    )
+    return tuple((key, from_micros(at)) for at, key in waiting[:LIMITED_KEYS_SHOWN])
 
 
 class RequestsDeliveries(Protocol):
@@ -149,16 +172,20 @@ class Queues(Mapping[str, QueueDef]):
         store = self._store
         await self._connect()
         pauses = {p.queue: p for p in await store.storage.list_queue_pauses(store.environment)}
-        tats: dict[tuple[str, str], int] = {}
+        states: list[RateLimitState] = []
         if any(q.rate_limit is not None for q in self._queues.values()):
-            states = await store.storage.list_rate_limit_states(store.environment)
-            tats = {(s.queue, s.rate_key): s.tat for s in states}
+            states = await store.storage.list_rate_limit_states(store.environment, store.now())
+        tats = {(s.queue, s.rate_key): s.tat for s in states}
         now_us = to_micros(store.now())
         items = []
         for name, definition in sorted(self._queues.items()):
             pause = pauses.get(name)
             next_token = None
-            if definition.rate_limit is not None:
+            limited: tuple[tuple[str, datetime], ...] = ()
+            if definition.rate_limit is not None and definition.rate_limit_by is not None:
+                limited = _limited_keys(definition.rate_limit, name, states, now_us)
+                next_token = limited[0][1] if limited else None
+            elif definition.rate_limit is not None:
                 at = next_token_at(definition.rate_limit, tats.get((name, "")), now_us)
                 next_token = from_micros(at) if at > now_us else None
             items.append(
@@ -171,6 +198,8 @@ class Queues(Mapping[str, QueueDef]):
                     default=definition.default,
                     rate_limit=definition.rate_limit,
                     next_token_at=next_token,
+                    rate_limit_by=definition.rate_limit_by,
+                    limited_keys=limited,
                 )
             )
         return items

@@ -306,13 +306,24 @@ class QueueCounts:
         limits = {p.name: p.rate_limit for p in policies if p.rate_limit is not None}
         if not limits:
             return stats
-        states = await store.storage.list_rate_limit_states(store.environment)
+        states = await store.storage.list_rate_limit_states(store.environment, now)
         tats = {(s.queue, s.rate_key): s.tat for s in states}
+        keyed = {p.name for p in policies if p.rate_keyed}
         now_us = to_micros(now)
         for name, limit in limits.items():
             indexes = [i for i, entry in enumerate(stats) if entry.queue == name]
-            tokens = tokens_available(limit, tats.get((name, "")), now_us)
-            waiting = rate_limited_counts([stats[i].due for i in indexes], tokens)
+            due = [stats[i].due for i in indexes]
+            if name in keyed:
+                # Each key's due runs beyond its own tokens wait; the rest may start.
+                limited = sum(
+                    max(0, s.due - tokens_available(limit, s.tat, now_us))
+                    for s in states
+                    if s.queue == name
+                )
+                tokens = max(0, sum(due) - limited)
+            else:
+                tokens = tokens_available(limit, tats.get((name, "")), now_us)
+            waiting = rate_limited_counts(due, tokens)
             for i, count in zip(indexes, waiting, strict=True):
                 stats[i] = replace(stats[i], rate_limited=count)
         return stats

@@ -18,6 +18,7 @@ from runlane.core.maintenance import maintain_while_leading
 from runlane.core.worker_idling import WorkerIdling
 from runlane.core.worker_slots import CLAIM_AHEAD_PER_SLOT, MAX_CLAIM_AHEAD, WorkerSlots
 from runlane.model.context import Signal, SignalReason
+from runlane.ports.storage import AnnouncesPauses
 from runlane.types.errors import RunlaneError, configuration_error
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
@@ -130,9 +131,17 @@ class Worker(WorkerSlots, WorkerIdling):
         intervals = [q.rate_limit.per / q.rate_limit.count for q in queues if q.rate_limit]
         self._token_interval = max(MIN_TOKEN_WAIT, min(intervals)) if intervals else None
         self._rate_limited = frozenset(q.name for q in queues if q.rate_limit)
+        self._rated_policies = [q for q in queues if q.rate_limit]
         #: Until when (loop time) idle waits last one token interval: a rate-limited
         #: queue started runs lately, so its backlog may get a token any moment.
         self._paced_until = 0.0
+        #: A driver that hears pauses and resumes of other processes, and the version of
+        #: its announcements this worker last read the pauses at.
+        storage = store.storage
+        self._announcer = storage if isinstance(storage, AnnouncesPauses) else None
+        self._pauses_seen: object = None
+        #: Set when an idle wait ended on a storage notification (WorkerIdling).
+        self._woken = False
         self.concurrency = concurrency
         self.mode = mode
         self.lease = lease
@@ -201,6 +210,7 @@ class Worker(WorkerSlots, WorkerIdling):
         installed = self._install_signal_handlers(loop)
         maintaining = self._start_maintenance(loop)
         renewing = loop.create_task(self._keep_buffered_leases()) if self.claim_ahead else None
+        await self._listen_for_pauses()
         await self._read_pauses()
         watching = loop.create_task(self._watch_pauses())
         #: Set while claims fail in a row (None, a plain store, on the hot path otherwise).
@@ -230,6 +240,20 @@ class Worker(WorkerSlots, WorkerIdling):
                     continue
                 work.clear()
                 busy_before_claim = bool(self._active)
+                # Inline, not a coroutine: this runs before every claim.
+                announcer = self._announcer
+                if announcer is not None:
+                    seen = announcer.pauses_version(store.environment)
+                    if seen != self._pauses_seen:
+                        # Another process paused or resumed a queue: read them now.
+                        self._pauses_seen = seen
+                        await self._read_pauses()
+                elif self._woken:
+                    self._woken = False
+                    if self._pauses.names:
+                        # Woken by a commit while some queues are paused: maybe a
+                        # resume (SQLite claims leave out queues paused since).
+                        await self._read_pauses()
                 queues = self._pauses.claimable(self.queues)
                 self._reserved += free
                 try:
@@ -278,7 +302,10 @@ class Worker(WorkerSlots, WorkerIdling):
                     if self._active:
                         await self._wait_for(self._slot_freed, None)
                     continue
-                await self._idle(work, self._idle_limit(loop.time()))
+                limit = self.poll_interval
+                if self._token_interval is not None and loop.time() < self._paced_until:
+                    limit = await self._until_next_token()
+                await self._idle(work, limit)
         finally:
             self._work.unsubscribe(work)
             watching.cancel()
@@ -307,14 +334,39 @@ class Worker(WorkerSlots, WorkerIdling):
         if any(run.queue in self._rate_limited for run in claimed):
             self._paced_until = now + self.poll_interval
 
-    def _idle_limit(self, now: float) -> float:
-        """The poll interval; a token interval while a rate-limited queue started runs
-        within the last poll interval (its backlog takes each token as it comes, where
-        waiting a whole poll interval would leave tokens unused). Once its claims find
-        nothing for a poll interval, the worker polls as usual again."""
-        if self._token_interval is not None and now < self._paced_until:
-            return min(self.poll_interval, self._token_interval)
-        return self.poll_interval
+    async def _until_next_token(self) -> float:
+        """An idle wait while a rate-limited queue started runs within the last poll
+        interval (else the worker waits a poll interval): until its next token, at most
+        a token interval, so its backlog takes each token as it comes (a token taken
+        late is time lost for good). Once its claims find nothing for a poll interval,
+        the worker polls as usual again."""
+        assert self._token_interval is not None
+        wait = min(self.poll_interval, self._token_interval)
+        store = self._store
+        try:
+            at = await store.storage.next_rate_token(
+                store.environment, self._rated_policies, store.now()
+            )
+        except Exception as error:
+            # The claims report storage trouble themselves: wait a token interval.
+            logger.debug("worker %s: reading the next token failed (%s)", self.worker_id, error)
+            return wait
+        if at is not None:
+            ahead = (at - store.now()).total_seconds()
+            if ahead > 0:
+                wait = min(wait, ahead)
+        return wait
+
+    async def _listen_for_pauses(self) -> None:
+        announcer = self._announcer
+        if announcer is None:
+            return
+        try:
+            await announcer.listen_for_pauses(self._store.environment, self.poll_interval)
+        except Exception as error:
+            # Reading the pauses every poll interval still covers them.
+            logger.warning("worker %s: listening for pauses failed (%s)", self.worker_id, error)
+        self._pauses_seen = announcer.pauses_version(self._store.environment)
 
     async def _watch_pauses(self) -> None:
         """Read the paused queues again every poll interval, so a pause stored by any

@@ -37,6 +37,7 @@ class WorkerIdling:
     worker_id: str
     poll_interval: float
     hand_offs: bool
+    _woken: bool
 
     if TYPE_CHECKING:
 
@@ -140,6 +141,8 @@ class WorkerIdling:
                     waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                 )
                 if not done or done != {notified} or _announced(notified):
+                    if notified is not None and notified in done and _announced(notified):
+                        self._woken = True
                     return
                 # A notifier that gave up (connection lost) must not turn idling into a
                 # busy loop: keep waiting on the rest until the poll interval is over.

@@ -12,6 +12,9 @@ from runlane.types.rate_limits import RateLimit, parse_rate_limit
 
 #: The one partitioning of a rate limit besides the whole queue: each run's rate key.
 RATE_LIMIT_BY_KEY = "key"
+#: The rate key of runs without one on a queue limited per key (and the partition of a
+#: queue limited as a whole).
+UNKEYED = ""
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -62,11 +65,6 @@ class QueueDef:
             )
         if rate_limit_by is not None and limit is None:
             raise configuration_error(f"queue {name!r}: rate_limit_by needs a rate_limit.")
-        if rate_limit_by is not None:
-            raise configuration_error(
-                f"queue {name!r}: rate limits per key are not supported yet; "
-                "limit the queue as a whole."
-            )
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "default", bool(default))
         object.__setattr__(self, "rate_limit", limit)

@@ -31,6 +31,26 @@ def tat_after(limit: RateLimit, tat: int | None, now: int, taken: int) -> int:
     return start + taken * limit.interval_micros
 
 
+def tolerance(limit: RateLimit) -> int:
+    """How far ahead of now a partition's ``tat`` may be while it still has a token."""
+    return (limit.burst - 1) * limit.interval_micros
+
+
+def token_time(limit: RateLimit, tat: int | None) -> int:
+    """When a partition whose stored value is ``tat`` has its next token (in the past
+    for an idle partition): what a partition's ``token_at`` holds."""
+    if tat is None:
+        return 0
+    return tat - tolerance(limit)
+
+
+def partition_scan(limit: int) -> int:
+    """How many ready partitions of a queue limited per key one claim of up to
+    ``limit`` runs reads: a few more than it needs, for partitions that turn out to
+    have nothing to start (no slot, or a token state a new limit reads otherwise)."""
+    return 2 * limit + 8
+
+
 def next_token_at(limit: RateLimit, tat: int | None, now: int) -> int:
     """When the partition may start again (``now`` if it may already)."""
     if tat is None:

@@ -179,6 +179,7 @@ def project(run: Run, transition: Transition, now: datetime) -> Run:
         message_sequence=run.message_sequence,
         dead_letter_reason=changes.dead_letter_reason or run.dead_letter_reason,
         dead_lettered_at=changes.dead_lettered_at or run.dead_lettered_at,
+        rate_key=run.rate_key,
         priority=run.priority,
     )
 

@@ -153,9 +153,18 @@ def queue_view(info: QueueInfo) -> View:
         "paused": info.paused,
         "paused_at": iso(info.paused_at),
         "paused_reason": info.paused_reason,
-        "rate_limit": None if info.rate_limit is None else str(info.rate_limit),
+        "rate_limit": _rate_limit_text(info),
         "next_token_at": iso(info.next_token_at),
+        "rate_limit_by": info.rate_limit_by,
+        "limited_keys": [{"key": key, "next_token_at": iso(at)} for key, at in info.limited_keys],
     }
+
+
+def _rate_limit_text(info: QueueInfo) -> str | None:
+    """``"10/s"``, or ``"100/m per key"`` for a queue limited per key."""
+    if info.rate_limit is None:
+        return None
+    return f"{info.rate_limit} per key" if info.rate_limit_by else str(info.rate_limit)
 
 
 def throughput_view(throughput: QueueThroughput) -> View:

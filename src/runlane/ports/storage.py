@@ -354,13 +354,29 @@ class Storage(Protocol):
     async def list_queue_pauses(self, environment: str) -> list[QueuePause]:
         """Every paused queue of the environment, by name."""
 
-    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
-        """The token state of every rate-limit partition that has started a run.
+    async def list_rate_limit_states(
+        self, environment: str, now: datetime | None = None
+    ) -> list[RateLimitState]:
+        """The token state of every rate-limit partition that has started a run (or,
+        on a queue limited per key, has had a run), with, given ``now``, the due runs
+        of each key's partition (``due``; 0 for a queue limited as a whole).
 
         Claims on a queue whose ``QueuePolicy.rate_limit`` is set start runs only with
         a token of their partition and take it in the transaction that leases them
         (``runlane.model.rate_limiting``); ``claim_run`` does the same for one run.
+        With ``QueuePolicy.rate_keyed`` each run's ``rate_key`` is its partition, and a
+        partition without a token never keeps another's runs from starting.
         """
+
+    async def get_rate_limit_state(self, environment: str, queue: str, rate_key: str) -> int | None:
+        """One partition's stored token state (its tat), or None when it has none."""
+
+    async def next_rate_token(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
+    ) -> datetime | None:
+        """The soonest time after ``now`` at which a partition of the rate-limited
+        ``queues`` gets a token (on a queue limited per key: a partition with a due run
+        then), or None when none is ahead: a worker pacing a backlog claims then."""
 
     async def defer_delivery(
         self,
@@ -408,6 +424,24 @@ class WorkNotifier(Protocol):
 
     async def wait_for_work(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Return True when new runnable work was announced, False after ``timeout``."""
+
+
+@runtime_checkable
+class AnnouncesPauses(Protocol):
+    """Optional: a driver that hears, across processes, that a queue was paused or
+    resumed (PostgreSQL LISTEN/NOTIFY), so workers read the pauses again at once.
+
+    Workers still read them every poll interval, so a lost announcement only costs
+    latency.
+    """
+
+    async def listen_for_pauses(self, environment: str, within: float) -> bool:
+        """Start hearing pause announcements of ``environment`` (at most ``within``
+        seconds to connect); False when it cannot listen now."""
+
+    def pauses_version(self, environment: str) -> object:
+        """A value that changes whenever a pause or resume of ``environment`` was
+        announced (or announcements may have been missed) since it was last read."""
 
 
 @runtime_checkable

@@ -51,6 +51,9 @@ class NewRun:
     singleton_key: str | None = None
     concurrency_key: str | None = None
     trace_carrier: dict[str, str] | None = None
+    #: The run's partition on a queue rate-limited per key ('' for its unkeyed
+    #: partition); ``None`` on every other queue.
+    rate_key: str | None = None
     #: Append a delivery request (outbox row + ``run.delivery_requested``) with the run.
     request_delivery: bool = False
     #: -10 to 10; higher starts first among due runs of its queue.
@@ -245,6 +248,8 @@ class RateLimitState:
     queue: str
     rate_key: str
     tat: int
+    #: Due runs of the partition when it is a key's, at the time asked (else 0).
+    due: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +297,9 @@ class NewDelivery:
     #: On a transport lane: append a delivery request if the delivery is claimable at
     #: once (its key free, and for ORDERED at its head); storage applies the key rule.
     request_delivery: bool = False
+    #: On a queue rate-limited per key: the message's key for the subscription ('' when
+    #: it has none); ``None`` on every other queue.
+    rate_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

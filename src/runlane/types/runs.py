@@ -238,6 +238,9 @@ class Run:
     #: Deliveries only: why and when the run was last dead-lettered.
     dead_letter_reason: str | None = None
     dead_lettered_at: datetime | None = None
+    #: On a queue rate-limited per key: the run's partition ('' when triggered without
+    #: a ``rate_key``); ``None`` on every other queue.
+    rate_key: str | None = None
     #: The latest progress the task reported (``ctx.progress``), or ``None`` before the
     #: first report. Read by ``rl.runs`` (``get``, ``list``, ``wait``); runs returned by
     #: producing and executing calls leave it ``None``.

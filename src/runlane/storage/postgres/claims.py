@@ -36,7 +36,13 @@ import psycopg
 from psycopg import pq
 
 from runlane.model.capacity import has_capacity
-from runlane.model.rate_limiting import tat_after, tokens_available
+from runlane.model.rate_limiting import (
+    partition_scan,
+    tat_after,
+    token_time,
+    tokens_available,
+    tolerance,
+)
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.postgres.sessions import (
     AsyncSession,
@@ -68,12 +74,16 @@ async def claim_due_runs(
     queues: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    adopted: set[str] | None = None,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs: rate-limited queues within their tokens, bounded
-    queues within capacity, then the others."""
+    queues within capacity, then the others. ``adopted``: the queues limited per key
+    this driver has prepared (see :func:`_adopt_unkeyed_runs`)."""
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
+    if rated and adopted is not None:
+        await _adopt_unkeyed_runs(conn, session, q, rated, params, adopted)
     horizon = claim_horizon(params["now"], widest_priority_window(others))
     if not limits and not rated:
         # One statement in autocommit (the function takes the key locks, then claims
@@ -149,6 +159,9 @@ async def _claim_with_tokens(
             break
         if policy.name not in held:
             continue
+        if policy.rate_keyed:
+            rows += await _claim_keyed(session, q, policy, limit - len(rows), params)
+            continue
         assert policy.rate_limit is not None
         state = {"environment": params["environment"], "queue": policy.name}
         state["rate_key"] = WHOLE_QUEUE
@@ -175,6 +188,106 @@ async def _claim_with_tokens(
             await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
         rows += claimed
     return rows
+
+
+async def _adopt_unkeyed_runs(
+    conn: DriverConnection,
+    session: AsyncSession,
+    q: Queries,
+    rated: Sequence[QueuePolicy],
+    params: dict[str, Any],
+    adopted: set[str],
+) -> None:
+    """Once per process and queue limited per key, in a transaction of its own: its
+    waiting runs without a rate key (written before the queue was keyed) join its
+    unkeyed partition."""
+    for policy in rated:
+        key = f"{params['environment']}\n{policy.name}"
+        if policy.rate_keyed and key not in adopted:
+            assert policy.rate_limit is not None
+            base = {"environment": params["environment"], "queue": policy.name}
+            async with conn.transaction():
+                await session.fetch(q["adopt_unkeyed_runs"], base)
+                # Each partition's next token as this limit reads it (a new deploy may
+                # have changed it): when the claims look, not what they allow.
+                await session.fetch(
+                    q["retime_rate_partitions"],
+                    {**base, "tolerance": tolerance(policy.rate_limit)},
+                )
+            adopted.add(key)
+
+
+async def _claim_keyed(
+    session: AsyncSession,
+    q: Queries,
+    policy: QueuePolicy,
+    limit: int,
+    params: dict[str, Any],
+) -> list[Any]:
+    """A queue limited per key, under its capacity lock: of the partitions that have a
+    token and a due run (an index range, however many others are exhausted), the
+    first due runs of each in claim order within its tokens, one token taken per run
+    started."""
+    rate = policy.rate_limit
+    assert rate is not None
+    now = params["now"]
+    base = {"environment": params["environment"], "queue": policy.name}
+    horizon = claim_horizon(now, policy.priority_window)
+    partitions = await session.fetch(
+        q["ready_rate_partitions"], {**base, "now": now, "limit": partition_scan(limit)}
+    )
+    rows: list[Any] = []
+    for partition in partitions:
+        if len(rows) >= limit:
+            break
+        key, tat = partition["rate_key"], partition["tat"]
+        taken = 0
+        tokens = min(limit - len(rows), tokens_available(rate, tat, now))
+        if tokens > 0:
+            due = await session.fetch(
+                q["due_rate_keyed_runs"],
+                {**base, "rate_key": key, "now": now, "horizon": horizon, "limit": tokens},
+            )
+            for run in due:
+                claimed = await _claim_one(session, q, policy, run, params)
+                if claimed:
+                    rows += claimed
+                    taken += 1
+        new_tat = tat_after(rate, tat, now, taken) if taken else tat
+        await session.fetch(
+            q["settle_rate_partition"],
+            {
+                **base,
+                "rate_key": key,
+                "tat": new_tat,
+                "token_at": token_time(rate, new_tat),
+                "version": partition["version"],
+            },
+        )
+    return rows
+
+
+async def _claim_one(
+    session: AsyncSession,
+    q: Queries,
+    policy: QueuePolicy,
+    run: Any,
+    params: dict[str, Any],
+) -> list[Any]:
+    """Lease one run of a keyed claim (the queue's capacity lock held): its delivery
+    key's lock tried, never waited for, and the queue's capacity checked when bounded."""
+    one = {**params, "id": run["id"]}
+    (locked,) = await session.fetch(q["try_lock_run_key"], one)
+    if not locked["locked"]:
+        return []
+    if policy.concurrency_limit is not None:
+        (occupied,) = await session.fetch(
+            q["occupied_capacity"],
+            {**params, "queue": policy.name, "concurrency_key": run["concurrency_key"]},
+        )
+        if not has_capacity(occupied["n"], policy.concurrency_limit):
+            return []
+    return await session.fetch(q["claim_run"], one)
 
 
 async def claim_run(
@@ -238,8 +351,9 @@ async def _claim_run_with_token(
             {**params, "queues": [queue.name], "wait": True, "lock_prefix": lock_prefix},
         )
         state = {"environment": params["environment"], "queue": queue.name}
-        state["rate_key"] = WHOLE_QUEUE
-        found = await session.fetch(q["get_rate_limit_state"], state)
+        key = current[0]["rate_key"] if queue.rate_keyed else None
+        state["rate_key"] = WHOLE_QUEUE if key is None else key
+        found = await session.fetch(q["get_rate_partition"], state)
         tat = found[0]["tat"] if found else None
         if tokens_available(queue.rate_limit, tat, params["now"]) < 1:
             return None
@@ -258,6 +372,16 @@ async def _claim_run_with_token(
         if rows:
             new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
             await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
+            if queue.rate_keyed:
+                await session.fetch(
+                    q["settle_rate_partition"],
+                    {
+                        **state,
+                        "tat": new_tat,
+                        "token_at": token_time(queue.rate_limit, new_tat),
+                        "version": found[0]["version"] if found else 0,
+                    },
+                )
     return run_from_row(rows[0]) if rows else None
 
 
@@ -269,6 +393,7 @@ async def apply_and_claim(
     queues: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    adopted: set[str] | None = None,
 ) -> tuple[list[set[str]], list[Run]]:
     """In one transaction: ``apply_transitions`` once per round (the ids each applied),
     then claim up to ``limit`` due runs as :func:`claim_due_runs` does, seeing them."""
@@ -281,7 +406,7 @@ async def apply_and_claim(
                 {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
                 for round_params in rounds
             ]
-            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params)
+            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, adopted)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {

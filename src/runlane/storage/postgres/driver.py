@@ -163,6 +163,9 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         ]
         self._opening: asyncio.Lock | None = None
         self._listener: WorkListener | None = None
+        #: Queues limited per key this driver prepared for its claims (environment and
+        #: queue): older runs adopted into the unkeyed partition, next tokens retimed.
+        self._rate_keys_adopted: set[str] = set()
         self._finished = FinishedRunListeners(self._db.connect_listener)
         #: Per (environment, queue): until when lone triggers skip looking for an offer.
         self._no_offer_until: dict[tuple[str, str], float] = {}
@@ -380,7 +383,9 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         }
         prefix = self._lock_prefix(environment)
         return await self._db.run(
-            lambda conn: claims.claim_due_runs(conn, self._q, prefix, queues, limit, params)
+            lambda conn: claims.claim_due_runs(
+                conn, self._q, prefix, queues, limit, params, self._rate_keys_adopted
+            )
         )
 
     async def claim_run(
@@ -521,7 +526,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         prefix = self._lock_prefix(environment)
         done, claimed = await self._db.run(
             lambda conn: claims.apply_and_claim(
-                conn, self._q, prefix, round_params, queues, limit, params
+                conn, self._q, prefix, round_params, queues, limit, params, self._rate_keys_adopted
             )
         )
         applied = [False] * len(transitions)
@@ -676,12 +681,29 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             "pause_queue",
             {"environment": environment, "queue": queue, "reason": reason, "now": to_micros(now)},
         )
+        await self._announce_pauses(environment)
         return queue_pause_from_row(rows[0])
 
     async def resume_queue(self, environment: str, queue: str) -> bool:
         """Drop the pause of ``queue`` and its waiting runs' ignored delivery requests."""
         rows = await self._fetch("resume_queue", {"environment": environment, "queue": queue})
+        await self._announce_pauses(environment)
         return bool(rows[0]["resumed"])
+
+    async def _announce_pauses(self, environment: str) -> None:
+        # After the commit that stored the change: a listener that reads the pauses on
+        # hearing it sees the change.
+        await self._fetch("announce_pauses", {"environment": environment, "channel": WORK_CHANNEL})
+
+    async def listen_for_pauses(self, environment: str, within: float) -> bool:
+        """Start hearing pause announcements (on the work listener's connection)."""
+        return await self._work_listener().start(within)
+
+    def pauses_version(self, environment: str) -> object:
+        """Changes whenever a pause or resume of ``environment`` was announced, or the
+        listening connection was lost (announcements may have been missed)."""
+        listener = self._listener
+        return None if listener is None else listener.pause_epoch
 
     async def set_schedule_paused(
         self, environment: str, schedule_id: str, paused: bool, now: datetime

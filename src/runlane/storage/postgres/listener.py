@@ -39,6 +39,10 @@ RECONNECT_BACKOFF_MAX = 5.0
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
+#: A work notification whose payload is an environment plus this says its queue pauses
+#: changed (environments never hold ':').
+PAUSES_SUFFIX = ":pauses"
+
 
 class HandoffReceiver(Protocol):
     """An offer hearing its hand-offs."""
@@ -78,6 +82,9 @@ class WorkListener:
         #: meanwhile), so an outage costs one attempt per backoff step, not one per poll.
         self._retry_at = 0.0
         self._retry_step = RECONNECT_BACKOFF_INITIAL
+        #: Bumped by every pause announcement heard (of any environment: a worker of
+        #: another one reads its pauses once for nothing) and every lost connection.
+        self.pause_epoch = 0
 
     @property
     def listening(self) -> bool:
@@ -94,6 +101,10 @@ class WorkListener:
             return False
         event = self._pending.setdefault(environment, asyncio.Event())
         return await wait_for_announcement(event, deadline, lambda: self._generation)
+
+    async def start(self, within: float) -> bool:
+        """Listen now (connecting within ``within`` seconds) unless already listening."""
+        return self.listening or await self._start(within)
 
     async def address(self, within: float) -> HandoffAddress | None:
         """The hand-off channel and lock of the live connection, connecting if needed
@@ -168,13 +179,20 @@ class WorkListener:
                 if notice.channel == address.channel:
                     self._hand_over(notice.payload)
                     continue
-                event = self._pending.get(notice.payload)
+                payload = notice.payload
+                if payload.endswith(PAUSES_SUFFIX):
+                    # The environment's pauses changed: note it, and wake its idle
+                    # workers (a resumed queue's runs may start now).
+                    payload = payload[: -len(PAUSES_SUFFIX)]
+                    self.pause_epoch += 1
+                event = self._pending.get(payload)
                 if event is not None:
                     event.set()
         except (psycopg.Error, OSError) as error:
             logger.warning("work notification connection lost (%s)", type(error).__name__)
         finally:
             self._generation += 1
+            self.pause_epoch += 1
             self._address = None
             for event in self._pending.values():
                 event.set()

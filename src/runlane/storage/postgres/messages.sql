@@ -69,11 +69,12 @@ RETURNING message_id;
 -- gets one (run.delivery_requested and an outbox row) only if it is claimable at
 -- once (5.7.5): keyless or NONE; EXCLUSIVE, no delivery of its key holds an unexpired
 -- lease; ORDERED, no unfinished delivery of its key comes before it. The deliveries
--- travel as one JSON array of [id, task_id, queue, partition_key, mode, request]. A
+-- travel as one JSON array of [id, task_id, queue, partition_key, mode, request, rate_key]. A
 -- run id that is taken already is skipped: the caller refuses the publish.
 WITH input AS (
     SELECT d.x->>0 AS id, d.x->>1 AS task_id, d.x->>2 AS queue, d.x->>3 AS partition_key,
-           d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery
+           d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery,
+           d.x->>6 AS rate_key
     FROM jsonb_array_elements(%(deliveries)s::jsonb) AS d(x)
 ),
 decided AS (
@@ -97,13 +98,14 @@ inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
-        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence,
+        rate_key
     )
     SELECT %(environment)s, id, task_id, queue, 'queued', %(payload)s::json, 0, 0, %(now)s,
            %(now)s, %(now)s, %(now)s, CASE WHEN requested THEN 2 ELSE 1 END,
            %(source)s::jsonb, %(trace_carrier)s::jsonb,
            CASE WHEN requested THEN %(now)s::bigint END, partition_key, 0, subscription_mode,
-           %(sequence)s
+           %(sequence)s, rate_key
     FROM decided
     ON CONFLICT DO NOTHING
     RETURNING id, queue, trace_carrier, delivery_requested_at
@@ -157,21 +159,23 @@ WITH message AS (
 ),
 input AS (
     SELECT d.x->>0 AS id, d.x->>1 AS task_id, d.x->>2 AS queue, d.x->>3 AS partition_key,
-           d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery
+           d.x->>4 AS subscription_mode, (d.x->>5)::bool AS request_delivery,
+           d.x->>6 AS rate_key
     FROM jsonb_array_elements(%(deliveries)s::jsonb) AS d(x)
 ),
 inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
-        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence,
+        rate_key
     )
     SELECT %(environment)s, input.id, input.task_id, input.queue, 'queued', %(payload)s::json,
            0, 0, %(published_at)s, %(published_at)s, %(published_at)s, %(published_at)s,
            CASE WHEN input.request_delivery THEN 2 ELSE 1 END, %(source)s::jsonb,
            %(trace_carrier)s::jsonb,
            CASE WHEN input.request_delivery THEN %(published_at)s::bigint END,
-           input.partition_key, 0, input.subscription_mode, message.sequence
+           input.partition_key, 0, input.subscription_mode, message.sequence, input.rate_key
     FROM input CROSS JOIN message
     RETURNING id, queue, trace_carrier, delivery_requested_at
 ),
@@ -242,20 +246,21 @@ message AS (
 input AS (
     SELECT (d.x->>0)::int AS message, d.x->>1 AS id, d.x->>2 AS task_id, d.x->>3 AS queue,
            d.x->>4 AS partition_key, d.x->>5 AS subscription_mode,
-           (d.x->>6)::bool AS request_delivery
+           (d.x->>6)::bool AS request_delivery, d.x->>7 AS rate_key
     FROM jsonb_array_elements(%(deliveries)s::jsonb) AS d(x)
 ),
 inserted AS (
     INSERT INTO {schema}.runlane_runs (
         environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
         first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
-        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+        delivery_requested_at, partition_key, replays, subscription_mode, message_sequence,
+        rate_key
     )
     SELECT %(environment)s, input.id, input.task_id, input.queue, 'queued', m.payload,
            0, 0, %(now)s, %(now)s, %(now)s, %(now)s,
            CASE WHEN input.request_delivery THEN 2 ELSE 1 END, m.source, m.trace_carrier,
            CASE WHEN input.request_delivery THEN %(now)s::bigint END,
-           input.partition_key, 0, input.subscription_mode, message.sequence
+           input.partition_key, 0, input.subscription_mode, message.sequence, input.rate_key
     FROM input
     JOIN input_messages m ON m.position = input.message
     JOIN message ON message.id = m.id

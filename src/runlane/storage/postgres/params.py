@@ -61,11 +61,14 @@ class CreationBatch:
             keys = dumps(
                 [c["idempotency_keys"][i], c["singleton_keys"][i], c["concurrency_keys"][i]]
             )
+            # A rate key goes last, and only when set: runs of other queues omit it.
+            rate_key = self.runs[i].rate_key
             rows.append(
                 f"[{names[1:-1]},{dumps(c['payloads'][i])},{counts[1:-1]},{c['sources'][i]},"
                 f"{keys[1:-1]},{c['trace_carriers'][i] or 'null'},"
                 f"{'true' if c['request_deliveries'][i] else 'false'},"
-                f"{c['priorities'][i]},{c['priority_offsets'][i]}]"
+                f"{c['priorities'][i]},{c['priority_offsets'][i]}"
+                f"{'' if rate_key is None else ',' + dumps(rate_key)}]"
             )
         return {**self.shared, "runs": f"[{','.join(rows)}]"}
 
@@ -259,7 +262,7 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
         # Runs of one call share task, queue, status, source, key and carrier.
         key = (
             new.task_id, new.queue, new.status, new.source, new.concurrency_key,
-            id(new.trace_carrier), new.priority, new.priority_offset,
+            id(new.trace_carrier), new.priority, new.priority_offset, new.rate_key,
         )  # fmt: skip
         shared = shared_fields.get(key)
         if shared is None:
@@ -270,7 +273,7 @@ def copy_text(environment: str, runs: Sequence[NewRun], now_us: int) -> tuple[by
                 f"{copy_field(source_json(new.source))}\t"
                 f"{copy_field(new.concurrency_key)}\t"
                 f"{copy_field(None if carrier is None else dumps(carrier))}\t"
-                f"{new.priority}\t{new.priority_offset}\n",
+                f"{new.priority}\t{new.priority_offset}\t{copy_field(new.rate_key)}\n",
             )
         if not due and new.status is RunStatus.QUEUED and run_at <= now_us:
             due = True
@@ -308,6 +311,7 @@ def created_run(
         idempotency_key=new.idempotency_key,
         singleton_key=new.singleton_key,
         concurrency_key=new.concurrency_key,
+        rate_key=new.rate_key,
         trace_carrier=dict(new.trace_carrier) if new.trace_carrier is not None else None,
         lease=lease,
         priority=new.priority,
@@ -355,6 +359,7 @@ def plain_batch(runs: Sequence[NewRun]) -> bool:
         r.idempotency_key is not None
         or r.singleton_key is not None
         or r.request_delivery
+        or r.rate_key is not None
         or isinstance(r, NewWaitingRun)
         for r in runs
     )

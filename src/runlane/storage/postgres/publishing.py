@@ -429,6 +429,7 @@ def delivery_row(delivery: NewDelivery) -> list[Any]:
         delivery.partition_key,
         delivery.mode.value,
         delivery.request_delivery,
+        delivery.rate_key,
     ]
 
 

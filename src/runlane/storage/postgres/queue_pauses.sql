@@ -15,6 +15,11 @@ SELECT queue, paused_at, reason FROM {schema}.runlane_queue_pauses
 WHERE environment = %(environment)s AND queue = %(queue)s
   AND NOT EXISTS (SELECT 1 FROM inserted);
 
+-- name: announce_pauses
+-- Tell every process's listener that the environment's pauses changed: their workers
+-- read them again at once, and idle ones wake (a resumed queue's runs start now).
+SELECT pg_notify(%(channel)s, %(environment)s || ':pauses');
+
 -- name: list_queue_pauses
 SELECT queue, paused_at, reason FROM {schema}.runlane_queue_pauses
 WHERE environment = %(environment)s

@@ -21,7 +21,7 @@ WITH input AS (
            r.x->7 AS source, r.x->>8 AS idempotency_key, r.x->>9 AS singleton_key,
            r.x->>10 AS concurrency_key, nullif(r.x->11, 'null') AS trace_carrier,
            (r.x->>12)::bool AS request_delivery, (r.x->>13)::int AS priority,
-           (r.x->>14)::bigint AS priority_offset
+           (r.x->>14)::bigint AS priority_offset, r.x->>15 AS rate_key
     FROM jsonb_array_elements(%(runs)s::jsonb) AS r(x)
 ),
 inserted AS (
@@ -30,7 +30,7 @@ inserted AS (
         run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
         singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
         lease_expires_at, delivery_requested_at, priority, priority_offset, started_sequence,
-        started_at, started_by, started_lease_expires_at
+        started_at, started_by, started_lease_expires_at, rate_key
     )
     SELECT %(environment)s, id, task_id, queue, status, payload, %(attempt)s, 0,
            run_at, run_at, %(now)s, %(now)s, event_sequence, source, idempotency_key,
@@ -40,7 +40,7 @@ inserted AS (
            CASE WHEN status = 'running' THEN event_sequence END,
            CASE WHEN status = 'running' THEN %(now)s::bigint END,
            CASE WHEN status = 'running' THEN %(lease_owner)s::text END,
-           CASE WHEN status = 'running' THEN %(lease_expires_at)s::bigint END
+           CASE WHEN status = 'running' THEN %(lease_expires_at)s::bigint END, rate_key
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
@@ -146,7 +146,7 @@ handed AS (
                i.singleton_key, i.concurrency_key, i.trace_carrier::text, i.lease_owner,
                i.lease_token, i.lease_expires_at, i.cancel_reason, i.partition_key, i.replays,
                i.subscription_mode, i.message_sequence, i.dead_letter_reason,
-               i.dead_lettered_at, i.priority
+               i.dead_lettered_at, i.rate_key, i.priority
            )::text AS row_text
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL
@@ -176,7 +176,7 @@ FROM slot CROSS JOIN handed;
 COPY {schema}.runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count, run_at,
     first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
-    priority, priority_offset
+    priority, priority_offset, rate_key
 ) FROM STDIN;
 
 -- name: announce_work

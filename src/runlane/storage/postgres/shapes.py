@@ -52,6 +52,8 @@ INSERT_RUN = RowShape(
         ("request_delivery", "bool"),
         ("priority", "int"),
         ("priority_offset", "bigint"),
+        # Absent (NULL) unless the run's queue is rate-limited per key.
+        ("rate_key", "text"),
     )
 )
 
@@ -87,6 +89,7 @@ INSERT_DELIVERY = RowShape(
         ("partition_key", "text"),
         ("subscription_mode", "text"),
         ("request_delivery", "bool"),
+        ("rate_key", "text"),
     )
 )
 
@@ -153,5 +156,7 @@ COPY_RUN = RowShape(
         ("trace_carrier", "jsonb"),
         ("priority", "int4"),
         ("priority_offset", "int8"),
+        # A batch's shared field, like the queue: \N unless it is rate-limited per key.
+        ("rate_key", "text"),
     )
 )

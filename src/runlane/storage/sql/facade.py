@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from runlane.model.queue_defs import UNKEYED
+from runlane.model.rate_limiting import next_token_at
 from runlane.ports.storage import (
     DeadLetterFilter,
     HaltedKey,
@@ -184,10 +186,49 @@ class SqlStorageBase(ABC):
         rows = await self._fetch("list_queue_pauses", {"environment": environment})
         return [queue_pause_from_row(row) for row in rows]
 
-    async def list_rate_limit_states(self, environment: str) -> list[RateLimitState]:
-        """Every rate-limit partition's token state."""
-        rows = await self._fetch("list_rate_limit_states", {"environment": environment})
-        return [RateLimitState(row["queue"], row["rate_key"], row["tat"]) for row in rows]
+    async def list_rate_limit_states(
+        self, environment: str, now: datetime | None = None
+    ) -> list[RateLimitState]:
+        """Every rate-limit partition's token state (with its due runs at ``now``)."""
+        rows = await self._fetch(
+            "list_rate_limit_states",
+            {"environment": environment, "now": -1 if now is None else to_micros(now)},
+        )
+        return [
+            RateLimitState(row["queue"], row["rate_key"], row["tat"], row["due"]) for row in rows
+        ]
+
+    async def get_rate_limit_state(self, environment: str, queue: str, rate_key: str) -> int | None:
+        """One partition's stored token state (its tat), or None when it has none."""
+        rows = await self._fetch(
+            "get_rate_limit_state",
+            {"environment": environment, "queue": queue, "rate_key": rate_key},
+        )
+        return int(rows[0]["tat"]) if rows else None
+
+    async def next_rate_token(
+        self, environment: str, queues: Sequence[QueuePolicy], now: datetime
+    ) -> datetime | None:
+        """The soonest token ahead among the rate-limited ``queues``' partitions."""
+        now_us = to_micros(now)
+        soonest: int | None = None
+        for policy in queues:
+            limit = policy.rate_limit
+            if limit is None:
+                continue
+            at: int | None
+            if policy.rate_keyed:
+                rows = await self._fetch(
+                    "next_ready_partition",
+                    {"environment": environment, "queue": policy.name, "now": now_us},
+                )
+                at = rows[0]["at"] if rows else None
+            else:
+                tat = await self.get_rate_limit_state(environment, policy.name, UNKEYED)
+                at = next_token_at(limit, tat, now_us)
+            if at is not None and at > now_us and (soonest is None or at < soonest):
+                soonest = at
+        return None if soonest is None else from_micros(soonest)
 
     # -- topics --------------------------------------------------------------------
 

@@ -154,6 +154,7 @@ def delivery_run(
         partition_key=delivery.partition_key,
         mode=delivery.mode,
         message_sequence=sequence,
+        rate_key=delivery.rate_key,
     )
     params = {
         "environment": environment,
@@ -169,6 +170,7 @@ def delivery_run(
         "partition_key": delivery.partition_key,
         "subscription_mode": delivery.mode.value,
         "message_sequence": sequence,
+        "rate_key": delivery.rate_key,
     }
     return PlannedRun(run, params, requested)
 

@@ -69,6 +69,7 @@ RUN_COLUMNS = (
     "message_sequence",
     "dead_letter_reason",
     "dead_lettered_at",
+    "rate_key",
     "priority",
 )
 _BY_NAME: Callable[[Row], tuple[Any, ...]] = itemgetter(*RUN_COLUMNS)
@@ -136,6 +137,7 @@ class RunDecoder:
             message_sequence,
             dead_letter_reason,
             dead_lettered_at,
+            rate_key,
             priority,
         ) = self._fields(row)
         time = self.time
@@ -176,6 +178,7 @@ class RunDecoder:
             message_sequence=message_sequence,
             dead_letter_reason=dead_letter_reason,
             dead_lettered_at=time(dead_lettered_at) if dead_lettered_at is not None else None,
+            rate_key=rate_key,
             priority=priority,
         )
 

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.capacity import has_capacity
-from runlane.model.rate_limiting import tat_after, tokens_available
+from runlane.model.queue_defs import UNKEYED
+from runlane.model.rate_limiting import (
+    partition_scan,
+    tat_after,
+    token_time,
+    tokens_available,
+    tolerance,
+)
 from runlane.ports.storage import QueuePolicy
 from runlane.storage.sql.claiming import (
     WHOLE_QUEUE,
@@ -28,10 +35,13 @@ from runlane.types.runs import Run
 
 
 class QueueRotation:
-    """Which unbounded queue a worker's claim scans first; it moves on at every claim."""
+    """Which unbounded queue a worker's claim scans first; it moves on at every claim.
+    It also remembers the queues limited per key whose unkeyed runs this process has
+    brought into their partition (:data:`adopted`)."""
 
     def __init__(self) -> None:
         self._start = 0
+        self.adopted: set[tuple[str, str]] = set()
 
     def next_order(self, names: list[str]) -> list[str]:
         """``names`` starting one further along than last time."""
@@ -49,13 +59,31 @@ def claim_due_runs(
 ) -> list[Run]:
     """Lease up to ``limit`` due runs (first in claim order: due time less the
     priority offset) within queue capacity and, on rate-limited queues, the tokens
-    their partitions have."""
+    their partitions have. The claim statements leave out queues paused in the
+    database, whatever the caller last read: a pause stored by another process holds
+    from its commit on."""
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
     runs: list[Run] = []
     for policy in rated:
         if len(runs) >= limit:
             break
+        if policy.rate_keyed:
+            if (environment, policy.name) not in rotation.adopted:
+                ensure_rate_key_triggers(cur)
+                adopt_unkeyed_runs(cur, environment, policy.name)
+                assert policy.rate_limit is not None
+                cur.execute(
+                    QUERIES["retime_rate_partitions"],
+                    {
+                        "environment": environment,
+                        "queue": policy.name,
+                        "tolerance": tolerance(policy.rate_limit),
+                    },
+                )
+                rotation.adopted.add((environment, policy.name))
+            runs += _claim_keyed(cur, environment, policy, limit - len(runs), lease_params)
+            continue
         runs += _claim_with_tokens(cur, environment, policy, limit - len(runs), lease_params)
     if limits and len(runs) < limit:
         runs += _claim_rows(
@@ -123,11 +151,134 @@ def _claim_with_tokens(
     return runs
 
 
+def ensure_rate_key_triggers(cur: sqlite3.Cursor) -> None:
+    """Create the triggers that keep each rate-key partition's due_at (once per file:
+    they stay), in the caller's write transaction, before it writes or claims runs with
+    a rate key."""
+    cur.execute(QUERIES["create_rate_key_created_trigger"])
+    cur.execute(QUERIES["create_rate_key_waiting_trigger"])
+
+
+def adopt_unkeyed_runs(cur: sqlite3.Cursor, environment: str, queue: str) -> None:
+    """Bring a queue's waiting runs written before it was limited per key (without a
+    rate key) into its unkeyed partition: once per process and queue."""
+    cur.execute(QUERIES["adopt_unkeyed_runs"], {"environment": environment, "queue": queue})
+
+
+def _claim_keyed(
+    cur: sqlite3.Cursor,
+    environment: str,
+    policy: QueuePolicy,
+    limit: int,
+    lease_params: dict[str, Any],
+) -> list[Run]:
+    """A queue limited per key: of the partitions that have a token and a due run
+    (an index range, however many others are exhausted), the oldest due runs of each
+    within its tokens in claim order, one token taken per run started."""
+    rate = policy.rate_limit
+    assert rate is not None
+    now = lease_params["now"]
+    base = {"environment": environment, "queue": policy.name}
+    if cur.execute(QUERIES["queue_is_paused"], base).fetchone() is not None:
+        return []  # paused by some process since the caller last read the pauses
+    horizon = claim_horizon(now, policy.priority_window)
+    partitions = cur.execute(
+        QUERIES["ready_rate_partitions"],
+        {**base, "now": now, "limit": partition_scan(limit)},
+    ).fetchall()
+    runs: list[Run] = []
+    for partition in partitions:
+        if len(runs) >= limit:
+            break
+        key, tat = partition["rate_key"], partition["tat"]
+        taken = 0
+        tokens = min(limit - len(runs), tokens_available(rate, tat, now))
+        if tokens > 0:
+            due = cur.execute(
+                QUERIES["due_rate_keyed_runs"],
+                {**base, "rate_key": key, "now": now, "horizon": horizon, "limit": tokens},
+            ).fetchall()
+            for row in due:
+                run = _claim_one(cur, environment, policy, row["id"], lease_params)
+                if run is not None:
+                    runs.append(run)
+                    taken += 1
+        new_tat = tat_after(rate, tat, now, taken) if taken else tat
+        cur.execute(
+            QUERIES["settle_rate_partition"],
+            {**base, "rate_key": key, "tat": new_tat, "token_at": token_time(rate, new_tat)},
+        )
+    return runs
+
+
+def _claim_one(
+    cur: sqlite3.Cursor,
+    environment: str,
+    policy: QueuePolicy,
+    run_id: str,
+    lease_params: dict[str, Any],
+) -> Run | None:
+    """Lease one run (its key rules checked by the statement) within the queue's
+    capacity when it is bounded."""
+    params = {"environment": environment, "id": run_id, **lease_params}
+    if policy.concurrency_limit is not None:
+        current = cur.execute(QUERIES["get_run"], params).fetchone()
+        if current is None:
+            return None
+        occupied = cur.execute(
+            QUERIES["occupied_capacity"],
+            {
+                "environment": environment,
+                "queue": current["queue"],
+                "concurrency_key": current["concurrency_key"],
+                "now": lease_params["now"],
+            },
+        ).fetchone()["n"]
+        if not has_capacity(occupied, policy.concurrency_limit):
+            return None
+    claimed = _claim_rows(cur, "claim_run", params)
+    return claimed[0] if claimed else None
+
+
+def _claim_run_keyed(
+    cur: sqlite3.Cursor, environment: str, params: dict[str, Any], queue: QueuePolicy
+) -> Run | None:
+    """``claim_run`` on a queue limited per key: only with a token of the run's own
+    partition, which it takes."""
+    rate = queue.rate_limit
+    assert rate is not None
+    ensure_rate_key_triggers(cur)
+    current = cur.execute(QUERIES["get_run"], params).fetchone()
+    if current is None:
+        return None
+    key = current["rate_key"] if current["rate_key"] is not None else UNKEYED
+    state = {"environment": environment, "queue": queue.name, "rate_key": key}
+    row = cur.execute(QUERIES["get_rate_partition"], state).fetchone()
+    tat = None if row is None else row["tat"]
+    now = params["now"]
+    if tokens_available(rate, tat, now) < 1:
+        return None
+    lease = {k: v for k, v in params.items() if k not in ("environment", "id")}
+    run = _claim_one(cur, environment, queue, current["id"], lease)
+    if run is None:
+        return None
+    new_tat = tat_after(rate, tat, now, 1)
+    if row is None:
+        cur.execute(QUERIES["set_rate_limit_state"], {**state, "tat": new_tat})
+    cur.execute(
+        QUERIES["settle_rate_partition"],
+        {**state, "tat": new_tat, "token_at": token_time(rate, new_tat)},
+    )
+    return run
+
+
 def claim_run(
     cur: sqlite3.Cursor, environment: str, params: dict[str, Any], queue: QueuePolicy | None
 ) -> Run | None:
     """Lease one run if it is claimable, due, its partition has capacity and, on a
     rate-limited queue, a token (taken here)."""
+    if queue is not None and queue.rate_keyed and queue.rate_limit is not None:
+        return _claim_run_keyed(cur, environment, params, queue)
     tat: int | None = None
     state: dict[str, Any] = {}
     if queue is not None and queue.rate_limit is not None:

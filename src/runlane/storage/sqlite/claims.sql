@@ -33,7 +33,13 @@ SET status = 'running',
     started_at = :now,
     started_by = :worker_id,
     started_lease_expires_at = :lease_expires_at
-WHERE environment = :environment AND id IN (
+WHERE environment = :environment
+  -- A queue paused by any process is left out from the pause's commit on.
+  AND NOT EXISTS (
+      SELECT 1 FROM runlane_queue_pauses p
+      WHERE p.environment = :environment AND p.queue = runlane_runs.queue
+  )
+  AND id IN (
     SELECT id FROM (
         SELECT id, claim_at FROM (
             SELECT id, claim_at FROM runlane_runs INDEXED BY runlane_runs_claim_order
@@ -111,7 +117,13 @@ SET status = 'running',
     started_at = :now,
     started_by = :worker_id,
     started_lease_expires_at = :lease_expires_at
-WHERE environment = :environment AND id IN (
+WHERE environment = :environment
+  -- A queue paused by any process is left out from the pause's commit on.
+  AND NOT EXISTS (
+      SELECT 1 FROM runlane_queue_pauses p
+      WHERE p.environment = :environment AND p.queue = runlane_runs.queue
+  )
+  AND id IN (
     SELECT c.id FROM (
         SELECT e.id, e.queue, e.claim_at, e.lim, e.part,
                row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.claim_at, e.id) AS rn

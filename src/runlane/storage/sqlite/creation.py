@@ -29,6 +29,7 @@ from runlane.ports.storage import (
 )
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
 from runlane.storage.sql.rows import run_from_row
+from runlane.storage.sqlite.claims import ensure_rate_key_triggers
 from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import (
@@ -65,7 +66,12 @@ def create_runs(
     outcomes: list[CreateOutcome] = []
     if connection is None and lease is None and len(runs) == 1:
         new = runs[0]
-        if is_plain(new) and not new.request_delivery and type(new) is NewRun:
+        if (
+            is_plain(new)
+            and not new.request_delivery
+            and type(new) is NewRun
+            and new.rate_key is None
+        ):
             # A lone trigger: one row and nothing else (run.created is implied by it),
             # so one autocommitted statement.
             insert = NUMBERED["insert_plain_run"]
@@ -77,6 +83,8 @@ def create_runs(
             ]
     token = new_token() if lease is not None else None
     with db.transaction(connection) as cur:
+        if any(new.rate_key is not None for new in runs):
+            ensure_rate_key_triggers(cur)
         if any(isinstance(new, NewWaitingRun) for new in runs):
             # Dependencies are rare: such calls go row by row.
             return [
@@ -101,6 +109,8 @@ def create_members(
 ) -> list[CreateOutcome]:
     """The members of a group: plain runs, written in bulk inside ``cur``'s transaction
     (with their delivery requests, claimed until ``claimed_until`` if given)."""
+    if any(new.rate_key is not None for new in runs):
+        ensure_rate_key_triggers(cur)
     return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
 
 
@@ -139,8 +149,10 @@ def _create_row_by_row(
     claimed_until: int | None,
 ) -> list[CreateOutcome]:
     """Plain runs one statement execution each (with outbox rows for those asking for a
-    delivery): cheaper than the JSON array for a few runs, such as one lone trigger."""
-    insert = NUMBERED["insert_plain_run"]
+    delivery): cheaper than the JSON array for a few runs, such as one lone trigger.
+    The runs share their shape, and so their rate key or its absence."""
+    keyed = runs[0].rate_key is not None
+    insert = NUMBERED["insert_plain_keyed_run" if keyed else "insert_plain_run"]
     cur.executemany(
         insert.sql,
         [insert.values(insert_params(environment, new, now_us, None, None)) for new in runs],

@@ -86,11 +86,13 @@ SELECT NOT EXISTS (
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, trace_carrier,
-    delivery_requested_at, partition_key, replays, subscription_mode, message_sequence
+    delivery_requested_at, partition_key, replays, subscription_mode, message_sequence,
+    rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, 'queued', :payload, 0, 0,
     :now, :now, :now, :now, :event_sequence, :source, :trace_carrier,
-    :delivery_requested_at, :partition_key, 0, :subscription_mode, :message_sequence
+    :delivery_requested_at, :partition_key, 0, :subscription_mode, :message_sequence,
+    :rate_key
 )
 ON CONFLICT DO NOTHING;
 

@@ -43,6 +43,7 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
         event_sequence=1 + int(new.request_delivery),
         source=new.source,
         concurrency_key=new.concurrency_key,
+        rate_key=new.rate_key,
         trace_carrier=new.trace_carrier,
         priority=new.priority,
     )
@@ -59,6 +60,7 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
         and (a.run_at is b.run_at or a.run_at == b.run_at)
         and (a.source is b.source or a.source == b.source)
         and a.concurrency_key == b.concurrency_key
+        and a.rate_key == b.rate_key
         and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
         and a.request_delivery == b.request_delivery
         and a.priority_offset == b.priority_offset
@@ -84,6 +86,7 @@ def plain_batch(
         "now": now_us,
         "source": dumps(first.source.to_json()),
         "concurrency_key": first.concurrency_key,
+        "rate_key": first.rate_key,
         "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
         "priority": first.priority,
         "priority_offset": first.priority_offset,
@@ -114,6 +117,7 @@ def insert_params(
         "singleton_key": new.singleton_key,
         "concurrency_key": new.concurrency_key,
         "trace_carrier": dumps(new.trace_carrier) if new.trace_carrier is not None else None,
+        "rate_key": new.rate_key,
         "lease_owner": lease.worker_id if lease else None,
         "lease_token": token,
         "lease_expires_at": to_micros(lease.expires_at) if lease else None,

@@ -29,6 +29,7 @@ from runlane.storage.sql.messages import (
     stored_message,
 )
 from runlane.storage.sql.rows import runs_from_rows
+from runlane.storage.sqlite.claims import ensure_rate_key_triggers
 from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import delivery_event
@@ -58,6 +59,8 @@ def publish_messages(
     with db.transaction(connection) as cur:
         # A caller's connection may have no row factory: this cursor reads by name.
         cur.row_factory = sqlite3.Row
+        if any(d.rate_key is not None for m in messages for d in m.deliveries):
+            ensure_rate_key_triggers(cur)
         if connection is None:
             return _publish_all(cur, environment, messages, now_us, claimed_until)
         cur.execute(f"SAVEPOINT {_SAVEPOINT}")

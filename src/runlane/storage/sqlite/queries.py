@@ -51,5 +51,11 @@ class Numbered:
 #: The statements bound once per run on the hot paths, numbered (see :class:`Numbered`).
 NUMBERED = {
     name: Numbered(QUERIES[name])
-    for name in ("apply_transition", "insert_event", "insert_plain_run", "write_settled_progress")
+    for name in (
+        "apply_transition",
+        "insert_event",
+        "insert_plain_run",
+        "insert_plain_keyed_run",
+        "write_settled_progress",
+    )
 }

@@ -29,3 +29,7 @@ SET reserved_until = NULL, delivery_requested_at = NULL
 WHERE environment = :environment AND queue = :queue
   AND delivery_requested_at IS NOT NULL
   AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying' OR status = 'released');
+
+-- name: queue_is_paused
+-- A claim on a queue limited per key asks first (its runs are claimed one by one).
+SELECT 1 FROM runlane_queue_pauses WHERE environment = :environment AND queue = :queue;

@@ -8,7 +8,7 @@ INSERT INTO runlane_runs (
     run_at, first_run_at, created_at, updated_at, event_sequence, source, idempotency_key,
     singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token, lease_expires_at,
     delivery_requested_at, priority, priority_offset, started_sequence, started_at, started_by,
-    started_lease_expires_at
+    started_lease_expires_at, rate_key
 ) VALUES (
     :environment, :id, :task_id, :queue, :status, :payload, :attempt, 0,
     :run_at, :run_at, :now, :now, :event_sequence, :source, :idempotency_key,
@@ -16,12 +16,14 @@ INSERT INTO runlane_runs (
     :delivery_requested_at, :priority, :priority_offset,
     CASE WHEN :lease_owner IS NOT NULL THEN :event_sequence END,
     CASE WHEN :lease_owner IS NOT NULL THEN :now END,
-    :lease_owner, :lease_expires_at
+    :lease_owner, :lease_expires_at, :rate_key
 )
 ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: insert_plain_run
+-- A lone trigger's statement: runs with a rate key take insert_plain_keyed_run, so
+-- the others bind nothing more for it.
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
@@ -32,6 +34,17 @@ INSERT INTO runlane_runs (
     :trace_carrier, :delivery_requested_at, :priority, :priority_offset
 );
 
+-- name: insert_plain_keyed_run
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+    trace_carrier, delivery_requested_at, priority, priority_offset, rate_key
+) VALUES (
+    :environment, :id, :task_id, :queue, :status, :payload, 0, 0,
+    :run_at, :run_at, :now, :now, :event_sequence, :source, :concurrency_key,
+    :trace_carrier, :delivery_requested_at, :priority, :priority_offset, :rate_key
+);
+
 -- name: insert_plain_runs
 -- Many runs that differ only in id and payload: :rows is a JSON array of
 -- [id, payload text] pairs, everything else is bound once for the whole batch,
@@ -39,11 +52,11 @@ INSERT INTO runlane_runs (
 INSERT INTO runlane_runs (
     environment, id, task_id, queue, status, payload, attempt, failure_count,
     run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
-    trace_carrier, delivery_requested_at, priority, priority_offset
+    trace_carrier, delivery_requested_at, priority, priority_offset, rate_key
 )
 SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
        json_extract(row.value, '$[1]'), 0, 0, :run_at, :run_at, :now, :now, 1, :source,
-       :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset
+       :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset, :rate_key
 FROM json_each(:rows) AS row;
 
 -- name: insert_event

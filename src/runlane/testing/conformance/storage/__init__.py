@@ -48,6 +48,7 @@ from runlane.testing.conformance.storage import (
     producing,
     progress,
     queue_pause_methods,
+    rate_keys,
     rate_limits,
     retention,
     schedules,
@@ -81,6 +82,7 @@ from runlane.testing.conformance.storage.priorities import *  # noqa: F403
 from runlane.testing.conformance.storage.producing import *  # noqa: F403
 from runlane.testing.conformance.storage.progress import *  # noqa: F403
 from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F403
+from runlane.testing.conformance.storage.rate_keys import *  # noqa: F403
 from runlane.testing.conformance.storage.rate_limits import *  # noqa: F403
 from runlane.testing.conformance.storage.retention import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
@@ -122,6 +124,7 @@ _MODULES = (
     pausing,
     queue_pause_methods,
     rate_limits,
+    rate_keys,
     priorities,
 )
 
