@@ -15,8 +15,10 @@ One run of this script measures, on one server:
    and its times moved back, the copies spread over the last 30 days. So the
    columns, indexes and event rows are whatever the tree writes. Then ``VACUUM
    ANALYZE``, as an operator would after a bulk load (autovacuum stays on);
-3. **filled**: the same claim and trigger timings on the filled table, and their
-   ratio to the empty table's (the goal is at most 1.5x);
+3. **filled**: the same claim and trigger timings again, ``--rounds`` turns of
+   the empty table (the schema of step 1, still there) and the filled one, so that
+   a swing of the shared machine's load falls on both; the ratio filled/empty of
+   the pooled samples (the goal is at most 1.5x);
 4. **sizes** of every table holding rows (heap, indexes, total), also per million
    runs in the table;
 5. **pruning**: ``rl.runs.prune`` of the finished runs older than 27 days (the
@@ -290,6 +292,8 @@ def vacuum_analyze(dsn: str, schema: str) -> None:
                     sql.Identifier(schema), sql.Identifier(name)
                 )
             )
+        # The load's dirty pages written out now, not by a checkpoint during the timings.
+        conn.execute("CHECKPOINT")
 
 
 def table_sizes(dsn: str, schema: str) -> dict[str, Any]:
@@ -450,9 +454,9 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 
     _log("empty table: claims and triggers")
     async with _runtime(dsn, empty) as rl:
-        await _trigger_many(rl, args.claims + WARMUP)
-        result["empty"] = await measure_calls(rl, args.claims, args.triggers)
-    _drop(dsn, empty)
+        # Due runs for this measurement and for the rounds after the fill.
+        await _trigger_many(rl, (args.claims + WARMUP) * (1 + args.rounds))
+        result["empty_before_fill"] = await measure_calls(rl, args.claims, args.triggers)
 
     _log(f"fill: drain a sample of {args.sample:,}, copy it to {args.finished:,}")
     began = time.perf_counter()
@@ -464,18 +468,33 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     vacuum_analyze(dsn, filled)
     result["fill"]["seconds"] = round(time.perf_counter() - began, 1)
     result["sizes"] = table_sizes(dsn, filled)
+    _log(f"filled in {result['fill']['seconds']} s; sizes: {json.dumps(result['sizes'])}")
 
-    _log("filled table: claims and triggers")
-    async with _runtime(dsn, filled) as rl:
-        result["filled"] = await measure_calls(rl, args.claims, args.triggers)
+    # The load on a shared machine swings between spells: the empty and the filled
+    # table take turns, each round timing both, and the ratio pools the rounds.
+    _log("claims and triggers, empty and filled in turns")
+    async with _runtime(dsn, empty) as small, _runtime(dsn, filled) as rl:
+        samples: dict[str, dict[str, list[float]]] = {
+            name: {"claim": [], "trigger": []} for name in ("empty", "filled")
+        }
+        for _ in range(args.rounds):
+            for name, runtime in (("empty", small), ("filled", rl)):
+                samples[name]["claim"] += await claim_times(runtime, args.claims // args.rounds)
+                samples[name]["trigger"] += await trigger_times(
+                    runtime, args.triggers // args.rounds
+                )
+        for name in ("empty", "filled"):
+            result[name] = {call: _ms(values) for call, values in samples[name].items()}
         result["ratio"] = {
             f"{call}_{stat}": result["filled"][call][f"{stat}_ms"]
             / result["empty"][call][f"{stat}_ms"]
             for call in ("claim", "trigger")
             for stat in ("median", "p95")
         }
+        _log(f"empty {json.dumps(result['empty'])} filled {json.dumps(result['filled'])}")
         _log("prune")
         result["prune"] = prune_result = await prune(rl)
+        _log(f"pruned: {json.dumps(prune_result)}")
         if prune_result["runs_deleted"] == 0 and args.finished >= args.sample * 10:
             raise SystemExit("pruning deleted no runs")
         if args.drain:
@@ -494,6 +513,7 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         result["drain"] = drain_in_child(dsn, filled, int(due[0]) if due else 0, args.concurrency)
     if not args.keep:
         _drop(dsn, filled)
+        _drop(dsn, empty)
     return result
 
 
@@ -507,6 +527,12 @@ def _print(result: dict[str, Any]) -> None:
         f"filled {result['finished']:,} finished runs + {result['due']:,} due "
         f"in {result['fill']['seconds']} s (copied: {', '.join(result['fill']['tables_copied'])})"
     )
+    before = result["empty_before_fill"]
+    print(
+        f"empty table before the fill: claim median {before['claim']['median_ms']:.2f} ms, "
+        f"trigger median {before['trigger']['median_ms']:.2f} ms"
+    )
+    print("empty -> filled, in turns:")
     for call in ("claim", "trigger"):
         empty, filled = result["empty"][call], result["filled"][call]
         print(
@@ -551,6 +577,9 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
     parser.add_argument("--claims", type=int, default=DEFAULT_CLAIMS)
     parser.add_argument("--triggers", type=int, default=DEFAULT_TRIGGERS)
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="turns of empty and filled timings after the fill"
+    )
     parser.add_argument("--concurrency", type=int, default=100, help="the drain worker's slots")
     parser.add_argument("--src", help="a checkout's src folder to import runlane from")
     parser.add_argument("--keep", action="store_true", help="keep the filled schema")
@@ -566,6 +595,8 @@ def main() -> None:
         return
     if args.finished < args.sample or args.sample < 1:
         parser.error("--finished must be at least --sample, and --sample at least 1")
+    if args.rounds < 1 or args.claims < args.rounds or args.triggers < args.rounds:
+        parser.error("--rounds must be at least 1 and at most --claims and --triggers")
     with bench_database("runlane_bench") as dsn:
         result = asyncio.run(measure(dsn, args))
     if args.json:
