@@ -17,8 +17,9 @@ One run of this script measures, on one server:
    ANALYZE``, as an operator would after a bulk load (autovacuum stays on);
 3. **filled**: the same claim and trigger timings again, ``--rounds`` turns of
    the empty table (the schema of step 1, still there) and the filled one, so that
-   a swing of the shared machine's load falls on both; the ratio filled/empty of
-   the pooled samples (the goal is at most 1.5x);
+   a swing of the shared machine's load falls on both (which goes first alternates);
+   the ratio filled/empty of the pooled samples (the goal is at most 1.5x), and the
+   sequential scans of the large tables meanwhile (none is expected);
 4. **sizes** of every table holding rows (heap, indexes, total), also per million
    runs in the table;
 5. **pruning**: ``rl.runs.prune`` of the finished runs older than 27 days (the
@@ -342,6 +343,19 @@ def table_sizes(dsn: str, schema: str) -> dict[str, Any]:
     }
 
 
+def seq_scans(dsn: str, schema: str) -> dict[str, int]:
+    """Sequential scans of each table of ``schema`` holding more than 10,000 rows so far:
+    a claim or a trigger that read a large table whole would show here."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT s.relname, s.seq_scan FROM pg_stat_user_tables s "
+            "JOIN pg_class c ON c.oid = s.relid "
+            "WHERE s.schemaname = %s AND c.reltuples > 10000",
+            (schema,),
+        ).fetchall()
+    return {name: int(count) for name, count in rows}
+
+
 # -- pruning ------------------------------------------------------------------------------
 
 
@@ -473,12 +487,14 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     # The load on a shared machine swings between spells: the empty and the filled
     # table take turns, each round timing both, and the ratio pools the rounds.
     _log("claims and triggers, empty and filled in turns")
+    scans_before = seq_scans(dsn, filled)
     async with _runtime(dsn, empty) as small, _runtime(dsn, filled) as rl:
         samples: dict[str, dict[str, list[float]]] = {
             name: {"claim": [], "trigger": []} for name in ("empty", "filled")
         }
-        for _ in range(args.rounds):
-            for name, runtime in (("empty", small), ("filled", rl)):
+        for turn in range(args.rounds):
+            pair = (("empty", small), ("filled", rl))
+            for name, runtime in pair if turn % 2 == 0 else pair[::-1]:
                 samples[name]["claim"] += await claim_times(runtime, args.claims // args.rounds)
                 samples[name]["trigger"] += await trigger_times(
                     runtime, args.triggers // args.rounds
@@ -492,6 +508,11 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             for stat in ("median", "p95")
         }
         _log(f"empty {json.dumps(result['empty'])} filled {json.dumps(result['filled'])}")
+        await asyncio.sleep(1.0)  # the server's statistics reach the views within a second
+        scans_after = seq_scans(dsn, filled)
+        result["seq_scans_during_timings"] = {
+            table: scans_after[table] - scans_before.get(table, 0) for table in scans_after
+        }
         _log("prune")
         result["prune"] = prune_result = await prune(rl)
         _log(f"pruned: {json.dumps(prune_result)}")
@@ -540,6 +561,8 @@ def _print(result: dict[str, Any]) -> None:
             f"({result['ratio'][f'{call}_median']:.2f}x), p95 {empty['p95_ms']:.2f} -> "
             f"{filled['p95_ms']:.2f} ms ({result['ratio'][f'{call}_p95']:.2f}x)   goal <= 1.5x"
         )
+    scans = ", ".join(f"{t} {n}" for t, n in result["seq_scans_during_timings"].items())
+    print(f"sequential scans of the large tables during the timings: {scans}")
     prune = result["prune"]
     print(
         f"prune    {prune['runs_deleted']:,} runs in {prune['seconds']} s: "
@@ -578,7 +601,7 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=DEFAULT_CLAIMS)
     parser.add_argument("--triggers", type=int, default=DEFAULT_TRIGGERS)
     parser.add_argument(
-        "--rounds", type=int, default=5, help="turns of empty and filled timings after the fill"
+        "--rounds", type=int, default=10, help="turns of empty and filled timings after the fill"
     )
     parser.add_argument("--concurrency", type=int, default=100, help="the drain worker's slots")
     parser.add_argument("--src", help="a checkout's src folder to import runlane from")
