@@ -82,14 +82,12 @@ stored_starts AS (
     SELECT %(environment)s, id, started_sequence, 'run.started', started_at,
            jsonb_build_object(
                'attempt', attempt, 'worker_id', started_by,
-               -- As Python's isoformat() writes a UTC time (as the row implied it).
+               -- As Python's isoformat() writes a UTC time (as the row implied it): no
+               -- fraction for a whole second, else six digits.
                'lease_expires_at',
-               to_char(to_timestamp(started_lease_expires_at / 1000000) AT TIME ZONE 'UTC',
-                       'YYYY-MM-DD"T"HH24:MI:SS')
-               || CASE WHEN started_lease_expires_at %% 1000000 = 0 THEN ''
-                       ELSE '.' || lpad((started_lease_expires_at %% 1000000)::text, 6, '0')
-                  END
-               || '+00:00'
+               replace(to_char(to_timestamp(0) AT TIME ZONE 'UTC'
+                               + started_lease_expires_at * interval '1 microsecond',
+                               'YYYY-MM-DD"T"HH24:MI:SS.US'), '.000000', '') || '+00:00'
            )
     FROM updated
     WHERE started_sequence IS NOT NULL
@@ -99,8 +97,8 @@ stored_starts AS (
 progress AS (
     INSERT INTO {schema}.runlane_run_progress AS kept
         (environment, run_id, attempt, fraction, message, data, updated_at)
-    SELECT %(environment)s, p.x->>0, (p.x->>1)::int, (p.x->>2)::float8, p.x->>3,
-           (p.x->>4)::jsonb, %(now)s
+    SELECT %(environment)s, p.x->>0 AS run_id, (p.x->>1)::int AS attempt,
+           (p.x->>2)::float8 AS fraction, p.x->>3 AS message, (p.x->>4)::jsonb AS data, %(now)s
     FROM jsonb_array_elements(%(progress)s::jsonb) AS p(x)
     JOIN updated ON updated.id = p.x->>0
     ON CONFLICT (run_id, environment) DO UPDATE SET

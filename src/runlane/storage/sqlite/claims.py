@@ -287,23 +287,13 @@ def claim_run(
         tat = None if row is None else row["tat"]
         if tokens_available(queue.rate_limit, tat, params["now"]) < 1:
             return None
-    if queue is not None and queue.concurrency_limit is not None:
-        current = cur.execute(QUERIES["get_run"], params).fetchone()
-        if current is None:
-            return None
-        occupied = cur.execute(
-            QUERIES["occupied_capacity"],
-            {
-                "environment": environment,
-                "queue": current["queue"],
-                "concurrency_key": current["concurrency_key"],
-                "now": params["now"],
-            },
-        ).fetchone()["n"]
-        if not has_capacity(occupied, queue.concurrency_limit):
-            return None
-    runs = _claim_rows(cur, "claim_run", params)
-    if runs and queue is not None and queue.rate_limit is not None:
+    if queue is not None:
+        lease = {k: v for k, v in params.items() if k not in ("environment", "id")}
+        run = _claim_one(cur, environment, queue, params["id"], lease)
+    else:
+        runs = _claim_rows(cur, "claim_run", params)
+        run = runs[0] if runs else None
+    if run is not None and queue is not None and queue.rate_limit is not None:
         new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
         cur.execute(
             QUERIES["set_rate_limit_state"],
@@ -314,7 +304,7 @@ def claim_run(
                 "tat": new_tat,
             },
         )
-    return runs[0] if runs else None
+    return run
 
 
 def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list[Run]:
