@@ -368,7 +368,7 @@ class _AttemptScope:
     """Enters the observers' attempt contexts in order and leaves them in reverse
     (a plain class: this runs once per attempt)."""
 
-    __slots__ = ("_attempt", "_entered", "_manager", "_managers", "_observer", "_observers")
+    __slots__ = ("_attempt", "_managers", "_observers")
 
     def __init__(
         self,
@@ -378,44 +378,31 @@ class _AttemptScope:
     ) -> None:
         self._observers = observers
         self._attempt = attempt
+        #: The observers' contexts; after entering, only those that entered.
         self._managers = managers
-        #: The first context entered and its observer (usually the only one), then
-        #: observer, manager, observer, manager... of the others.
-        self._observer: Any = None
-        self._manager: AbstractAsyncContextManager[None] | None = None
-        self._entered: list[Any] | None = None
 
     async def __aenter__(self) -> None:
         observers = self._observers
+        entered = []
         for observer, manager in self._managers:
             try:
                 await manager.__aenter__()
             except Exception:
                 observers.failed(observer, "attempt")
                 continue
-            if self._manager is None:
-                self._observer, self._manager = observer, manager
-            elif self._entered is None:
-                self._entered = [observer, manager]
-            else:
-                self._entered += (observer, manager)
+            entered.append((observer, manager))
+        self._managers = entered
 
     async def __aexit__(self, *exc: object) -> None:
-        observers, attempt, entered = self._observers, self._attempt, self._entered
+        observers, attempt = self._observers, self._attempt
         if attempt.outcome is not None:
             for observer, bound in observers._bound["settled"]:  # Observers.settled, inline
                 try:
                     bound(attempt)
                 except Exception:
                     observers.failed(observer, "settled")
-        if entered is not None:
-            for index in range(len(entered) - 2, -1, -2):
-                try:
-                    await entered[index + 1].__aexit__(None, None, None)
-                except Exception:
-                    observers.failed(entered[index], "attempt")
-        if self._manager is not None:
+        for observer, manager in reversed(self._managers):
             try:
-                await self._manager.__aexit__(None, None, None)
+                await manager.__aexit__(None, None, None)
             except Exception:
-                observers.failed(self._observer, "attempt")
+                observers.failed(observer, "attempt")
