@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from runlane.model.queue_defs import UNKEYED
 from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
@@ -42,8 +43,8 @@ def split_rate_limited(
 _NONE_LIMITED: list[QueuePolicy] = []
 
 
-#: The partition of a queue limited as a whole.
-WHOLE_QUEUE = ""
+#: The partition of a queue limited as a whole: the one runs without a rate key share.
+WHOLE_QUEUE = UNKEYED
 
 
 def widest_priority_window(queues: Sequence[QueuePolicy]) -> float:

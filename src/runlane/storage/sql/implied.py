@@ -10,8 +10,22 @@ next claim overwrites the columns.
 
 from __future__ import annotations
 
+from typing import Any
+
 from runlane.ports.storage import Transition
+from runlane.types.clock import from_micros
 from runlane.types.runs import RunEventType, RunStatus
+
+
+def started_event_data(attempt: int, worker_id: str, lease_expires_us: int) -> dict[str, Any]:
+    """The data of the ``run.started`` event a row's ``started_*`` columns imply, the
+    same whether it is read back as implied or stored when the run is claimable again
+    (a stored event wins over an implied one of its sequence, so the two must agree)."""
+    return {
+        "attempt": attempt,
+        "worker_id": worker_id,
+        "lease_expires_at": from_micros(lease_expires_us).isoformat(),
+    }
 
 
 def implied_success_attempt(transition: Transition) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from runlane.ports.storage import OutboxMessage, QueuePause, ScheduleState
 from runlane.storage.sql.encoding import load_carrier, load_json, load_payload
+from runlane.storage.sql.implied import started_event_data
 from runlane.types.clock import from_micros
 from runlane.types.runs import (
     Lease,
@@ -266,11 +267,7 @@ def implied_attempt_events(row: Row) -> list[RunEvent]:
     events: list[RunEvent] = []
     run_id, attempt = row["run_id"], row["attempt"]
     if row["started_sequence"] is not None:
-        data = {
-            "attempt": attempt,
-            "worker_id": row["started_by"],
-            "lease_expires_at": from_micros(row["started_lease_expires_at"]).isoformat(),
-        }
+        data = started_event_data(attempt, row["started_by"], row["started_lease_expires_at"])
         events.append(
             RunEvent(
                 run_id,

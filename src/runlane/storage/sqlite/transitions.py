@@ -10,11 +10,10 @@ from typing import Any
 from runlane.model.dependencies import SETTLED_STATUSES
 from runlane.ports.storage import ProgressWrite, Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
-from runlane.storage.sql.implied import implied_success_attempt
+from runlane.storage.sql.implied import implied_success_attempt, started_event_data
 from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES
-from runlane.types.clock import from_micros
 from runlane.types.runs import CLAIMABLE_STATUSES, RunEventType
 
 
@@ -71,11 +70,7 @@ def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str
         row["started_sequence"],
         RunEventType.STARTED,
         row["started_at"],
-        {
-            "attempt": row["attempt"],
-            "worker_id": row["started_by"],
-            "lease_expires_at": from_micros(row["started_lease_expires_at"]).isoformat(),
-        },
+        started_event_data(row["attempt"], row["started_by"], row["started_lease_expires_at"]),
     )
 
 
