@@ -755,7 +755,7 @@ class Producer:
             trace_carrier=source.trace_carrier,
             source=RunSource(source_type, run_id=source.id),
             # Its partition too, when the queue it goes to is limited per key.
-            rate_key=source.rate_key or None if target.rate_limit_by is not None else None,
+            rate_key=(source.rate_key or None) if target.rate_limit_by is not None else None,
             priority=source.priority,
         )
         with self._observers.producing(new.task_id, new.queue, 1):

@@ -172,11 +172,12 @@ class Queues(Mapping[str, QueueDef]):
         store = self._store
         await self._connect()
         pauses = {p.queue: p for p in await store.storage.list_queue_pauses(store.environment)}
+        now = store.now()  # one instant for the waiting runs and the token checks
         states: list[RateLimitState] = []
         if any(q.rate_limit is not None for q in self._queues.values()):
-            states = await store.storage.list_rate_limit_states(store.environment, store.now())
+            states = await store.storage.list_rate_limit_states(store.environment, now)
         tats = {(s.queue, s.rate_key): s.tat for s in states}
-        now_us = to_micros(store.now())
+        now_us = to_micros(now)
         items = []
         for name, definition in sorted(self._queues.items()):
             pause = pauses.get(name)

@@ -141,7 +141,7 @@ class WorkerIdling:
                     waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                 )
                 if not done or done != {notified} or _announced(notified):
-                    if notified is not None and notified in done and _announced(notified):
+                    if notified in done and _announced(notified):
                         self._woken = True
                     return
                 # A notifier that gave up (connection lost) must not turn idling into a
