@@ -198,9 +198,10 @@ async def _adopt_unkeyed_runs(
     params: dict[str, Any],
     adopted: set[str],
 ) -> None:
-    """Once per process and queue limited per key, in a transaction of its own: its
-    waiting runs without a rate key (written before the queue was keyed) join its
-    unkeyed partition."""
+    """Once per process and queue limited per key, in a transaction of its own (the
+    callers adopt outside any transaction of theirs, so that a queue is marked adopted
+    only once the adoption is committed): its waiting runs without a rate key (written
+    before the queue was keyed) join its unkeyed partition."""
     for policy in rated:
         key = f"{params['environment']}\n{policy.name}"
         if policy.rate_keyed and key not in adopted:
@@ -401,12 +402,18 @@ async def apply_and_claim(
         # Bounded and rate-limited queues decide on the advisory locks' answer:
         # statement by statement.
         session = AsyncSession(conn)
+        rated = split_rate_limited(queues)[0]
+        if rated and adopted is not None:
+            # Before the settles' transaction, in one of its own: inside it the
+            # adoption would be a savepoint that a retried transaction rolls back
+            # after the queue was already marked as adopted.
+            await _adopt_unkeyed_runs(conn, session, q, rated, params, adopted)
         async with conn.transaction():
             applied = [
                 {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
                 for round_params in rounds
             ]
-            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, adopted)
+            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, None)
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {
