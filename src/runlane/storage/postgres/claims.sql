@@ -48,12 +48,12 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- and the first claimable delivery of each key whose lock it takes first
 -- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
 -- so a worker on many queues serves them all. A function since migration 009 (its
--- text is in 015, which replaced it): one statement, which an idle worker sends alone
--- in autocommit.
+-- text is in 017, which replaced it): one statement, which an idle worker sends alone
+-- in autocommit. Its p_lease_expires_iso is no longer read (017): NULL.
 SELECT * FROM {schema}.runlane_claim_due_runs(
     %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
     %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
-    %(lease_expires_iso)s, %(horizon)s::bigint
+    NULL::text, %(horizon)s::bigint
 );
 
 -- name: claim_bounded_runs

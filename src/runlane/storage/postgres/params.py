@@ -220,7 +220,6 @@ def lease_params(lease: LeaseRequest, now_us: int) -> dict[str, Any]:
         "worker_id": lease.worker_id,
         "lease_token": new_token(),
         "lease_expires_at": expires_at,
-        "lease_expires_iso": from_micros(expires_at).isoformat(),
         "now": now_us,
     }
 
