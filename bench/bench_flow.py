@@ -226,7 +226,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with _lanes(args.postgres) as (lane_for, vacuum):
         if args.figure == "rate":
-            for keys in (0, args.keys):
+            for keys in dict.fromkeys((0, args.keys)):  # --keys 0: the whole queue once
                 result = asyncio.run(
                     measure_rate(lane_for, args.rate, args.burst, args.seconds, args.workers, keys)
                 )
