@@ -340,8 +340,12 @@ async def test_a_new_deploy_with_another_rate_follows_it_for_each_key_without_a_
     await before.close()
     faster = queue(TENANTS.name, rate_limit=RateLimit(10, per="1s", burst=5), rate_limit_by="key")
     after = await make_runtime([sync], queues=[MAIN, faster], clock=clock)
-    # The stored state carries no saved-up tokens; the new rate's next one comes at
-    # +100ms (not at the old limit's +500ms).
+    # Another key has a state of its own: it starts at once, while key a waits.
+    other = await after.trigger(sync, {"tenant": "b"}, queue=faster, rate_key="b")
+    started = await after.execute_next()
+    assert started is not None and started.id == other.id
+    # Key a's stored state carries no saved-up tokens; the new rate's next one comes
+    # at +100ms (not at the old limit's +500ms).
     assert await after.execute_next() is None
     clock.advance("100ms")
     assert await after.execute_next() is not None
