@@ -129,6 +129,55 @@ class TriggerPlan:
     def build(self, prepared: Prepared, start: int, stop: int) -> list[NewRun]:
         """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh ids."""
         ids = new_run_id.many(stop - start)
+        if (
+            type(self) is TriggerPlan
+            and self.idempotency_key is None
+            and self.singleton_key is None
+            and not callable(self.rate_key)
+        ):
+            # Nothing differs but the id and the payload: the shared fields are read
+            # once, and each run is built in order (NewRun's fields, positionally).
+            task_id, queue, status, run_at, source = (
+                self.task.id,
+                self.queue.name,
+                self.status,
+                self.run_at,
+                self.source,
+            )
+            concurrency_key, carrier, rate_key = (
+                self.concurrency_key,
+                self.trace_carrier,
+                self.rate_key,
+            )
+            delivery, priority, offset = (
+                self.request_delivery,
+                self.priority,
+                self.priority_offset,
+            )
+            return [
+                NewRun(
+                    run_id,
+                    task_id,
+                    queue,
+                    status,
+                    value,
+                    encoded,
+                    run_at,
+                    source,
+                    None,
+                    None,
+                    None,
+                    concurrency_key,
+                    carrier,
+                    rate_key,
+                    delivery,
+                    priority,
+                    offset,
+                )
+                for run_id, value, encoded in zip(
+                    ids, prepared.values[start:stop], prepared.texts[start:stop], strict=True
+                )
+            ]
         return [
             self._run(run_id, instance, value, encoded)
             for run_id, instance, value, encoded in zip(
