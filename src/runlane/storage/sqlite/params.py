@@ -94,7 +94,43 @@ def plain_batch(
         "priority_offset": first.priority_offset,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
-    return run_params, [_run(environment, new, run_at, now) for new in runs]
+    # What _run builds, with every field in Run's order: no keyword to match per run.
+    created = [
+        Run(
+            new.id,
+            environment,
+            new.task_id,
+            new.queue,
+            new.status,
+            new.payload,
+            0,  # attempt
+            0,  # failure_count
+            run_at,
+            now,  # created_at
+            now,  # updated_at
+            1,  # event_sequence: insert_plain_runs writes no delivery request
+            new.source,
+            None,  # result
+            None,  # failure
+            None,  # idempotency_key
+            None,  # singleton_key
+            new.concurrency_key,
+            new.trace_carrier,
+            None,  # lease
+            None,  # cancel_reason
+            None,  # partition_key
+            0,  # replays
+            None,  # mode
+            None,  # message_sequence
+            None,  # dead_letter_reason
+            None,  # dead_lettered_at
+            new.rate_key,
+            None,  # progress
+            new.priority,
+        )
+        for new in runs
+    ]
+    return run_params, created
 
 
 def insert_params(
