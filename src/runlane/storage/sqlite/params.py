@@ -70,6 +70,33 @@ def same_shape(a: NewRun, b: NewRun) -> bool:
     )
 
 
+def shape_end(runs: Sequence[NewRun], start: int) -> int:
+    """The end of the stretch of ``runs`` from ``start`` that has the shape of
+    ``runs[start]`` (:func:`same_shape`, with the first run's fields read once)."""
+    first = runs[start]
+    task_id, queue, status, run_at = first.task_id, first.queue, first.status, first.run_at
+    source, concurrency_key, rate_key = first.source, first.concurrency_key, first.rate_key
+    carrier, delivery = first.trace_carrier, first.request_delivery
+    offset, priority = first.priority_offset, first.priority
+    for stop in range(start + 1, len(runs)):
+        new = runs[stop]
+        if not (
+            new.task_id == task_id
+            and new.queue == queue
+            and new.status is status
+            and (new.run_at is run_at or new.run_at == run_at)
+            and (new.source is source or new.source == source)
+            and new.concurrency_key == concurrency_key
+            and new.rate_key == rate_key
+            and (new.trace_carrier is carrier or new.trace_carrier == carrier)
+            and new.request_delivery == delivery
+            and new.priority_offset == offset
+            and new.priority == priority
+        ):
+            return stop
+    return len(runs)
+
+
 def plain_batch(
     environment: str, runs: Sequence[NewRun], now_us: int
 ) -> tuple[dict[str, Any], list[Run]]:
