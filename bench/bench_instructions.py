@@ -18,11 +18,12 @@ another process and is not counted. Needs ``valgrind`` on the PATH.
 Workloads (run count each): ``sqlite-drain`` 2,000 prefilled runs, one DRAIN
 worker with 10 slots (the peers harness's setting); ``sqlite-single`` and
 ``pg-single`` 2,000 ``trigger`` calls in a loop; ``pg-drain`` 3,000 runs, 100
-slots; ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-claim`` 1,000 claims of one
-run each (an idle worker's claim, nothing settled with it). ``sqlite-progress`` and
-``pg-progress`` are the two drains again with a task that calls ``ctx.progress``
-ten times (with a message), as ``bench_observing.py progress`` does: set against
-the plain drain, the client's cost of ten reports per run.
+slots; ``sqlite-bulk`` and ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-claim``
+1,000 claims of one run each (an idle worker's claim, nothing settled with it).
+``sqlite-progress`` and ``pg-progress`` are the two drains again with a task that
+calls ``ctx.progress`` ten times (with a message), as ``bench_observing.py
+progress`` does: set against the plain drain, the client's cost of ten reports per
+run.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ WORKLOADS = {
     "sqlite-drain": 2_000,
     "sqlite-progress": 2_000,
     "sqlite-single": 2_000,
+    "sqlite-bulk": 5_000,
     "pg-drain": 3_000,
     "pg-progress": 3_000,
     "pg-bulk": 5_000,
@@ -175,7 +177,7 @@ def main() -> None:
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for workload in ("sqlite-drain", "sqlite-progress", "sqlite-single"):
+        for workload in ("sqlite-drain", "sqlite-progress", "sqlite-single", "sqlite-bulk"):
             total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
             counts[workload] = total / WORKLOADS[workload]
         if args.postgres:

@@ -157,3 +157,16 @@ def test_refuses_what_it_would_not_mirror() -> None:
     for cls in (Mutable, PostInit, Hidden, KeywordOnly, NoSlots):
         with pytest.raises(TypeError):
             slot_init(cls)
+
+
+def test_instances_are_of_the_class_and_a_subclass_is_filled_too() -> None:
+    assert type(Fast(1)) is Fast
+    assert Fast(1, "x") == Fast(1, "x")
+
+    class Sub(Fast):
+        __slots__ = ("e",)
+
+    # Another layout than the twin's: filled through the slot descriptors instead.
+    made = Sub(2, "y")
+    assert type(made) is Sub
+    assert (made.a, made.b, made.c, made.d) == (2, "y", [], None)

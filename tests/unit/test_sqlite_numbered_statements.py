@@ -3,6 +3,7 @@ text says."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
@@ -10,12 +11,21 @@ import pytest
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES, Numbered
 
 
-def test_names_become_numbers_in_first_use_order_and_repeats_share_one() -> None:
+def test_names_become_qmarks_in_order_and_repeats_are_bound_again() -> None:
     numbered = Numbered("UPDATE t SET a = :a, b = :b WHERE (:b IS NULL OR c = :c) AND a = :a")
-    assert numbered.sql == "UPDATE t SET a = ?1, b = ?2 WHERE (?2 IS NULL OR c = ?3) AND a = ?1"
-    assert numbered.names == ("a", "b", "c")
-    assert numbered.values({"c": 3, "a": 1, "b": 2, "unused": 0}) == (1, 2, 3)
+    assert numbered.sql == "UPDATE t SET a = ?, b = ? WHERE (? IS NULL OR c = ?) AND a = ?"
+    assert numbered.names == ("a", "b", "b", "c", "a")
+    assert numbered.values({"c": 3, "a": 1, "b": 2, "unused": 0}) == (1, 2, 2, 3, 1)
     assert Numbered("SELECT :only").values({"only": 7}) == (7,)
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERED))
+def test_every_placeholder_is_nameless(name: str) -> None:
+    # Python 3.12+ takes ?1 for a named placeholder: bound from a sequence, it warns
+    # once per parameter and statement run (and is to be refused later).
+    sql = NUMBERED[name].sql
+    assert re.search(r"\?\d", sql) is None
+    assert sql.count("?") == len(NUMBERED[name].names)
 
 
 def test_quoted_text_is_refused() -> None:

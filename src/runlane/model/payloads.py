@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.storable_text import measure_json
+from runlane.types.storable_text import ESCAPED_NUL, measure_json
 
 if TYPE_CHECKING:
     from runlane.model.definitions import TaskDef
@@ -115,6 +115,23 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
 
     A schema-less payload is checked by encoding it, so it is serialised once.
     """
+    if (
+        task.schema is None
+        and type(payload) is dict
+        and _STR_ONLY.issuperset(map(type, payload))
+        and _SCALARS.issuperset(map(type, payload.values()))
+    ):
+        # The common payload, a flat dict of scalars, checked inline: the general path
+        # below accepts it too, with the same text, through half a dozen calls. Anything
+        # this cannot settle at once (a value JSON refuses, non-ASCII text, a NUL, the
+        # cap) goes the general way, which says what is wrong.
+        try:
+            encoded = _encode_shaped(payload)
+        except (TypeError, ValueError):
+            pass
+        else:
+            if encoded.isascii() and len(encoded) <= max_bytes and ESCAPED_NUL not in encoded:
+                return payload, payload, encoded
     if task.schema is not None:
         instance, value = validate_payload(task, payload)
         return instance, value, encode_payload(task.id, value, max_bytes)

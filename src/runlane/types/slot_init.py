@@ -3,13 +3,20 @@
 A frozen dataclass's generated ``__init__`` stores every field through
 ``object.__setattr__(self, name, value)``: a generic attribute lookup per field,
 since the class's own ``__setattr__`` refuses. Records such as :class:`~runlane.types.runs.Run`
-(29 fields) are built once or more per run claimed, settled or created, and those
+(30 fields) are built once or more per run claimed, settled or created, and those
 stores were the largest single cost of building them.
 
 :func:`slot_init` replaces that ``__init__`` with one of the same signature that
-stores each field through its slot's own descriptor, which skips the lookup (about
-40% fewer instructions for a ``Run``). Everything else the dataclass generated
-(frozenness, equality, hashing, ``repr``, ``replace``, pickling) is untouched.
+fills the instance as a mutable *layout twin*: a class with the very same slots and
+no ``__setattr__`` of its own. The new object is switched to the twin, its fields
+are set with ordinary attribute stores (which the interpreter turns into direct slot
+writes), and it is switched back. Python allows ``__class__`` assignment between
+classes of identical layout; the object is not yet visible to anyone else while it
+is the twin. That is about 2.5 times cheaper than one store through each slot's
+descriptor, and about 4 times cheaper than the dataclass's own ``__init__``. An
+instance of a subclass (another layout, maybe) is filled through the descriptors.
+Everything else the dataclass generated (frozenness, equality, hashing, ``repr``,
+``replace``, pickling) is untouched.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ _NOT_GIVEN: Any = object()
 
 
 def slot_init(cls: type[T]) -> type[T]:
-    """Give the frozen, slotted dataclass ``cls`` an ``__init__`` that stores fields
-    through their slot descriptors; apply it above ``@dataclass``.
+    """Give the frozen, slotted dataclass ``cls`` an ``__init__`` that fills its slots
+    through a layout twin (see the module docstring); apply it above ``@dataclass``.
 
     Only plain fields are mirrored: a class with ``__post_init__``, ``InitVar``,
     ``init=False`` or keyword-only fields is refused, so the new ``__init__`` cannot
@@ -44,9 +51,18 @@ def slot_init(cls: type[T]) -> type[T]:
     if [(p.name, p.kind) for p in parameters] != expected:
         # InitVar, init=False or keyword-only fields: the stores would not mirror them.
         raise TypeError(f"{cls.__name__}.__init__ does not take exactly its fields")
-    namespace: dict[str, Any] = {"_NOT_GIVEN": _NOT_GIVEN}
+    # The twin: same base, same slots, so ``__class__`` may move between the two.
+    twin = type(f"_{cls.__name__}Fields", cls.__bases__, {"__slots__": cls.__dict__["__slots__"]})
+    namespace: dict[str, Any] = {
+        "_NOT_GIVEN": _NOT_GIVEN,
+        "_cls": cls,
+        "_twin": twin,
+        "_set_class": object.__setattr__,
+    }
     signature: list[str] = []
-    body: list[str] = []
+    prologue: list[str] = []
+    fast: list[str] = []
+    slow: list[str] = []
     for index, f in enumerate(fields):
         setter = f"_set_{index}"
         namespace[setter] = cls.__dict__[f.name].__set__
@@ -56,11 +72,21 @@ def slot_init(cls: type[T]) -> type[T]:
         elif f.default_factory is not dataclasses.MISSING:
             namespace[f"_factory_{index}"] = f.default_factory
             signature.append(f"{f.name}=_NOT_GIVEN")
-            body.append(f"if {f.name} is _NOT_GIVEN: {f.name} = _factory_{index}()")
+            prologue.append(f"if {f.name} is _NOT_GIVEN: {f.name} = _factory_{index}()")
         else:
             signature.append(f.name)
-        body.append(f"{setter}(self, {f.name})")
-    lines = "".join(f"    {line}\n" for line in body or ["pass"])
+        fast.append(f"    self.{f.name} = {f.name}")
+        slow.append(f"    {setter}(self, {f.name})")
+    body = [
+        *prologue,
+        "if self.__class__ is _cls:",
+        "    _set_class(self, '__class__', _twin)",
+        *fast,
+        "    self.__class__ = _cls",
+        "else:",
+        *(slow or ["    pass"]),
+    ]
+    lines = "".join(f"    {line}\n" for line in body)
     source = f"def __init__(self, {', '.join(signature)}):\n{lines}"
     # Built from field names only, as dataclasses builds the __init__ it replaces.
     exec(source, namespace)

@@ -136,19 +136,21 @@ def delivery_run(
     ``requested``), as a record and as the parameters of ``insert_delivery``."""
     now = from_micros(now_us)
     carrier = message.trace_carrier
+    # The required fields positionally: a call with more than 15 keyword arguments
+    # compiles to one that builds a dict of them first, at several times the cost.
     run = Run(
-        id=delivery.run_id,
-        environment=environment,
-        task_id=delivery.subscription,
-        queue=delivery.queue,
-        status=RunStatus.QUEUED,
-        payload=message.payload,
-        attempt=0,
-        failure_count=0,
-        run_at=now,
-        created_at=now,
-        updated_at=now,
-        event_sequence=DELIVERY_REQUEST_SEQUENCE if requested else 1,
+        delivery.run_id,
+        environment,
+        delivery.subscription,
+        delivery.queue,
+        RunStatus.QUEUED,
+        message.payload,
+        0,
+        0,
+        now,
+        now,
+        now,
+        DELIVERY_REQUEST_SEQUENCE if requested else 1,
         source=publish_source(message),
         trace_carrier=dict(carrier) if carrier is not None else None,
         partition_key=delivery.partition_key,

@@ -97,7 +97,13 @@ WHERE environment = :environment
     ORDER BY claim_at, id
     LIMIT :limit
 )
-RETURNING *;
+-- The columns a run is built from (rows.RUN_COLUMNS), not the bookkeeping ones:
+-- sqlite3 converts every column returned, one call into SQLite each.
+RETURNING id, environment, task_id, queue, status, payload, attempt, failure_count, run_at,
+          created_at, updated_at, event_sequence, source, result, failure, idempotency_key,
+          singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
+          lease_expires_at, cancel_reason, partition_key, replays, subscription_mode,
+          message_sequence, dead_letter_reason, dead_lettered_at, rate_key, priority;
 
 -- name: claim_bounded_runs
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
@@ -202,7 +208,13 @@ WHERE environment = :environment
     ORDER BY c.claim_at, c.id
     LIMIT :limit
 )
-RETURNING *;
+-- The columns a run is built from (rows.RUN_COLUMNS), not the bookkeeping ones:
+-- sqlite3 converts every column returned, one call into SQLite each.
+RETURNING id, environment, task_id, queue, status, payload, attempt, failure_count, run_at,
+          created_at, updated_at, event_sequence, source, result, failure, idempotency_key,
+          singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
+          lease_expires_at, cancel_reason, partition_key, replays, subscription_mode,
+          message_sequence, dead_letter_reason, dead_lettered_at, rate_key, priority;
 
 -- name: claim_run
 -- One run, if it is claimable and due and its key (if any) lets it run.
@@ -239,7 +251,13 @@ WHERE environment = :environment AND id IN (
                      AND o.message_sequence < k.message_sequence))
       ))
 )
-RETURNING *;
+-- The columns a run is built from (rows.RUN_COLUMNS), not the bookkeeping ones:
+-- sqlite3 converts every column returned, one call into SQLite each.
+RETURNING id, environment, task_id, queue, status, payload, attempt, failure_count, run_at,
+          created_at, updated_at, event_sequence, source, result, failure, idempotency_key,
+          singleton_key, concurrency_key, trace_carrier, lease_owner, lease_token,
+          lease_expires_at, cancel_reason, partition_key, replays, subscription_mode,
+          message_sequence, dead_letter_reason, dead_lettered_at, rate_key, priority;
 
 -- name: key_unavailable
 -- execute_delivery's ignore path, for a delivery with a key that is due and waiting

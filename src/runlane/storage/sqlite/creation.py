@@ -38,7 +38,7 @@ from runlane.storage.sqlite.params import (
     is_plain,
     plain_batch,
     run_from_new,
-    same_shape,
+    shape_end,
 )
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES
 from runlane.types.clock import from_micros, to_micros
@@ -127,9 +127,7 @@ def _create_plain_runs(
     outcomes: list[CreateOutcome] = []
     start = 0
     while start < len(runs):
-        first, stop = runs[start], start + 1
-        while stop < len(runs) and same_shape(first, runs[stop]):
-            stop += 1
+        first, stop = runs[start], shape_end(runs, start)
         group = runs[start:stop]
         if first.request_delivery or len(group) < MIN_ARRAY_BATCH:
             outcomes += _create_row_by_row(cur, environment, group, now_us, claimed_until)
