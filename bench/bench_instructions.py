@@ -24,6 +24,12 @@ slots; ``sqlite-bulk`` and ``pg-bulk`` one ``trigger_many`` of 5,000; ``pg-claim
 calls ``ctx.progress`` ten times (with a message), as ``bench_observing.py
 progress`` does: set against the plain drain, the client's cost of ten reports per
 run.
+
+``bench_features.py`` also counts, through this script's child, drains that this
+script's own list leaves out: ``sqlite-steps`` and ``pg-steps`` (tasks of ten 1 ms
+sleeps, the kind of task that reports progress; with ``-progress``, a report after
+each step) and ``sqlite-priorities`` and ``pg-priorities`` (the plain drain's runs
+at priorities 0, 5 and 10 on a queue with a priority window).
 """
 
 from __future__ import annotations
@@ -53,6 +59,12 @@ WORKLOADS = {
     "pg-bulk": 5_000,
     "pg-single": 2_000,
     "pg-claim": 1_000,
+    "sqlite-steps": 2_000,
+    "sqlite-steps-progress": 2_000,
+    "pg-steps": 3_000,
+    "pg-steps-progress": 3_000,
+    "sqlite-priorities": 2_000,
+    "pg-priorities": 3_000,
 }
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -69,7 +81,9 @@ async def _child(workload: str, runs: int, target: str) -> None:
     from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, sqlite_lane, task
     from runlane.ports.storage import LeaseRequest
 
-    main = queue("main", default=True)
+    # The priorities drains: a queue with a priority window, runs at 0, 5 and 10.
+    windowed = {"priority_window": "5m"} if workload.endswith("priorities") else {}
+    main = queue("main", default=True, **windowed)
 
     @task("bench.noop", queue=main)
     async def noop(payload: Any, ctx: Context) -> None:
@@ -81,13 +95,42 @@ async def _child(workload: str, runs: int, target: str) -> None:
         for step in range(1, 11):
             await ctx.progress(step / 10, message=f"step {step} of 10")
 
+    @task("bench.steps", queue=main)
+    async def steps(payload: Any, ctx: Context) -> None:
+        """Ten 1 ms steps, reporting progress after each when the payload says so."""
+        for step in range(1, 11):
+            await asyncio.sleep(0.001)
+            if payload["report"]:
+                await ctx.progress(step / 10, message=f"step {step} of 10")
+
     lane = sqlite_lane(target) if workload.startswith("sqlite") else postgres_lane(target)
-    rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting])
+    rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting, steps])
     await rl.migrate()
     payloads = [{"n": n} for n in range(runs)]
     async with rl:
         await rl.runs.list(limit=1)  # connections open before counting
-        if workload.endswith(("drain", "progress")):
+        if workload.endswith("priorities"):
+            for first in range(0, runs, 500):  # batches of 500 in turns of 0, 5 and 10
+                chunk = payloads[first : first + 500]
+                await rl.trigger_many(noop, chunk, priority=(first // 500) % 3 * 5)
+            slots = 10 if workload.startswith("sqlite") else 100
+            worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
+            _callgrind("on")
+            await worker.run()
+            _callgrind("off")
+            if worker.executed != runs:
+                raise SystemExit(f"executed {worker.executed} of {runs} runs")
+        elif "-steps" in workload:
+            report = workload.endswith("progress")
+            await rl.trigger_many(steps, [{"report": report}] * runs)
+            slots = 10 if workload.startswith("sqlite") else 100
+            worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)
+            _callgrind("on")
+            await worker.run()
+            _callgrind("off")
+            if worker.executed != runs:
+                raise SystemExit(f"executed {worker.executed} of {runs} runs")
+        elif workload.endswith(("drain", "progress")):
             await rl.trigger_many(reporting if workload.endswith("progress") else noop, payloads)
             slots = 10 if workload.startswith("sqlite") else 100
             worker = rl.worker(concurrency=slots, mode=WorkerMode.DRAIN, handle_signals=False)

@@ -117,7 +117,7 @@ async def _waiter(kind: str, target: str, schema: str) -> None:
             print(f"{time.time():.6f}", flush=True)
 
 
-async def bench_wait(kind: str, samples: int) -> None:
+async def bench_wait(kind: str, samples: int) -> dict[str, float]:
     with _store(kind) as (target, schema):
         rl = _runtime(kind, target, schema)
         await rl.migrate()
@@ -148,11 +148,18 @@ async def bench_wait(kind: str, samples: int) -> None:
             child.wait(timeout=30)
     latencies.sort()
     ms = [value * 1000 for value in latencies]
+    figures = {
+        "p50_ms": statistics.median(ms),
+        "p90_ms": ms[int(len(ms) * 0.9)],
+        "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+        "max_ms": ms[-1],
+    }
     print(
-        f"wait latency, {kind}, {samples} samples: p50 {statistics.median(ms):.2f} ms, "
-        f"p90 {ms[int(len(ms) * 0.9)]:.2f} ms, p99 {ms[min(len(ms) - 1, int(len(ms) * 0.99))]:.2f}"
-        f" ms, max {ms[-1]:.2f} ms"
+        f"wait latency, {kind}, {samples} samples: p50 {figures['p50_ms']:.2f} ms, "
+        f"p90 {figures['p90_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
+        f"max {figures['max_ms']:.2f} ms"
     )
+    return figures
 
 
 # -- progress overhead -----------------------------------------------------------------
