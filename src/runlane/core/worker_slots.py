@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import time
 from collections import deque
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runlane.core.attempts import OpenAttempt
 from runlane.core.batching import ClaimRequest, TransitionBatcher
@@ -20,7 +21,7 @@ from runlane.types.retry import DEFAULT_RETRY_POLICY
 from runlane.types.runs import Run
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from runlane.core.attempts import AttemptRunner
     from runlane.core.observing import Observers
@@ -47,6 +48,23 @@ CLAIM_AHEAD_HORIZON = 0.05
 HOLD_TIME_WEIGHT = 0.1
 
 
+def _eager(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether attempts start eagerly (Python 3.12+, no task factory of the app's):
+    an attempt runs at once up to its first real wait, so a handler that never waits
+    is done, and its outcome handed to the settle batch, without a turn of the loop
+    for a task of its own."""
+    return sys.version_info >= (3, 12) and loop.get_task_factory() is None
+
+
+def _eager_task(
+    coro: Coroutine[Any, Any, None], loop: asyncio.AbstractEventLoop
+) -> asyncio.Task[None]:
+    """A task that has run its first step already (Python 3.12+)."""
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+    return loop.create_task(coro)
+
+
 class WorkerSlots:
     """The part of :class:`~runlane.core.worker.Worker` that runs attempts in its slots
     and is the settle batcher's ``ClaimHook``; the worker supplies what is declared here."""
@@ -62,6 +80,8 @@ class WorkerSlots:
     _slot_freed: asyncio.Event | None
     _buffer: deque[tuple[Run, float]]
     _buffer_filled: asyncio.Event | None
+    #: True while _start_buffered is starting runs (see there).
+    _starting_buffered: bool = False
     _hold_time: float | None
     _claim_batch: int
     _more_due: bool
@@ -108,22 +128,38 @@ class WorkerSlots:
         if buffer and self._buffer_filled is not None:
             self._buffer_filled.set()
         self._claim_batch = self._claim_batch_for(self.concurrency + self._ahead())
-        if self._observers:
+        if self._observers and not _eager(loop):
             self._observers.slots(len(holding), concurrency)
 
     def _begin(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         key = (run.id, run.attempt)
         self._holding.add(key)
+        if _eager(loop):
+            observers = self._observers
+            if observers:
+                # Told now: the attempt may end before _start would tell its count.
+                observers.slots(len(self._holding), self.concurrency)
+            task = _eager_task(self._execute(run, key), loop)
+            # Finished already: _execute has left _active as it leaves it.
+            if not task.done():
+                self._active[key] = task
+            return
         self._active[key] = loop.create_task(self._execute(run, key))
 
     def _start_buffered(self) -> None:
         """Move buffered runs into the slots that are free."""
         buffer, holding = self._buffer, self._holding
-        if not buffer or self._stop.is_set():
+        # An attempt started eagerly may free its slot within this loop: the loop
+        # below, already running, takes the next run rather than a nested one.
+        if not buffer or self._stop.is_set() or self._starting_buffered:
             return
         loop = asyncio.get_running_loop()
-        while buffer and len(holding) < self.concurrency:
-            self._begin(buffer.popleft()[0], loop)
+        self._starting_buffered = True
+        try:
+            while buffer and len(holding) < self.concurrency:
+                self._begin(buffer.popleft()[0], loop)
+        finally:
+            self._starting_buffered = False
 
     def _release(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Give a claimed run that never started back to the queue, at once."""
