@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -415,7 +416,15 @@ def main() -> None:
         help="With --config, under valgrind --tool=callgrind --instr-atstart=no: "
         "count instructions around the drain only.",
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="Seed Python's random numbers (the SDK's trace ids, so which runs a ratio "
+        "samples) for a drain that samples the same runs every time.",
+    )
     args = parser.parse_args()
+    if args.seed is not None:
+        random.seed(args.seed)
     if args.observers and args.config:
         observers, shutdown = _observers(args.config, args.sample_ratio)
         with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:

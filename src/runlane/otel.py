@@ -179,12 +179,30 @@ class OtelTracing(Observer):
         if span is not None and len(runs) == 1 and span.is_recording():
             span.set_attribute("messaging.message.id", runs[0].id)
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
-        if not attempt.run.trace_carrier and self._no_op():
-            # No SDK and no stored context: the API's tracer would hand back the current
-            # (invalid) span and there is no context to make current, so nothing would
-            # change; the attempt then keeps the runtime's path without observers.
-            return None
+    def attempt(
+        self, attempt: Attempt
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+        carrier = attempt.run.trace_carrier
+        if not carrier:
+            if self._no_op():
+                # No SDK and no stored context: the API's tracer would hand back the
+                # current (invalid) span and there is no context to make current, so
+                # nothing would change; the attempt keeps the path without observers.
+                return None
+            return _Consumer(self, attempt)
+        if self._skip_unsampled:
+            # The common skipped attempt first: a plain traceparent whose flag says "not
+            # sampled" needs only its context current, read without the propagator.
+            remote = self._remote(carrier, True)
+            if remote is not None:
+                return _Carried(self, remote[0])
+            creation = self._creation(carrier)
+            if not creation[2]:
+                return _Carried(self, creation[0])
+            return _Consumer(self, attempt, creation)
+        if self._no_op():
+            # No SDK: no span to start or end, only the stored context to make current.
+            return _Carried(self, self._creation(carrier)[0])
         return _Consumer(self, attempt)
 
     def _no_op(self) -> bool:
@@ -247,7 +265,9 @@ class OtelTracing(Observer):
         self._last_creation = (dict(carrier), parent, created, sampled)
         return parent, created, sampled
 
-    def start(self, attempt: Attempt) -> tuple[Any, Any]:
+    def start(
+        self, attempt: Attempt, creation: tuple[Any, Any, bool] | None = None
+    ) -> tuple[Any, Any]:
         """The started ``execute`` span of ``attempt`` (a child of, and linked to, the
         run's stored carrier) and the context to make current (``None``: the current
         one already is).
@@ -258,12 +278,13 @@ class OtelTracing(Observer):
         run's trace, not sampled, as a parent-based sampler would have decided. A
         tracer that hands back the parent's own non-recording span (the API's no-op
         tracer) has nothing to end, and the parent context is made current as it is.
+        ``creation`` is what the run's carrier was already found to hold, if it was.
         """
         run = attempt.run
         parent: Any = None
         links: Sequence[Any] = ()
         if run.trace_carrier:
-            parent, created, sampled = self._creation(run.trace_carrier)
+            parent, created, sampled = creation or self._creation(run.trace_carrier)
             if not sampled and self._skip_unsampled:
                 return None, parent
             if created is not None:
@@ -376,24 +397,21 @@ class _Producer:
 class _Consumer:
     """The ``execute`` span, current from the lease until the outcome is written."""
 
-    __slots__ = ("_attempt", "_span", "_token", "_tracing")
+    __slots__ = ("_attempt", "_creation", "_span", "_token", "_tracing")
 
-    def __init__(self, tracing: OtelTracing, attempt: Attempt) -> None:
+    def __init__(
+        self,
+        tracing: OtelTracing,
+        attempt: Attempt,
+        creation: tuple[Any, Any, bool] | None = None,
+    ) -> None:
         self._tracing = tracing
         self._attempt = attempt
+        self._creation = creation
 
     async def __aenter__(self) -> None:
         tracing = self._tracing
-        carrier = self._attempt.run.trace_carrier
-        if carrier and tracing._skip_unsampled:
-            # The common skipped attempt, without start()'s general path: a plain
-            # traceparent whose flag says "not sampled" needs only its context current.
-            remote = tracing._remote(carrier, True)
-            if remote is not None:
-                self._span = None
-                self._token = tracing._context.attach(remote[0])
-                return
-        self._span, current = tracing.start(self._attempt)
+        self._span, current = tracing.start(self._attempt, self._creation)
         self._token = tracing._context.attach(current) if current is not None else None
 
     async def __aexit__(self, *exc: object) -> None:
@@ -401,6 +419,24 @@ class _Consumer:
             self._tracing._context.detach(self._token)
         if self._span is not None:
             self._tracing.finish(self._span, self._attempt)
+
+
+class _Carried:
+    """A run's stored context, current while its handler runs, for an attempt with no
+    span to open (not sampled, or no SDK): a plain context manager, so the attempt
+    settles as it would without observers."""
+
+    __slots__ = ("_api", "_context", "_token")
+
+    def __init__(self, tracing: OtelTracing, context: Any) -> None:
+        self._api = tracing._context
+        self._context = context
+
+    def __enter__(self) -> None:
+        self._token = self._api.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        self._api.detach(self._token)
 
 
 def otel_tracing(
