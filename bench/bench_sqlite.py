@@ -16,9 +16,10 @@ configurations: no observers; OpenTelemetry alone, with the API and no SDK
 (``otel-api``) and with the recommended SDK setup (``otel-sdk-sampled-skip``);
 Prometheus; Prometheus and OpenTelemetry with the API alone (no SDK); and with
 the SDK (batch processor, discarding exporter) at
-``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled`` (the
-recommended setup, ``-skip``) and without, and at full sampling. Each run is
-triggered on its own, so each has its own sampling decision. It prints each
+``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled=True``
+(``-skip``) and with the observer's default (which skips the same spans by itself
+for a parent-based sampler), and at full sampling. Each run is triggered on its
+own, so each has its own sampling decision (``--seed`` repeats the draw). It prints each
 configuration's median rate and the median over rounds of its time divided by
 the time without observers in the same round, for wall time and for the CPU
 time of the process (steadier on a shared machine).
@@ -298,7 +299,9 @@ def _observers(config: str, ratio: float) -> tuple[list[Any], Callable[[], None]
     sampler = ALWAYS_ON if config.endswith("full") else ParentBased(TraceIdRatioBased(ratio))
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Discard()))
-    tracing = otel_tracing(tracer_provider=provider, skip_unsampled=config.endswith("skip"))
+    # "-skip": skip_unsampled=True; otherwise the observer's default (left unset).
+    skip = True if config.endswith("skip") else None
+    tracing = otel_tracing(tracer_provider=provider, skip_unsampled=skip)
     return [*observers, tracing], provider.shutdown
 
 

@@ -359,9 +359,22 @@ class Observers:
         :class:`HandlerScope` around the handler call when all of them returned plain
         ones, or ``None`` when none of them has a context for this attempt (each
         returned ``None``, or raised, which is logged)."""
+        hooked = self._bound["attempt"]
+        if len(hooked) == 1:  # the usual case (a tracing observer), without the loop
+            observer, bound = hooked[0]
+            try:
+                manager = bound(attempt)
+            except Exception:
+                self.failed(observer, "attempt")
+                return None
+            if manager is None:
+                return None
+            if hasattr(manager, "__aenter__"):
+                return AttemptScope(self, attempt, [(observer, manager)])
+            return HandlerScope(self, [(observer, manager)])
         managers: list[tuple[Observer, Any]] | None = None
         waits = False
-        for observer, bound in self._bound["attempt"]:
+        for observer, bound in hooked:
             try:
                 manager = bound(attempt)
             except Exception:
