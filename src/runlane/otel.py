@@ -62,8 +62,6 @@ _NO_TRACE = "0" * 32
 _NO_SPAN = "0" * 16
 #: What a trigger gets from a tracer that records nothing, outside any trace.
 _NOTHING_PRODUCED: AbstractContextManager[Mapping[str, str] | None] = nullcontext(None)
-#: Last hex digits of trace flags whose sampled bit is clear.
-_EVEN_HEX = frozenset("02468ace")
 
 
 def _carrier_span_type(api: Any) -> Any:
@@ -284,16 +282,15 @@ class OtelTracing(Observer):
             return None
         return self._context.Context({self._span_key: self._carrier_span(header)})
 
-    def _remote(self, carrier: Mapping[str, str], unsampled_only: bool) -> tuple[Any, Any] | None:
+    def _remote(self, carrier: Mapping[str, str]) -> tuple[Any, Any] | None:
         """The context of a carrier holding only a version-00 W3C ``traceparent``, and
         its span, when the propagator is the W3C one: the context the propagator would
         extract, with the span context parsed only when first asked for. ``None`` for
-        any other carrier or propagator, and with ``unsampled_only`` for a sampled one."""
+        any other carrier or propagator."""
         if len(carrier) != 1:
             return None
         header = carrier.get("traceparent")
-        # The sampled flag is the lowest bit of the last hex digit: known before parsing.
-        if header is None or (unsampled_only and header[-1:] not in _EVEN_HEX):
+        if header is None:
             return None
         propagator = self._propagator or self._propagate.get_global_textmap()
         if propagator is not self._checked:
@@ -313,7 +310,7 @@ class OtelTracing(Observer):
     def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
         """The parent context, the creation's span context (``None`` if the carrier
         cannot be parsed) and its sampled flag, for a stored carrier."""
-        remote = self._remote(carrier, False)
+        remote = self._remote(carrier)
         if remote is not None:
             created = remote[1].get_span_context()
             return remote[0], created, created.trace_flags.sampled

@@ -424,8 +424,10 @@ class OpenAttempt:
     its outcome. Between them the caller does what must not wait for the write (a
     worker frees its slot), without handing the runner a callback.
 
-    Observers see the attempt from :meth:`call` until :meth:`settle` returns, or until
-    either step raises. Built by :meth:`AttemptRunner.begin`; each step runs once.
+    Observers' async attempt contexts see the attempt from :meth:`call` until
+    :meth:`settle` returns, or until either step raises; plain (sync) ones see the
+    handler call only, inside :meth:`call`. Built by :meth:`AttemptRunner.begin`;
+    each step runs once.
     """
 
     __slots__ = (
@@ -536,7 +538,8 @@ class OpenAttempt:
         neither: ``done(None, None)``, and :meth:`settle` re-reads it and decides.
 
         Only a task attempt whose end no observer awaits is handed over this way:
-        deliveries, and attempts inside an observer's scope, settle with :meth:`settle`.
+        deliveries, and attempts inside an observer's async scope, settle with
+        :meth:`settle` (a plain context around the handler is already left).
         """
         report, outcome, runner = self.report, self._outcome, self._runner
         assert outcome is not None, "call() first"
