@@ -16,9 +16,10 @@ configurations: no observers; OpenTelemetry alone, with the API and no SDK
 (``otel-api``) and with the recommended SDK setup (``otel-sdk-sampled-skip``);
 Prometheus; Prometheus and OpenTelemetry with the API alone (no SDK); and with
 the SDK (batch processor, discarding exporter) at
-``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled`` (the
-recommended setup, ``-skip``) and without, and at full sampling. Each run is
-triggered on its own, so each has its own sampling decision. It prints each
+``ParentBased(TraceIdRatioBased(--sample-ratio))``, with ``skip_unsampled=True``
+(``-skip``) and with the observer's default (which skips the same spans by itself
+for a parent-based sampler), and at full sampling. Each run is triggered on its
+own, so each has its own sampling decision (``--seed`` repeats the draw). It prints each
 configuration's median rate and the median over rounds of its time divided by
 the time without observers in the same round, for wall time and for the CPU
 time of the process (steadier on a shared machine).
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -297,7 +299,9 @@ def _observers(config: str, ratio: float) -> tuple[list[Any], Callable[[], None]
     sampler = ALWAYS_ON if config.endswith("full") else ParentBased(TraceIdRatioBased(ratio))
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Discard()))
-    tracing = otel_tracing(tracer_provider=provider, skip_unsampled=config.endswith("skip"))
+    # "-skip": skip_unsampled=True; otherwise the observer's default (left unset).
+    skip = True if config.endswith("skip") else None
+    tracing = otel_tracing(tracer_provider=provider, skip_unsampled=skip)
     return [*observers, tracing], provider.shutdown
 
 
@@ -415,7 +419,15 @@ def main() -> None:
         help="With --config, under valgrind --tool=callgrind --instr-atstart=no: "
         "count instructions around the drain only.",
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="Seed Python's random numbers (the SDK's trace ids, so which runs a ratio "
+        "samples) for a drain that samples the same runs every time.",
+    )
     args = parser.parse_args()
+    if args.seed is not None:
+        random.seed(args.seed)
     if args.observers and args.config:
         observers, shutdown = _observers(args.config, args.sample_ratio)
         with tempfile.TemporaryDirectory(prefix="runlane-bench-", dir=args.dir) as folder:

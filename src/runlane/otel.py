@@ -20,10 +20,13 @@ ever set here.
 
 Sampling is the tracer provider's. The trigger's decision travels in the
 carrier (sampled or not, the carrier is always written), and a parent-based
-sampler applies it to every attempt of the run; ``skip_unsampled=True`` applies
-it here, without starting a span the SDK would drop. The observability guide
-recommends ``ParentBased(TraceIdRatioBased(ratio))`` for busy workers, with the
-measured cost of each choice.
+sampler applies it to every attempt of the run. An attempt of a run that was
+not sampled starts no span when the sampler is sure to drop it (an SDK
+``ParentBased`` sampler, as by default) or ``skip_unsampled=True`` says so: the
+carrier's context is made current around the handler alone, and the attempt
+settles as it would without observers. The observability guide recommends
+``ParentBased(TraceIdRatioBased(ratio))`` for busy workers, with the measured
+cost of each choice.
 """
 
 from __future__ import annotations
@@ -51,12 +54,14 @@ _FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LE
 #: A version-00 W3C traceparent with nothing around it (the form the W3C propagator
 #: writes); anything else goes through the propagator.
 _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+#: The same, valid (ids not all zeros) and not sampled (the flags' lowest bit clear).
+_UNSAMPLED_TRACEPARENT = re.compile(
+    r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f][02468ace]"
+).fullmatch
 _NO_TRACE = "0" * 32
 _NO_SPAN = "0" * 16
 #: What a trigger gets from a tracer that records nothing, outside any trace.
 _NOTHING_PRODUCED: AbstractContextManager[Mapping[str, str] | None] = nullcontext(None)
-#: Last hex digits of trace flags whose sampled bit is clear.
-_EVEN_HEX = frozenset("02468ace")
 
 
 def _carrier_span_type(api: Any) -> Any:
@@ -109,6 +114,25 @@ def _is_w3c(propagator: Any) -> bool:
     }
 
 
+def _drops_unsampled_remote_parents(provider: Any) -> bool:
+    """Whether ``provider`` is the SDK's with a ``ParentBased`` sampler whose decision
+    for an unsampled remote parent is a fixed "drop" (its default, and what
+    ``OTEL_TRACES_SAMPLER=parentbased_*`` builds): an attempt whose stored carrier
+    was not sampled is then never recorded, whatever its name, attributes or ids, so
+    skipping its span changes nothing a span processor or exporter sees."""
+    try:
+        from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+    except ImportError:  # the API alone: no SDK, nothing to decide here
+        return False
+    sampler = getattr(provider, "sampler", None)
+    if type(sampler) is not ParentBased:
+        return False
+    unsampled = getattr(sampler, "_remote_parent_not_sampled", None)
+    if type(unsampled) is not StaticSampler:
+        return False
+    return bool(unsampled.should_sample(None, 1, "").decision is Decision.DROP)
+
+
 def _api() -> tuple[Any, Any, Any]:
     try:
         from opentelemetry import context, propagate, trace
@@ -125,16 +149,24 @@ class OtelTracing(Observer):
     build it with :func:`otel_tracing`."""
 
     def __init__(
-        self, tracer_provider: Any = None, propagator: Any = None, *, skip_unsampled: bool = False
+        self,
+        tracer_provider: Any = None,
+        propagator: Any = None,
+        *,
+        skip_unsampled: bool | None = None,
     ) -> None:
         self._context, self._propagate, self._trace = _api()
         self._provider = tracer_provider
         self._propagator = propagator
         self._skip_unsampled = skip_unsampled
+        self._sampled_by: Any = self  # the provider _skips was last found for (none yet)
+        self._skips_for_it = False
+        self._global_provider: Any = None
         self._tracer: Any = None
         self._environment = ""
         self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
         self._root = self._context.Context()
+        self._attach, self._detach = self._context.attach, self._context.detach
         self._checked: Any = None  # the propagator _standard was found for
         self._standard = False
         self._carrier_span = _carrier_span_type(self._trace)
@@ -179,12 +211,30 @@ class OtelTracing(Observer):
         if span is not None and len(runs) == 1 and span.is_recording():
             span.set_attribute("messaging.message.id", runs[0].id)
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
-        if not attempt.run.trace_carrier and self._no_op():
-            # No SDK and no stored context: the API's tracer would hand back the current
-            # (invalid) span and there is no context to make current, so nothing would
-            # change; the attempt then keeps the runtime's path without observers.
-            return None
+    def attempt(
+        self, attempt: Attempt
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+        carrier = attempt.run.trace_carrier
+        if not carrier:
+            if self._no_op():
+                # No SDK and no stored context: the API's tracer would hand back the
+                # current (invalid) span and there is no context to make current, so
+                # nothing would change; the attempt keeps the path without observers.
+                return None
+            return _Consumer(self, attempt)
+        if self._skip_unsampled or (self._skip_unsampled is None and self._skips()):
+            # The common skipped attempt first: a plain traceparent whose flag says "not
+            # sampled" needs only its context current, read without the propagator.
+            context = self._unsampled(carrier)
+            if context is not None:
+                return _Carried(self, context)
+            creation = self._creation(carrier)
+            if not creation[2]:
+                return _Carried(self, creation[0])
+            return _Consumer(self, attempt, creation)
+        if self._no_op():
+            # No SDK: no span to start or end, only the stored context to make current.
+            return _Carried(self, self._creation(carrier)[0])
         return _Consumer(self, attempt)
 
     def _no_op(self) -> bool:
@@ -196,20 +246,51 @@ class OtelTracing(Observer):
             return type(provider) in self._no_op_providers
         now = time.monotonic()
         if now >= self._no_op_until:
-            self._no_op_global = type(self._trace.get_tracer_provider()) in self._no_op_providers
+            self._global_provider = self._trace.get_tracer_provider()
+            self._no_op_global = type(self._global_provider) in self._no_op_providers
             self._no_op_until = now + 1.0
         return self._no_op_global
 
-    def _remote(self, carrier: Mapping[str, str], unsampled_only: bool) -> tuple[Any, Any] | None:
-        """The context of a carrier holding only a version-00 W3C ``traceparent``, and
-        its span, when the propagator is the W3C one: the context the propagator would
-        extract, with the span context parsed only when first asked for. ``None`` for
-        any other carrier or propagator, and with ``unsampled_only`` for a sampled one."""
+    def _skips(self) -> bool:
+        """Whether an unsampled carrier is skipped when ``skip_unsampled`` was left
+        unset: when the provider's sampler is sure to drop it (see
+        :func:`_drops_unsampled_remote_parents`), found once per provider."""
+        if self._skip_unsampled is not None:
+            return self._skip_unsampled
+        provider = self._provider
+        if provider is None:
+            self._no_op()  # looks the global provider up again, at most once a second
+            provider = self._global_provider
+        if provider is not self._sampled_by:
+            self._sampled_by = provider
+            self._skips_for_it = _drops_unsampled_remote_parents(provider)
+        return self._skips_for_it
+
+    def _unsampled(self, carrier: Mapping[str, str]) -> Any:
+        """:meth:`_remote`'s context for an unsampled carrier, on the shortest path (one
+        pattern checks the whole header, sampled flag included); ``None`` where
+        :meth:`_remote` must decide."""
         if len(carrier) != 1:
             return None
         header = carrier.get("traceparent")
-        # The sampled flag is the lowest bit of the last hex digit: known before parsing.
-        if header is None or (unsampled_only and header[-1:] not in _EVEN_HEX):
+        if header is None or _UNSAMPLED_TRACEPARENT(header) is None:
+            return None
+        propagator = self._propagator or self._propagate.get_global_textmap()
+        if propagator is not self._checked:
+            self._checked, self._standard = propagator, _is_w3c(propagator)
+        if not self._standard or self._span_key is None:
+            return None
+        return self._context.Context({self._span_key: self._carrier_span(header)})
+
+    def _remote(self, carrier: Mapping[str, str]) -> tuple[Any, Any] | None:
+        """The context of a carrier holding only a version-00 W3C ``traceparent``, and
+        its span, when the propagator is the W3C one: the context the propagator would
+        extract, with the span context parsed only when first asked for. ``None`` for
+        any other carrier or propagator."""
+        if len(carrier) != 1:
+            return None
+        header = carrier.get("traceparent")
+        if header is None:
             return None
         propagator = self._propagator or self._propagate.get_global_textmap()
         if propagator is not self._checked:
@@ -229,7 +310,7 @@ class OtelTracing(Observer):
     def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
         """The parent context, the creation's span context (``None`` if the carrier
         cannot be parsed) and its sampled flag, for a stored carrier."""
-        remote = self._remote(carrier, False)
+        remote = self._remote(carrier)
         if remote is not None:
             created = remote[1].get_span_context()
             return remote[0], created, created.trace_flags.sampled
@@ -247,7 +328,9 @@ class OtelTracing(Observer):
         self._last_creation = (dict(carrier), parent, created, sampled)
         return parent, created, sampled
 
-    def start(self, attempt: Attempt) -> tuple[Any, Any]:
+    def start(
+        self, attempt: Attempt, creation: tuple[Any, Any, bool] | None = None
+    ) -> tuple[Any, Any]:
         """The started ``execute`` span of ``attempt`` (a child of, and linked to, the
         run's stored carrier) and the context to make current (``None``: the current
         one already is).
@@ -258,13 +341,14 @@ class OtelTracing(Observer):
         run's trace, not sampled, as a parent-based sampler would have decided. A
         tracer that hands back the parent's own non-recording span (the API's no-op
         tracer) has nothing to end, and the parent context is made current as it is.
+        ``creation`` is what the run's carrier was already found to hold, if it was.
         """
         run = attempt.run
         parent: Any = None
         links: Sequence[Any] = ()
         if run.trace_carrier:
-            parent, created, sampled = self._creation(run.trace_carrier)
-            if not sampled and self._skip_unsampled:
+            parent, created, sampled = creation or self._creation(run.trace_carrier)
+            if not sampled and (self._skip_unsampled or self._skips()):
                 return None, parent
             if created is not None:
                 links = (self._trace.Link(created),)
@@ -376,24 +460,21 @@ class _Producer:
 class _Consumer:
     """The ``execute`` span, current from the lease until the outcome is written."""
 
-    __slots__ = ("_attempt", "_span", "_token", "_tracing")
+    __slots__ = ("_attempt", "_creation", "_span", "_token", "_tracing")
 
-    def __init__(self, tracing: OtelTracing, attempt: Attempt) -> None:
+    def __init__(
+        self,
+        tracing: OtelTracing,
+        attempt: Attempt,
+        creation: tuple[Any, Any, bool] | None = None,
+    ) -> None:
         self._tracing = tracing
         self._attempt = attempt
+        self._creation = creation
 
     async def __aenter__(self) -> None:
         tracing = self._tracing
-        carrier = self._attempt.run.trace_carrier
-        if carrier and tracing._skip_unsampled:
-            # The common skipped attempt, without start()'s general path: a plain
-            # traceparent whose flag says "not sampled" needs only its context current.
-            remote = tracing._remote(carrier, True)
-            if remote is not None:
-                self._span = None
-                self._token = tracing._context.attach(remote[0])
-                return
-        self._span, current = tracing.start(self._attempt)
+        self._span, current = tracing.start(self._attempt, self._creation)
         self._token = tracing._context.attach(current) if current is not None else None
 
     async def __aexit__(self, *exc: object) -> None:
@@ -403,8 +484,26 @@ class _Consumer:
             self._tracing.finish(self._span, self._attempt)
 
 
+class _Carried:
+    """A run's stored context, current while its handler runs, for an attempt with no
+    span to open (not sampled, or no SDK): a plain context manager, so the attempt
+    settles as it would without observers."""
+
+    __slots__ = ("_context", "_token", "_tracing")
+
+    def __init__(self, tracing: OtelTracing, context: Any) -> None:
+        self._tracing = tracing
+        self._context = context
+
+    def __enter__(self) -> None:
+        self._token = self._tracing._attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        self._tracing._detach(self._token)
+
+
 def otel_tracing(
-    tracer_provider: Any = None, propagator: Any = None, *, skip_unsampled: bool = False
+    tracer_provider: Any = None, propagator: Any = None, *, skip_unsampled: bool | None = None
 ) -> OtelTracing:
     """An observer tracing triggers (PRODUCER) and attempts (CONSUMER) through the
     stored ``trace_carrier``; ``tracer_provider`` and ``propagator`` default to the
@@ -413,10 +512,13 @@ def otel_tracing(
     Sampling is the tracer provider's: the decision made for the trigger is stored
     in the carrier, and a parent-based sampler (the SDK's default, and
     ``ParentBased(TraceIdRatioBased(ratio))`` as the observability guide recommends)
-    applies it to every attempt. ``skip_unsampled=True`` applies it without asking
-    the SDK: an attempt of a run whose trace was not sampled starts no span and runs
-    in the carrier's context (cheaper; a consumer sampler that would have sampled it
-    anyway is not asked).
+    applies it to every attempt. An attempt of a run whose trace was not sampled
+    starts no span and runs in the carrier's context (much cheaper) when
+    ``skip_unsampled`` is true, or, left unset (``None``), when the provider's
+    sampler is the SDK's ``ParentBased`` with its default (drop) for an unsampled
+    remote parent, which would drop that span anyway. ``skip_unsampled=True`` skips
+    whatever the sampler (one that would sample such an attempt is not asked);
+    ``False`` always asks it.
 
     Raises ``RunlaneError(CONFIGURATION_INVALID)`` without ``opentelemetry-api``.
     """

@@ -1,11 +1,13 @@
 """A worker runs each attempt in two steps, handler then settle, and frees its slot
-between them; observers see one scope around both steps, even when a step fails."""
+between them; observers see one scope around both steps, even when a step fails, or,
+with a plain (sync) context, one around the handler only."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import contextvars
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +123,123 @@ async def test_a_step_that_raises_still_closes_the_observers_scope(tmp_path: Pat
         settled = await rl.execute_next()
         assert settled is not None and settled.status.value == "succeeded"
         assert seen.events == ["started", "enter", "settled succeeded", "exit"]
+
+
+#: The value task code saw for ``AROUND_HANDLER``, by run id.
+SEEN_INSIDE: dict[str, str | None] = {}
+AROUND_HANDLER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "around_handler", default=None
+)
+
+
+@task("steps.reads")
+async def reads(payload: Any, ctx: Context) -> None:
+    SEEN_INSIDE[ctx.run_id] = AROUND_HANDLER.get()
+
+
+class AroundHandler(Observer):
+    """A plain (sync) attempt context: it sets a context variable for the handler only."""
+
+    def __init__(self, events: list[str], name: str = "plain", fail: str = "") -> None:
+        self.events = events
+        self.name = name
+        self.fail = fail
+
+    @contextlib.contextmanager
+    def attempt(self, attempt: Attempt) -> Iterator[None]:
+        self.events.append(f"enter {self.name}")
+        if self.fail == "enter":
+            raise RuntimeError("observer enter fails")
+        token = AROUND_HANDLER.set(f"{self.name} {attempt.run.id}")
+        try:
+            yield
+        finally:
+            AROUND_HANDLER.reset(token)
+            self.events.append(f"exit {self.name}")
+            if self.fail == "exit":
+                raise RuntimeError("observer exit fails")
+
+    def slots(self, busy: int, total: int) -> None:
+        self.events.append(f"slots {busy}")
+
+    def settled(self, attempt: Attempt) -> None:
+        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
+
+
+def _reads_runtime(path: Path, *observers: Observer) -> Runlane:
+    return Runlane(
+        lane=sqlite_lane(path),
+        queues=[MAIN],
+        tasks=[reads],
+        environment="steps",
+        observers=observers,
+    )
+
+
+async def test_a_plain_attempt_context_wraps_the_handler_only_and_the_batch_settles_it(
+    tmp_path: Path,
+) -> None:
+    """A sync context is left as soon as the handler returns, before the slot frees, and
+    the outcome is written as without observers (settled heard from the batch); task
+    code saw what it set, and the worker's own context is left as it was."""
+    events: list[str] = []
+    async with _reads_runtime(tmp_path / "plain.db", AroundHandler(events)) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
+        await worker.run()
+        assert worker.executed == 1
+    assert SEEN_INSIDE[run.id] == f"plain {run.id}"
+    assert AROUND_HANDLER.get() is None
+    attempt = events[events.index("enter plain") :]
+    assert [event for event in attempt if event != "slots 1"] == [
+        "enter plain",
+        "exit plain",
+        "slots 0",
+        "settled succeeded",
+    ]
+
+
+@pytest.mark.parametrize("fail", ["enter", "exit"])
+async def test_a_plain_attempt_context_that_raises_is_logged_and_the_attempt_goes_on(
+    tmp_path: Path, fail: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[str] = []
+    observers = (AroundHandler(events, "failing", fail), AroundHandler(events, "other"))
+    async with _reads_runtime(tmp_path / "fails.db", *observers) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status.value == "succeeded"
+    # The other observer's context, entered last, is the innermost either way.
+    assert SEEN_INSIDE[run.id] == f"other {run.id}"
+    assert "observer AroundHandler raised in attempt" in caplog.text
+    # Entered in order, left in reverse; one that failed to enter is not left.
+    expected = ["enter failing", "enter other", "exit other"]
+    if fail == "exit":
+        expected.append("exit failing")
+    # Both observers hear the outcome, after the handler's contexts are left.
+    assert events == [*expected, "settled succeeded", "settled succeeded"]
+
+
+async def test_with_an_async_attempt_context_beside_it_a_plain_one_is_held_to_the_settle(
+    tmp_path: Path,
+) -> None:
+    """One observer's async context keeps the attempt open until its outcome is written;
+    the plain context of another is entered and left with it, in order."""
+    events: list[str] = []
+    sequence = Sequence()
+    sequence.events = events
+    async with _reads_runtime(tmp_path / "mixed.db", AroundHandler(events), sequence) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status.value == "succeeded"
+    assert SEEN_INSIDE[run.id] == f"plain {run.id}"
+    assert [event for event in events if not event.startswith("settled")] == [
+        "started",
+        "enter plain",
+        "enter",
+        "exit",
+        "exit plain",
+    ]

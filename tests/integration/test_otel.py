@@ -557,3 +557,94 @@ async def test_a_failed_trigger_ends_its_producer_span_as_an_error(tmp_path: Pat
     assert [event.name for event in producer.events] == ["exception"]
     # The producer span is no longer current once the trigger has failed.
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+#: The runtime a ``parent`` task triggers its child through (set by the test).
+CHILDREN: dict[str, Any] = {}
+
+
+@task("otel.parent")
+async def parent(payload: Any, ctx: Context) -> None:
+    SEEN[ctx.run_id] = trace.get_current_span().get_span_context()
+    CHILDREN[ctx.run_id] = await CHILDREN["runtime"].trigger(seen, None)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "skip_unsampled"),
+    [
+        (ParentBased(ALWAYS_OFF), True),  # the handler-only context, no span
+        (ParentBased(ALWAYS_OFF), False),  # the SDK's non-recording span
+        (ParentBased(ALWAYS_OFF), None),  # left unset: the sampler is sure to drop it
+        (None, False),  # no SDK: the handler-only context of the stored carrier
+    ],
+    ids=["skip", "sdk-decides", "auto", "no-sdk"],
+)
+async def test_an_unsampled_attempt_passes_its_trace_to_the_runs_it_triggers(
+    tmp_path: Path, sampler: Any, skip_unsampled: bool | None
+) -> None:
+    """A run triggered by task code of an attempt that was not sampled carries the
+    parent's trace and its decision, so the whole tree stays one trace, unsampled:
+    nothing is recorded, and the child's task code runs in that trace too."""
+    if sampler is None:
+        provider: Any = trace.NoOpTracerProvider()
+        recorded = None
+    else:
+        provider, recorded = sampled_provider(sampler)
+    carrier = {"traceparent": UNSAMPLED}
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[parent, seen],
+        observers=[otel_tracing(provider, PROPAGATOR, skip_unsampled=skip_unsampled)],
+    ) as rl:
+        await rl.migrate()
+        CHILDREN["runtime"] = rl
+        run = await rl.trigger(parent, None, trace_carrier=carrier)
+        await rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False).run()
+        child = CHILDREN.pop(run.id)
+        assert (await rl.runs.get(child.id)).status is RunStatus.SUCCEEDED  # type: ignore[union-attr]
+    trace_id = int(UNSAMPLED[3:35], 16)
+    assert SEEN[run.id].trace_id == trace_id and not SEEN[run.id].trace_flags.sampled
+    child_trace, _, child_sampled = traceparent(child)
+    assert (child_trace, child_sampled) == (trace_id, False)
+    assert SEEN[child.id].trace_id == trace_id and not SEEN[child.id].trace_flags.sampled
+    if recorded is not None:
+        assert recorded.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "skip_unsampled", "skipped"),
+    [
+        (ParentBased(TraceIdRatioBased(0.5)), None, True),
+        (TracerProvider().sampler, None, True),  # the SDK's default: ParentBased(ALWAYS_ON)
+        (ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON), None, False),
+        (ALWAYS_OFF, None, False),  # not parent-based: the sampler is asked
+        (ParentBased(TraceIdRatioBased(0.5)), False, False),
+    ],
+    ids=["ratio", "sdk-default", "samples-unsampled-parents", "not-parent-based", "off"],
+)
+async def test_left_unset_skip_unsampled_follows_a_sampler_sure_to_drop_the_attempt(
+    tmp_path: Path, sampler: Any, skip_unsampled: bool | None, skipped: bool
+) -> None:
+    """An unsampled run's attempt starts no span exactly when the provider's sampler
+    would drop it whatever it is asked (parent-based, a fixed drop for an unsampled
+    remote parent): task code then runs in the carrier's own span; otherwise the SDK
+    starts a child span (a new span id), recorded or not as its sampler decides."""
+    provider, recorded = sampled_provider(sampler)
+    async with Runlane(
+        lane=sqlite_lane(tmp_path / "o.db"),
+        queues=[MAIN],
+        tasks=[seen],
+        observers=[otel_tracing(provider, PROPAGATOR, skip_unsampled=skip_unsampled)],
+    ) as rl:
+        await rl.migrate()
+        run = await rl.trigger(seen, None, trace_carrier={"traceparent": UNSAMPLED})
+        await rl.execute_next()
+    trace_id, span_id, _ = traceparent(run)
+    assert SEEN[run.id].trace_id == trace_id
+    assert (SEEN[run.id].span_id == span_id) is skipped
+    executed = named(recorded.get_finished_spans(), "execute otel.seen")
+    if skipped:
+        assert executed == []
+    else:  # the SDK's span: recorded if its sampler sampled it
+        assert len(executed) == int(SEEN[run.id].trace_flags.sampled)

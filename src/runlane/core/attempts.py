@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,7 @@ from runlane.core.delivering import (
     settle_delivery_attempt,
 )
 from runlane.core.lease_keeping import Heartbeat, LeaseKeeper, LeaseSettings
-from runlane.core.observing import Attempt, Outcome
+from runlane.core.observing import Attempt, AttemptScope, HandlerScope, Outcome
 from runlane.core.outcome_reporting import (
     attempt_log_fields,
     log_outcome,
@@ -425,8 +424,10 @@ class OpenAttempt:
     its outcome. Between them the caller does what must not wait for the write (a
     worker frees its slot), without handing the runner a callback.
 
-    Observers see the attempt from :meth:`call` until :meth:`settle` returns, or until
-    either step raises. Built by :meth:`AttemptRunner.begin`; each step runs once.
+    Observers' async attempt contexts see the attempt from :meth:`call` until
+    :meth:`settle` returns, or until either step raises; plain (sync) ones see the
+    handler call only, inside :meth:`call`. Built by :meth:`AttemptRunner.begin`;
+    each step runs once.
     """
 
     __slots__ = (
@@ -461,7 +462,7 @@ class OpenAttempt:
         self._limit = max_attempt_duration
         self._batcher = batcher
         self._project = project
-        self._scope: AbstractAsyncContextManager[None] | None = None
+        self._scope: AttemptScope | None = None
         self._outcome: AttemptOutcome | Ended | None = None
         self._policy = DEFAULT_RETRY_POLICY
         self._progress: ProgressWrite | None = None
@@ -471,11 +472,16 @@ class OpenAttempt:
         report, runner = self.report, self._runner
         run = report.run
         observers = runner._observers
+        handling: HandlerScope | None = None
         if observers:
             observers.started(report)
             if observers.wraps_attempts:
                 scope = observers.attempt(report)
-                if scope is not None:
+                if isinstance(scope, HandlerScope):
+                    # Around the handler only: the outcome settles as without observers.
+                    handling = scope
+                    handling.enter()
+                elif scope is not None:
                     await scope.__aenter__()
                     self._scope = scope
         if logger.isEnabledFor(logging.DEBUG):
@@ -488,9 +494,13 @@ class OpenAttempt:
             )
         started = time.perf_counter()
         try:
-            self._outcome, self._policy, self._progress = await runner.attempt(
-                run, self._settings, stop=self._stop, max_attempt_duration=self._limit
-            )
+            try:
+                self._outcome, self._policy, self._progress = await runner.attempt(
+                    run, self._settings, stop=self._stop, max_attempt_duration=self._limit
+                )
+            finally:
+                if handling is not None:
+                    handling.leave()
         except BaseException:
             report.duration = time.perf_counter() - started
             await self._leave()
@@ -528,7 +538,8 @@ class OpenAttempt:
         neither: ``done(None, None)``, and :meth:`settle` re-reads it and decides.
 
         Only a task attempt whose end no observer awaits is handed over this way:
-        deliveries, and attempts inside an observer's scope, settle with :meth:`settle`.
+        deliveries, and attempts inside an observer's async scope, settle with
+        :meth:`settle` (a plain context around the handler is already left).
         """
         report, outcome, runner = self.report, self._outcome, self._runner
         assert outcome is not None, "call() first"

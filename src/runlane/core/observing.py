@@ -181,15 +181,23 @@ class Observer:
         any ``attempt`` context is entered). Cheaper than ``attempt`` for an observer
         that only counts."""
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
-        """Wraps one attempt from just after its lease is held until its outcome is
-        written (worker, ``execute_next``, ``run_now``, ``execute_delivery``); it is
-        entered in the context the handler runs in, so a context variable it sets is
-        visible to task code (sync tasks included).
+    def attempt(
+        self, attempt: Attempt
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+        """Wraps one attempt (worker, ``execute_next``, ``run_now``,
+        ``execute_delivery``); it is entered in the context the handler runs in, so a
+        context variable it sets is visible to task code (sync tasks included).
+
+        An async context manager wraps the attempt from just after its lease is held
+        until its outcome is written. A plain (sync) one wraps only the handler call:
+        it is left as soon as the handler returns, before the outcome is written, so
+        the attempt still settles as it does without observers (its outcome may be
+        written in a later batch, after the slot has moved on) and ``settled`` is
+        called when it is. Use it for what needs no outcome, such as making a context
+        current; it is cheaper.
 
         Return ``None`` when there is nothing to wrap for this attempt: the attempt
-        then settles as it does without observers (its outcome may be written in a
-        later batch, after the slot has moved on), and ``settled`` is still called."""
+        then settles as it does without observers, and ``settled`` is still called."""
         return contextlib.nullcontext()
 
     def settled(self, attempt: Attempt) -> None:
@@ -345,28 +353,51 @@ class Observers:
                 except Exception:
                     self.failed(observer, "producing")
 
-    def attempt(self, attempt: Attempt) -> AbstractAsyncContextManager[None] | None:
-        """Every observer's ``attempt`` around the body, ``settled`` before leaving; or
-        ``None`` when none of them has a context for this attempt (each returned
-        ``None``, or raised, which is logged)."""
-        managers: list[tuple[Observer, AbstractAsyncContextManager[None]]] | None = None
-        for observer, bound in self._bound["attempt"]:
+    def attempt(self, attempt: Attempt) -> AttemptScope | HandlerScope | None:
+        """Every observer's ``attempt``: an :class:`AttemptScope` around the body when
+        one of them returned an async context (``settled`` reported before leaving), a
+        :class:`HandlerScope` around the handler call when all of them returned plain
+        ones, or ``None`` when none of them has a context for this attempt (each
+        returned ``None``, or raised, which is logged)."""
+        hooked = self._bound["attempt"]
+        if len(hooked) == 1:  # the usual case (a tracing observer), without the loop
+            observer, bound = hooked[0]
+            try:
+                manager = bound(attempt)
+            except Exception:
+                self.failed(observer, "attempt")
+                return None
+            if manager is None:
+                return None
+            if hasattr(manager, "__aenter__"):
+                return AttemptScope(self, attempt, [(observer, manager)])
+            return HandlerScope(self, [(observer, manager)])
+        managers: list[tuple[Observer, Any]] | None = None
+        waits = False
+        for observer, bound in hooked:
             try:
                 manager = bound(attempt)
             except Exception:
                 self.failed(observer, "attempt")
                 continue
             if manager is not None:
+                if not waits and hasattr(manager, "__aenter__"):
+                    waits = True
                 if managers is None:
                     managers = [(observer, manager)]
                 else:
                     managers.append((observer, manager))
-        return None if managers is None else _AttemptScope(self, attempt, managers)
+        if managers is None:
+            return None
+        if waits:
+            return AttemptScope(self, attempt, managers)
+        return HandlerScope(self, managers)
 
 
-class _AttemptScope:
-    """Enters the observers' attempt contexts in order and leaves them in reverse
-    (a plain class: this runs once per attempt)."""
+class AttemptScope:
+    """Enters the observers' attempt contexts in order and leaves them in reverse, once
+    the outcome is written (a plain class: this runs once per attempt). A plain (sync)
+    context among them is held as long as the async ones."""
 
     __slots__ = ("_attempt", "_managers", "_observers")
 
@@ -374,7 +405,7 @@ class _AttemptScope:
         self,
         observers: Observers,
         attempt: Attempt,
-        managers: list[tuple[Observer, AbstractAsyncContextManager[None]]],
+        managers: list[tuple[Observer, Any]],
     ) -> None:
         self._observers = observers
         self._attempt = attempt
@@ -386,7 +417,10 @@ class _AttemptScope:
         entered = []
         for observer, manager in self._managers:
             try:
-                await manager.__aenter__()
+                if hasattr(manager, "__aenter__"):
+                    await manager.__aenter__()
+                else:
+                    manager.__enter__()
             except Exception:
                 observers.failed(observer, "attempt")
                 continue
@@ -403,6 +437,53 @@ class _AttemptScope:
                     observers.failed(observer, "settled")
         for observer, manager in reversed(self._managers):
             try:
-                await manager.__aexit__(None, None, None)
+                if hasattr(manager, "__aexit__"):
+                    await manager.__aexit__(None, None, None)
+                else:
+                    manager.__exit__(None, None, None)
             except Exception:
                 observers.failed(observer, "attempt")
+
+
+class HandlerScope:
+    """The observers' plain (sync) attempt contexts, entered in order just before the
+    handler and left in reverse as soon as it returns; the outcome is written after,
+    as without observers."""
+
+    __slots__ = ("_managers", "_observers")
+
+    def __init__(
+        self, observers: Observers, managers: list[tuple[Observer, AbstractContextManager[None]]]
+    ) -> None:
+        self._observers = observers
+        #: The observers' contexts; after entering, only those that entered.
+        self._managers = managers
+
+    def enter(self) -> None:
+        """Enter every context (one that raises is logged and left out)."""
+        managers = self._managers
+        if len(managers) == 1:  # the usual case: one tracing observer
+            observer, manager = managers[0]
+            try:
+                manager.__enter__()
+            except Exception:
+                self._observers.failed(observer, "attempt")
+                self._managers = []
+            return
+        entered = []
+        for observer, manager in managers:
+            try:
+                manager.__enter__()
+            except Exception:
+                self._observers.failed(observer, "attempt")
+                continue
+            entered.append((observer, manager))
+        self._managers = entered
+
+    def leave(self) -> None:
+        """Leave the contexts entered, in reverse (one that raises is logged)."""
+        for observer, manager in reversed(self._managers):
+            try:
+                manager.__exit__(None, None, None)  # never swallows: its value is ignored
+            except Exception:
+                self._observers.failed(observer, "attempt")
