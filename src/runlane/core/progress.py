@@ -24,7 +24,6 @@ import logging
 from collections.abc import Sequence
 
 from runlane.core.store import StoreScope
-from runlane.model.progress import ProgressReport
 from runlane.types.errors import RunlaneError
 from runlane.types.records import ProgressWrite
 from runlane.types.runs import Run
@@ -127,6 +126,11 @@ class AttemptProgress:
 
     __slots__ = ("_latest", "_loop", "_run", "_submitted", "_waiting", "_writer", "_written")
 
+    #: The latest report's fields (a tuple made per report: ``end`` tells by identity
+    #: whether the one its writer stored is still the latest).
+    _latest: tuple[float, str | None, str | None] | None
+    _submitted: tuple[float, str | None, str | None] | None
+
     def __init__(self, writer: ProgressWriter, run: Run) -> None:
         """Report for the attempt ``run`` is leased for, through ``writer``."""
         assert run.lease is not None
@@ -134,11 +138,11 @@ class AttemptProgress:
         self._writer = writer
         self._run = run
         self._loop = asyncio.get_running_loop()
-        self._latest: ProgressReport | None = None
+        self._latest = None
         #: Whether the writer holds this attempt for a write when its interval is up.
         self._waiting = False
         #: The report last handed to the writer, and its write.
-        self._submitted: ProgressReport | None = None
+        self._submitted = None
         self._written: asyncio.Future[bool] | None = None
 
     @property
@@ -146,19 +150,19 @@ class AttemptProgress:
         """Whether the task reported anything in this attempt."""
         return self._latest is not None
 
-    def offer(self, report: ProgressReport) -> None:
-        """Keep ``report`` as the latest value; write it within the interval."""
-        self._latest = report
+    def offer(self, fraction: float, message: str | None, data_json: str | None) -> None:
+        """Keep a checked report as the latest value; write it within the interval."""
+        self._latest = (fraction, message, data_json)
         if not self._waiting:
             self._waiting = True
             self._writer.wait(self)
 
-    def offer_threadsafe(self, report: ProgressReport) -> None:
+    def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         """:meth:`offer` from a sync task's thread."""
         # A thread that outlived its attempt (past its time limit) may report after the
         # loop closed: nothing is left to store it for.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self.offer, report)
+            self._loop.call_soon_threadsafe(self.offer, fraction, message, data_json)
 
     def write_latest(self) -> None:
         """Hand the latest value to the writer (its interval is up)."""
@@ -190,13 +194,14 @@ class AttemptProgress:
                 return None
         return self._write_of(report)
 
-    def _write_of(self, report: ProgressReport) -> ProgressWrite:
+    def _write_of(self, report: tuple[float, str | None, str | None]) -> ProgressWrite:
         run = self._run
+        fraction, message, data_json = report
         return ProgressWrite(
             run.id,
             run.lease.token,  # type: ignore[union-attr]
             run.attempt,
-            report.fraction,
-            report.message,
-            report.data_json,
+            fraction,
+            message,
+            data_json,
         )
