@@ -38,7 +38,8 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         "replays, dead_letter_reason, dead_lettered_at, event_sequence, updated_at, "
         "delivery_requested_at, lease_owner, lease_token, lease_expires_at, has_dependents, "
         "attempt, started_sequence, started_at, started_by, started_lease_expires_at, "
-        "succeeded_sequence, succeeded_at"
+        "succeeded_sequence, succeeded_at, progress_attempt, progress_fraction, "
+        "progress_message, progress_data, progress_at"
     )
     params = {
         "environment": "e", "id": "r", "status": "succeeded", "run_at": None,
@@ -46,7 +47,8 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         "add_failure": 0, "replays": None, "dead_letter_reason": None,
         "dead_lettered_at": None, "event_count": 1, "now": 5, "keep_lease": 0,
         "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
-        "settles_alone": 1, "succeeded_attempt": 1,
+        "settles_alone": 1, "succeeded_attempt": 1, "progress_attempt": 1,
+        "progress_fraction": 1.0, "progress_message": "done", "progress_data": None,
     }  # fmt: skip
     rows = []
     for form in ("named", "numbered"):
@@ -54,7 +56,8 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         conn.execute(f"CREATE TABLE runlane_runs ({columns})")
         conn.execute(
             "INSERT INTO runlane_runs VALUES ('e', 'r', 'running', 1, NULL, NULL, NULL, 0, 0,"
-            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0, 1, 2, 1, 'w', 9, NULL, NULL)"
+            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0, 1, 2, 1, 'w', 9, NULL, NULL,"
+            " 1, 0.5, 'half', NULL, 3)"
         )
         if form == "named":
             changed = len(conn.execute(QUERIES["apply_transition"], params).fetchall())
@@ -65,5 +68,7 @@ def test_numbered_and_named_forms_change_the_same_rows() -> None:
         conn.close()
     assert rows[0] == rows[1]
     assert rows[0][0] == 1 and rows[0][1][0][2] == "succeeded"
-    # The success is kept on the row: at the next sequence, at the settle's time.
-    assert rows[0][1][0][-2:] == (3, 5)
+    # The success is kept on the row: at the next sequence, at the settle's time; so is
+    # the attempt's last progress.
+    assert rows[0][1][0][-7:-5] == (3, 5)
+    assert rows[0][1][0][-5:] == (1, 1.0, "done", None, 5)

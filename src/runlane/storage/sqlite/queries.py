@@ -56,6 +56,5 @@ NUMBERED = {
         "insert_event",
         "insert_plain_run",
         "insert_plain_keyed_run",
-        "write_settled_progress",
     )
 }

@@ -1,5 +1,5 @@
-"""Applying state transitions: compare-and-set each run, then append its events and
-store the progress the settled attempts carry."""
+"""Applying state transitions: compare-and-set each run (with the progress a settled
+attempt carries), then append its events."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.dependencies import SETTLED_STATUSES
-from runlane.ports.storage import ProgressWrite, Transition
+from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.implied import implied_success_attempt, started_event_data
 from runlane.storage.sqlite.dependencies import settle_dependents
@@ -23,13 +23,12 @@ def apply_transitions(
     """Compare-and-set each transition; the events of the applied ones go in one batch,
     but for those the row implies (migration 016): a success is kept on the row, and a
     start the row implied is stored when its run becomes claimable again. The progress
-    values they carry are written too (fenced by their compare-and-set)."""
+    a transition carries is written by its compare-and-set, on the run's row."""
     settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
     query, values = settle.sql, settle.values
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
     starts: list[dict[str, Any]] = []
-    progress: list[tuple[Any, ...]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
@@ -48,13 +47,9 @@ def apply_transitions(
             starts.append(stored_start(cur, environment, transition.run_id))
         if not row[0]:
             events += transition_events(environment, transition, now_us)
-        if transition.progress is not None:
-            progress.append(settled_progress_values(environment, transition.progress, now_us))
     if starts:
         cur.executemany(QUERIES["insert_event_unless_stored"], starts)
     cur.executemany(insert.sql, map(insert.values, events))
-    if progress:
-        cur.executemany(NUMBERED["write_settled_progress"].sql, progress)
     if depended_on:
         settle_dependents(cur, environment, depended_on, now_us)
     return applied
@@ -77,6 +72,7 @@ def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str
 def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
     """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
     changes = transition.changes
+    progress = transition.progress
     return {
         "environment": environment,
         "id": transition.run_id,
@@ -99,22 +95,12 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         # A settle is written on the first try only when no run depends on this one.
         "settles_alone": int(changes.status in SETTLED_STATUSES),
         "succeeded_attempt": implied_success_attempt(transition),
+        # The settled attempt's last progress (all NULL when it carries none).
+        "progress_attempt": None if progress is None else progress.attempt,
+        "progress_fraction": None if progress is None else progress.fraction,
+        "progress_message": None if progress is None else progress.message,
+        "progress_data": None if progress is None else progress.data_json,
     }
-
-
-def settled_progress_values(environment: str, write: ProgressWrite, now_us: int) -> tuple[Any, ...]:
-    """The values of ``write_settled_progress`` for one settled attempt's progress."""
-    return NUMBERED["write_settled_progress"].values(
-        {
-            "environment": environment,
-            "run_id": write.run_id,
-            "attempt": write.attempt,
-            "fraction": write.fraction,
-            "message": write.message,
-            "data": write.data_json,
-            "now": now_us,
-        }
-    )
 
 
 def transition_events(

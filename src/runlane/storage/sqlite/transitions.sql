@@ -21,7 +21,17 @@ SET status = :status,
     -- The row implies the success of its attempt (migration 016).
     succeeded_sequence = CASE WHEN :succeeded_attempt = attempt THEN event_sequence + 1
                               ELSE succeeded_sequence END,
-    succeeded_at = CASE WHEN :succeeded_attempt = attempt THEN :now ELSE succeeded_at END
+    succeeded_at = CASE WHEN :succeeded_attempt = attempt THEN :now ELSE succeeded_at END,
+    -- The last progress of the attempt this settles, when it carries one (migration
+    -- 017): the compare-and-set on the lease token fences it.
+    progress_attempt = coalesce(:progress_attempt, progress_attempt),
+    progress_fraction = CASE WHEN :progress_attempt IS NULL THEN progress_fraction
+                             ELSE :progress_fraction END,
+    progress_message = CASE WHEN :progress_attempt IS NULL THEN progress_message
+                            ELSE :progress_message END,
+    progress_data = CASE WHEN :progress_attempt IS NULL THEN progress_data
+                         ELSE :progress_data END,
+    progress_at = CASE WHEN :progress_attempt IS NULL THEN progress_at ELSE :now END
 WHERE environment = :environment AND id = :id
   AND event_sequence = :expected_sequence
   AND (:lease_token IS NULL OR lease_token = :lease_token)
