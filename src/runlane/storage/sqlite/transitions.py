@@ -24,14 +24,16 @@ def apply_transitions(
     but for those the row implies (migration 016): a success is kept on the row, and a
     start the row implied is stored when its run becomes claimable again. The progress
     a transition carries is written by its compare-and-set, on the run's row."""
-    settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
-    query, values = settle.sql, settle.values
+    plain, with_progress = NUMBERED["apply_transition"], NUMBERED["apply_progress_transition"]
+    insert = NUMBERED["insert_event"]
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
     starts: list[dict[str, Any]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
+        settle = plain if transition.progress is None else with_progress
+        query, values = settle.sql, settle.values
         row = cur.execute(query, values(params)).fetchone()
         if row is None and params["settles_alone"]:
             # Either the compare-and-set failed, or runs wait for this one: try again
@@ -70,10 +72,10 @@ def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str
 
 
 def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
-    """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
+    """Parameters of ``apply_transition``: the changes and the compare-and-set condition
+    (and of ``apply_progress_transition``, with the progress, when it carries some)."""
     changes = transition.changes
-    progress = transition.progress
-    return {
+    params = {
         "environment": environment,
         "id": transition.run_id,
         "status": changes.status.value,
@@ -95,12 +97,15 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         # A settle is written on the first try only when no run depends on this one.
         "settles_alone": int(changes.status in SETTLED_STATUSES),
         "succeeded_attempt": implied_success_attempt(transition),
-        # The settled attempt's last progress (all NULL when it carries none).
-        "progress_attempt": None if progress is None else progress.attempt,
-        "progress_fraction": None if progress is None else progress.fraction,
-        "progress_message": None if progress is None else progress.message,
-        "progress_data": None if progress is None else progress.data_json,
     }
+    progress = transition.progress
+    if progress is not None:
+        # apply_progress_transition's: the settled attempt's last progress.
+        params["progress_attempt"] = progress.attempt
+        params["progress_fraction"] = progress.fraction
+        params["progress_message"] = progress.message
+        params["progress_data"] = progress.data_json
+    return params
 
 
 def transition_events(
