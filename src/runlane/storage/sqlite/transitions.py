@@ -75,7 +75,7 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
     """Parameters of ``apply_transition``: the changes and the compare-and-set condition
     (and of ``apply_progress_transition``, with the progress, when it carries some)."""
     changes = transition.changes
-    params = {
+    params: dict[str, Any] = {
         "environment": environment,
         "id": transition.run_id,
         "status": changes.status.value,
