@@ -29,6 +29,7 @@ from runlane.types.records import ProgressWrite
 from runlane.types.runs import Run
 
 logger = logging.getLogger("runlane.worker")
+_new_tuple = tuple.__new__
 
 #: At most one stored value per run this often (seconds).
 PROGRESS_INTERVAL = 1.0
@@ -47,6 +48,12 @@ class ProgressWriter:
     costs no timer of its own (most attempts end before their first value is due).
     """
 
+    #: What every ``ctx.progress`` call returns: a future that is already done, made on
+    #: the first report. Storing a report is only keeping it, so nothing waits, and
+    #: awaiting a done future runs no frame (a coroutine per call cost more than the
+    #: report; awaiting a Python-level awaitable, a tenth of that).
+    stored: asyncio.Future[None]
+
     def __init__(self, store: StoreScope) -> None:
         """Write into ``store``."""
         self._store = store
@@ -64,6 +71,9 @@ class ProgressWriter:
         self._waiting[attempt] = self._sweeps
         if self._sweeper is None:
             loop = asyncio.get_running_loop()
+            if not hasattr(self, "stored"):
+                self.stored = loop.create_future()
+                self.stored.set_result(None)
             self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
 
     def forget(self, attempt: AttemptProgress) -> None:
@@ -150,12 +160,17 @@ class AttemptProgress:
         """Whether the task reported anything in this attempt."""
         return self._latest is not None
 
-    def offer(self, fraction: float, message: str | None, data_json: str | None) -> None:
-        """Keep a checked report as the latest value; write it within the interval."""
+    def offer(
+        self, fraction: float, message: str | None, data_json: str | None
+    ) -> asyncio.Future[None]:
+        """Keep a checked report as the latest value; write it within the interval. The
+        writer's done future is what ``ctx.progress`` returns."""
         self._latest = (fraction, message, data_json)
+        writer = self._writer
         if not self._waiting:
             self._waiting = True
-            self._writer.wait(self)
+            writer.wait(self)
+        return writer.stored
 
     def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         """:meth:`offer` from a sync task's thread."""
@@ -196,12 +211,6 @@ class AttemptProgress:
 
     def _write_of(self, report: tuple[float, str | None, str | None]) -> ProgressWrite:
         run = self._run
-        fraction, message, data_json = report
-        return ProgressWrite(
-            run.id,
-            run.lease.token,  # type: ignore[union-attr]
-            run.attempt,
-            fraction,
-            message,
-            data_json,
-        )
+        # The named tuple built from a plain one, skipping its Python-level __new__.
+        fields = (run.id, run.lease.token, run.attempt, *report)  # type: ignore[union-attr]
+        return _new_tuple(ProgressWrite, fields)

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from runlane.model.progress import MAX_PROGRESS_MESSAGE_CHARS, check_progress
 from runlane.types.durations import Duration, parse_duration
@@ -129,28 +129,14 @@ class Release:
 class ProgressSink(Protocol):
     """Where a context's checked progress reports go (the attempt's reporter)."""
 
-    def offer(self, fraction: float, message: str | None, data_json: str | None) -> None:
+    def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
         """Take a checked report (its fields, as :class:`~runlane.model.progress.ProgressReport`
-        has them) as the latest value, from the attempt's event loop."""
+        has them) as the latest value, from the attempt's event loop; return what
+        ``ctx.progress`` returns: an awaitable that is already done (the writes happen
+        later, in the background)."""
 
     def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         """:meth:`offer`, from any thread (sync tasks)."""
-
-
-class _Stored(tuple[()]):
-    """What ``ctx.progress`` returns: an awaitable that is already done.
-
-    Storing a report is only keeping it (the writes happen later, in the background),
-    so there is nothing to wait for: awaiting this runs no frame of its own, where a
-    coroutine cost more than the report itself, ten reports a run being common.
-    """
-
-    __slots__ = ()
-    __await__ = tuple.__iter__
-
-
-#: The one awaitable every ``ctx.progress`` call returns.
-_STORED = cast(Awaitable[None], _Stored())
 
 
 class Context:
@@ -236,10 +222,8 @@ class Context:
                 )
             )
         ):
-            sink.offer(fraction, message, None)
-        else:
-            sink.offer(*check_progress(fraction, message, data))
-        return _STORED
+            return sink.offer(fraction, message, None)
+        return sink.offer(*check_progress(fraction, message, data))
 
     def progress_sync(self, fraction: float, message: str | None = None, data: Any = None) -> None:
         """:meth:`progress` for sync tasks (which run in a thread)."""
