@@ -192,9 +192,8 @@ class AttemptProgress:
         settle to store (its compare-and-set fences it, and the value stays after the
         run ends), or ``None`` when its own write already stored it.
 
-        A write still in flight is waited for first: on PostgreSQL it could otherwise
-        find the lease held, wait for the settle's lock on the progress row, and then
-        replace the settle's newer value.
+        A write still in flight is waited for first: whether it stored the last report
+        decides whether the settle carries it.
         """
         if self._waiting:
             self._waiting = False
