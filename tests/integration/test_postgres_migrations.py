@@ -19,6 +19,7 @@ from tests.support import stored_history
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
+from runlane.types.clock import from_micros
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_MIGRATIONS = [
@@ -39,6 +40,7 @@ ALL_MIGRATIONS = [
     "015_priorities",
     "016_rate_keys",
     "017_implied_attempt_events",
+    "018_progress_on_runs",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -432,7 +434,7 @@ async def test_version_16_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
     postgres_dsn: str, schema: str
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 15, "queued-at-15")
-    assert await rl.migrate() == ["016_rate_keys", "017_implied_attempt_events"]
+    assert await rl.migrate() == ALL_MIGRATIONS[15:]
     keyed = Runlane(
         lane=postgres_lane(postgres_dsn, schema=schema),
         queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
@@ -469,10 +471,41 @@ async def test_version_17_lists_history_stored_before_it_once_and_implies_what_f
             stored_history.event_rows("migrations"),
         )
     rl = _runtime(postgres_dsn, schema)
-    assert await rl.migrate() == ["017_implied_attempt_events"]
+    assert await rl.migrate() == ALL_MIGRATIONS[16:]
     async with rl:
         await stored_history.check_upgraded_history(rl)
     with psycopg.connect(postgres_dsn) as conn:
         query = sql.SQL("SELECT run_id, count(*) FROM {}.runlane_run_events GROUP BY run_id")
         counts = dict(conn.execute(query.format(sql.Identifier(schema))).fetchall())
     assert counts == stored_history.STORED_AFTER
+
+
+async def test_version_18_moves_stored_progress_onto_the_runs_and_drops_its_table(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 17, "reported-at-17")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.runlane_run_progress VALUES "
+                "('migrations', 'reported-at-17', 2, 0.75, 'three quarters', "
+                "'{{\"page\": 3}}', 42), "
+                "('migrations', 'pruned-at-17', 1, 0.5, NULL, NULL, 41)"
+            ).format(sql.Identifier(schema))
+        )
+    assert await rl.migrate() == ALL_MIGRATIONS[17:]
+    async with rl:
+        progress = (await rl.runs.get("reported-at-17")).progress
+        assert progress is not None
+        assert (progress.fraction, progress.message, progress.data, progress.attempt) == (
+            0.75, "three quarters", {"page": 3}, 2,
+        )  # fmt: skip
+        assert progress.updated_at == from_micros(42)
+        done = await rl.execute_next()  # the run still runs, its progress still shown
+        assert done is not None and done.id == "reported-at-17"
+        assert (await rl.runs.get("reported-at-17")).progress == progress
+    with psycopg.connect(postgres_dsn) as conn:
+        found = conn.execute(
+            "SELECT to_regclass(%s)", (f'"{schema}".runlane_run_progress',)
+        ).fetchone()
+    assert found == (None,)

@@ -91,6 +91,7 @@ def test_the_overview_chart_reads_a_range_of_minutes(filled: tuple) -> None:  # 
 def test_a_progress_write_finds_each_run_by_primary_key(filled: tuple) -> None:  # type: ignore[type-arg]
     writes = [{"id": f"r{i}", "token": "t", "attempt": 1, "fraction": 0.5, "message": None,
                "data": None} for i in range(32)]  # fmt: skip
-    params = {"environment": "e", "writes": json.dumps(writes), "now": 0}
+    ids = [write["id"] for write in writes]
+    params = {"environment": "e", "writes": json.dumps(writes), "ids": ids, "now": 0}
     plan = _plan(filled, "write_progress", params)
     assert "runlane_runs_pkey" in plan and "Seq Scan" not in plan

@@ -49,12 +49,12 @@ async def test_the_settle_carries_the_last_report_unless_its_own_write_stored_it
     run = await _leased(rl)
     progress = AttemptProgress(ProgressWriter(rl.store), run)
     assert not progress.reported and await progress.end() is None
-    progress.offer(check_progress(0.25, message="a quarter"))
+    progress.offer(*check_progress(0.25, message="a quarter"))
     progress.write_latest()  # its interval is up: written while the attempt runs
     assert await progress.end() is None  # stored already: the settle carries nothing
     stored = await rl.storage.get_progress(rl.environment, [run.id])
     assert (stored[run.id].fraction, stored[run.id].message) == (0.25, "a quarter")
-    progress.offer(check_progress(0.5, message="half"))
+    progress.offer(*check_progress(0.5, message="half"))
     last = await progress.end()
     assert last is not None
     assert (last.run_id, last.attempt, last.fraction, last.message) == (run.id, 1, 0.5, "half")
@@ -66,9 +66,9 @@ async def test_a_write_in_flight_lands_before_the_settle_that_carries_the_newer_
 ) -> None:
     run = await _leased(rl)
     progress = AttemptProgress(ProgressWriter(rl.store), run)
-    progress.offer(check_progress(0.3))
+    progress.offer(*check_progress(0.3))
     progress.write_latest()  # handed to the writer, not written yet
-    progress.offer(check_progress(0.6))
+    progress.offer(*check_progress(0.6))
     last = await progress.end()
     assert last is not None and last.fraction == 0.6
     # The earlier write is stored by now, so nothing can replace the settle's value.

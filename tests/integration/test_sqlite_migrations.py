@@ -13,6 +13,7 @@ from tests.support import stored_history
 from runlane import Context, Runlane, queue, sqlite_lane, task
 from runlane.storage.sqlite import SqliteStorage, versioning
 from runlane.storage.sqlite.versioning import apply_migrations
+from runlane.types.clock import from_micros
 
 
 @task("noop")
@@ -325,3 +326,39 @@ async def test_version_16_lists_history_stored_before_it_once_and_implies_what_f
             conn.execute("SELECT run_id, count(*) FROM runlane_run_events GROUP BY run_id")
         )
     assert counts == stored_history.STORED_AFTER
+
+
+async def test_version_17_moves_stored_progress_onto_the_runs_and_drops_its_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v16.db"
+    _migrate_up_to(path, 16, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, created_at, updated_at, event_sequence, source) VALUES "
+            "('upgrade', 'reported', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, "
+            '\'{"type": "trigger"}\')'
+        )
+        conn.executemany(
+            "INSERT INTO runlane_run_progress VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                ("upgrade", "reported", 2, 0.75, "three quarters", '{"page":3}', 42),
+                ("upgrade", "pruned", 1, 0.5, None, None, 41),
+            ],
+        )
+    rl = _runtime(path)
+    async with rl:
+        assert _applied(path) == LATEST
+        progress = (await rl.runs.get("reported")).progress
+        assert progress is not None
+        assert (progress.fraction, progress.message, progress.data, progress.attempt) == (
+            0.75, "three quarters", {"page": 3}, 2,
+        )  # fmt: skip
+        assert progress.updated_at == from_micros(42)
+        done = await rl.execute_next()  # a settle without progress keeps the value
+        assert done is not None and done.id == "reported"
+        assert (await rl.runs.get("reported")).progress == progress
+    with sqlite3.connect(path) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "runlane_run_progress" not in tables

@@ -39,7 +39,10 @@ def test_throughput_reads_search_a_range_of_the_rollup(statement: str, expected:
 
 def test_a_progress_write_finds_each_run_by_primary_key() -> None:
     plan = _plan("write_progress", {"environment": "e", "writes": "[]", "now": 0})
-    assert plan[:2] == [
+    assert plan == [
+        "MATERIALIZE w",
         "SCAN json_each VIRTUAL TABLE INDEX 1:",
         "SEARCH r USING INDEX sqlite_autoindex_runlane_runs_1 (environment=? AND id=?)",
+        "SCAN w",
+        "SEARCH runlane_runs USING INTEGER PRIMARY KEY (rowid=?)",
     ], plan

@@ -29,7 +29,6 @@ from runlane.storage.postgres.shapes import (
     INSERT_RUN,
     PUBLISH_DELIVERY,
     PUBLISH_MESSAGE,
-    SETTLED_PROGRESS,
     TRANSITION,
     TRANSITION_EVENT,
     RowShape,
@@ -72,7 +71,6 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("insert_runs", "r", INSERT_RUN),
         ("apply_transitions", "t", TRANSITION),
         ("apply_transitions", "e", TRANSITION_EVENT),
-        ("apply_transitions", "p", SETTLED_PROGRESS),
         ("insert_deliveries", "d", INSERT_DELIVERY),
         ("publish_plain_message", "d", INSERT_DELIVERY),
         ("publish_plain_messages", "m", PUBLISH_MESSAGE),
@@ -244,6 +242,10 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "dead_letter_reason": "max_attempts",
         "dead_lettered_at": NOW_US,
         "succeeded_attempt": None,
+        "progress_attempt": None,
+        "progress_fraction": None,
+        "progress_message": None,
+        "progress_data": None,
     }
     (event,) = json.loads(params["events"])
     assert dict(zip(TRANSITION_EVENT.names, event, strict=True)) == {
@@ -252,7 +254,6 @@ def test_the_transition_encoder_writes_the_declared_fields() -> None:
         "type": "run.failed",
         "data": {"attempt": 1},
     }
-    assert params["progress"] is None  # no settle of the round carries progress
 
 
 def test_the_transition_encoder_writes_the_declared_progress_fields() -> None:
@@ -266,13 +267,13 @@ def test_the_transition_encoder_writes_the_declared_progress_fields() -> None:
         progress=reported,
     )
     params = transition_params("env", [transition], NOW_US)
-    (row,) = json.loads(params["progress"])
-    assert dict(zip(SETTLED_PROGRESS.names, row, strict=True)) == {
-        "run_id": "run-1",
-        "attempt": 2,
-        "fraction": 0.5,
-        "message": "half",
-        "data": '{"page":5}',
+    (row,) = json.loads(params["transitions"])
+    fields = dict(zip(TRANSITION.names, row, strict=True))
+    assert {name: value for name, value in fields.items() if name.startswith("progress")} == {
+        "progress_attempt": 2,
+        "progress_fraction": 0.5,
+        "progress_message": "half",
+        "progress_data": '{"page":5}',
     }
 
 

@@ -41,39 +41,68 @@ def test_the_hot_statements_keep_every_parameter(name: str) -> None:
     assert ":" not in numbered.sql
 
 
-def test_numbered_and_named_forms_change_the_same_rows() -> None:
-    # The settle's compare-and-set on a bare copy of the columns it reads and writes.
-    columns = (
-        "environment, id, status, run_at, result, failure, cancel_reason, failure_count, "
-        "replays, dead_letter_reason, dead_lettered_at, event_sequence, updated_at, "
-        "delivery_requested_at, lease_owner, lease_token, lease_expires_at, has_dependents, "
-        "attempt, started_sequence, started_at, started_by, started_lease_expires_at, "
-        "succeeded_sequence, succeeded_at"
-    )
-    params = {
-        "environment": "e", "id": "r", "status": "succeeded", "run_at": None,
-        "result": "1", "failure": None, "cancel_reason": None, "reset_failures": 0,
-        "add_failure": 0, "replays": None, "dead_letter_reason": None,
-        "dead_lettered_at": None, "event_count": 1, "now": 5, "keep_lease": 0,
-        "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
-        "settles_alone": 1, "succeeded_attempt": 1,
-    }  # fmt: skip
+#: The settle's compare-and-set on a bare copy of the columns it reads and writes.
+SETTLED_COLUMNS = (
+    "environment, id, status, run_at, result, failure, cancel_reason, failure_count, "
+    "replays, dead_letter_reason, dead_lettered_at, event_sequence, updated_at, "
+    "delivery_requested_at, lease_owner, lease_token, lease_expires_at, has_dependents, "
+    "attempt, started_sequence, started_at, started_by, started_lease_expires_at, "
+    "succeeded_sequence, succeeded_at, progress"
+)
+SETTLE = {
+    "environment": "e", "id": "r", "status": "succeeded", "run_at": None,
+    "result": "1", "failure": None, "cancel_reason": None, "reset_failures": 0,
+    "add_failure": 0, "replays": None, "dead_letter_reason": None,
+    "dead_lettered_at": None, "event_count": 1, "now": 5, "keep_lease": 0,
+    "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
+    "settles_alone": 1, "succeeded_attempt": 1,
+}  # fmt: skip
+PROGRESS = {
+    "progress_attempt": 1, "progress_fraction": 1.0, "progress_message": "done",
+    "progress_data": '{"pages":4}',
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("statement", "params", "progress"),
+    [
+        # Without progress, the value written while the attempt ran stays.
+        ("apply_transition", SETTLE, '[1,0.5,"half",null,3]'),
+        ("apply_progress_transition", {**SETTLE, **PROGRESS}, '[1,1.0,"done",{"pages":4},5]'),
+    ],
+)
+def test_numbered_and_named_forms_change_the_same_rows(
+    statement: str, params: dict[str, object], progress: str
+) -> None:
     rows = []
     for form in ("named", "numbered"):
         conn = sqlite3.connect(":memory:")
-        conn.execute(f"CREATE TABLE runlane_runs ({columns})")
+        conn.execute(f"CREATE TABLE runlane_runs ({SETTLED_COLUMNS})")
         conn.execute(
             "INSERT INTO runlane_runs VALUES ('e', 'r', 'running', 1, NULL, NULL, NULL, 0, 0,"
-            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0, 1, 2, 1, 'w', 9, NULL, NULL)"
+            " NULL, NULL, 2, 1, NULL, 'w', 't', 9, 0, 1, 2, 1, 'w', 9, NULL, NULL,"
+            " '[1,0.5,\"half\",null,3]')"
         )
         if form == "named":
-            changed = len(conn.execute(QUERIES["apply_transition"], params).fetchall())
+            changed = len(conn.execute(QUERIES[statement], params).fetchall())
         else:
-            settle = NUMBERED["apply_transition"]
+            settle = NUMBERED[statement]
             changed = len(conn.execute(settle.sql, settle.values(params)).fetchall())
         rows.append((changed, conn.execute("SELECT * FROM runlane_runs").fetchall()))
         conn.close()
     assert rows[0] == rows[1]
     assert rows[0][0] == 1 and rows[0][1][0][2] == "succeeded"
     # The success is kept on the row: at the next sequence, at the settle's time.
-    assert rows[0][1][0][-2:] == (3, 5)
+    assert rows[0][1][0][-3:-1] == (3, 5)
+    assert rows[0][1][0][-1] == progress
+
+
+def test_the_settle_with_progress_is_the_plain_settle_and_the_progress_column() -> None:
+    plain = QUERIES["apply_transition"]
+    with_progress = QUERIES["apply_progress_transition"]
+    progress = (
+        ",\nprogress = json_array(:progress_attempt, :progress_fraction, :progress_message,"
+        "\njson(:progress_data), :now)\nWHERE "
+    )
+    assert progress in with_progress
+    assert with_progress.replace(progress, "\nWHERE ", 1) == plain

@@ -24,12 +24,12 @@ import logging
 from collections.abc import Sequence
 
 from runlane.core.store import StoreScope
-from runlane.model.progress import ProgressReport
 from runlane.types.errors import RunlaneError
 from runlane.types.records import ProgressWrite
 from runlane.types.runs import Run
 
 logger = logging.getLogger("runlane.worker")
+_new_tuple = tuple.__new__
 
 #: At most one stored value per run this often (seconds).
 PROGRESS_INTERVAL = 1.0
@@ -48,6 +48,12 @@ class ProgressWriter:
     costs no timer of its own (most attempts end before their first value is due).
     """
 
+    #: What every ``ctx.progress`` call returns: a future that is already done, made on
+    #: the first report. Storing a report is only keeping it, so nothing waits, and
+    #: awaiting a done future runs no frame (a coroutine per call cost more than the
+    #: report; awaiting a Python-level awaitable, a tenth of that).
+    stored: asyncio.Future[None]
+
     def __init__(self, store: StoreScope) -> None:
         """Write into ``store``."""
         self._store = store
@@ -65,6 +71,9 @@ class ProgressWriter:
         self._waiting[attempt] = self._sweeps
         if self._sweeper is None:
             loop = asyncio.get_running_loop()
+            if not hasattr(self, "stored"):
+                self.stored = loop.create_future()
+                self.stored.set_result(None)
             self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
 
     def forget(self, attempt: AttemptProgress) -> None:
@@ -127,6 +136,11 @@ class AttemptProgress:
 
     __slots__ = ("_latest", "_loop", "_run", "_submitted", "_waiting", "_writer", "_written")
 
+    #: The latest report's fields (a tuple made per report: ``end`` tells by identity
+    #: whether the one its writer stored is still the latest).
+    _latest: tuple[float, str | None, str | None] | None
+    _submitted: tuple[float, str | None, str | None] | None
+
     def __init__(self, writer: ProgressWriter, run: Run) -> None:
         """Report for the attempt ``run`` is leased for, through ``writer``."""
         assert run.lease is not None
@@ -134,11 +148,11 @@ class AttemptProgress:
         self._writer = writer
         self._run = run
         self._loop = asyncio.get_running_loop()
-        self._latest: ProgressReport | None = None
+        self._latest = None
         #: Whether the writer holds this attempt for a write when its interval is up.
         self._waiting = False
         #: The report last handed to the writer, and its write.
-        self._submitted: ProgressReport | None = None
+        self._submitted = None
         self._written: asyncio.Future[bool] | None = None
 
     @property
@@ -146,19 +160,24 @@ class AttemptProgress:
         """Whether the task reported anything in this attempt."""
         return self._latest is not None
 
-    def offer(self, report: ProgressReport) -> None:
-        """Keep ``report`` as the latest value; write it within the interval."""
-        self._latest = report
+    def offer(
+        self, fraction: float, message: str | None, data_json: str | None
+    ) -> asyncio.Future[None]:
+        """Keep a checked report as the latest value; write it within the interval. The
+        writer's done future is what ``ctx.progress`` returns."""
+        self._latest = (fraction, message, data_json)
+        writer = self._writer
         if not self._waiting:
             self._waiting = True
-            self._writer.wait(self)
+            writer.wait(self)
+        return writer.stored
 
-    def offer_threadsafe(self, report: ProgressReport) -> None:
+    def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         """:meth:`offer` from a sync task's thread."""
         # A thread that outlived its attempt (past its time limit) may report after the
         # loop closed: nothing is left to store it for.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self.offer, report)
+            self._loop.call_soon_threadsafe(self.offer, fraction, message, data_json)
 
     def write_latest(self) -> None:
         """Hand the latest value to the writer (its interval is up)."""
@@ -173,9 +192,8 @@ class AttemptProgress:
         settle to store (its compare-and-set fences it, and the value stays after the
         run ends), or ``None`` when its own write already stored it.
 
-        A write still in flight is waited for first: on PostgreSQL it could otherwise
-        find the lease held, wait for the settle's lock on the progress row, and then
-        replace the settle's newer value.
+        A write still in flight is waited for first: whether it stored the last report
+        decides whether the settle carries it.
         """
         if self._waiting:
             self._waiting = False
@@ -190,13 +208,8 @@ class AttemptProgress:
                 return None
         return self._write_of(report)
 
-    def _write_of(self, report: ProgressReport) -> ProgressWrite:
+    def _write_of(self, report: tuple[float, str | None, str | None]) -> ProgressWrite:
         run = self._run
-        return ProgressWrite(
-            run.id,
-            run.lease.token,  # type: ignore[union-attr]
-            run.attempt,
-            report.fraction,
-            report.message,
-            report.data_json,
-        )
+        # The named tuple built from a plain one, skipping its Python-level __new__.
+        fields = (run.id, run.lease.token, run.attempt, *report)  # type: ignore[union-attr]
+        return _new_tuple(ProgressWrite, fields)

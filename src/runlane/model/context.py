@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from runlane.model.progress import ProgressReport, check_progress
+from runlane.model.progress import MAX_PROGRESS_MESSAGE_CHARS, check_progress
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.runs import Run
@@ -129,11 +129,14 @@ class Release:
 class ProgressSink(Protocol):
     """Where a context's checked progress reports go (the attempt's reporter)."""
 
-    def offer(self, report: ProgressReport) -> None:
-        """Take ``report`` as the latest value, from the attempt's event loop."""
+    def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
+        """Take a checked report (its fields, as :class:`~runlane.model.progress.ProgressReport`
+        has them) as the latest value, from the attempt's event loop; return what
+        ``ctx.progress`` returns: an awaitable that is already done (the writes happen
+        later, in the background)."""
 
-    def offer_threadsafe(self, report: ProgressReport) -> None:
-        """Take ``report`` as the latest value, from any thread (sync tasks)."""
+    def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
+        """:meth:`offer`, from any thread (sync tasks)."""
 
 
 class Context:
@@ -186,27 +189,48 @@ class Context:
         """Extend the lease now (workers also do this on their own)."""
         await self._heartbeat()
 
-    async def progress(self, fraction: float, message: str | None = None, data: Any = None) -> None:
+    def progress(
+        self, fraction: float, message: str | None = None, data: Any = None
+    ) -> Awaitable[None]:
         """Report how far the task got: ``fraction`` in [0, 1], an optional ``message``
         (at most 500 characters) and optional JSON ``data`` (at most 8 KiB).
 
         The value is stored on the run (``run.progress``) at most once a second, and the
         latest one before the attempt settles. Bad values raise ``CONFIGURATION_INVALID``
-        here. Reports of an attempt that lost its lease are dropped.
+        here. Reports of an attempt that lost its lease are dropped. The report is taken
+        when called; the awaitable returned is already done.
 
         >>> await ctx.progress(page / pages, message=f"page {page} of {pages}")
         """
         sink = self._progress
         if sink is None:
             raise _no_progress()
-        sink.offer(check_progress(fraction, message, data))
+        # The usual report (a float and an ASCII message) checked right here, as
+        # check_progress would accept it: tasks may report in tight loops, and a call
+        # of check_progress and its report tuple cost more than the checks.
+        if (
+            type(fraction) is float
+            and 0.0 <= fraction <= 1.0
+            and data is None
+            and (
+                message is None
+                or (
+                    type(message) is str
+                    and len(message) <= MAX_PROGRESS_MESSAGE_CHARS
+                    and message.isascii()
+                    and "\x00" not in message
+                )
+            )
+        ):
+            return sink.offer(fraction, message, None)
+        return sink.offer(*check_progress(fraction, message, data))
 
     def progress_sync(self, fraction: float, message: str | None = None, data: Any = None) -> None:
         """:meth:`progress` for sync tasks (which run in a thread)."""
         sink = self._progress
         if sink is None:
             raise _no_progress()
-        sink.offer_threadsafe(check_progress(fraction, message, data))
+        sink.offer_threadsafe(*check_progress(fraction, message, data))
 
     async def dependencies(self) -> list[Run]:
         """The runs this run was triggered ``after``, in the order given, as they are

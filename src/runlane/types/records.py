@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from runlane.types.priorities import DEFAULT_PRIORITY_WINDOW
 from runlane.types.rate_limits import RateLimit
@@ -397,9 +397,7 @@ class HaltedKey:
     waiting: int
 
 
-@slot_init
-@dataclass(frozen=True, slots=True)
-class ProgressWrite:
+class ProgressWrite(NamedTuple):
     """One attempt's latest progress, to store while it still holds its lease.
 
     ``write_progress`` stores it only while run ``run_id`` is leased with
@@ -407,6 +405,9 @@ class ProgressWrite:
     nothing. Carried by the :class:`Transition` that settles the attempt, it is stored
     with the transition if that applies. ``data_json`` is the JSON text of the task's
     ``data`` (``None`` when it gave none).
+
+    A named tuple, not a frozen dataclass: one is built for every attempt that reports,
+    and a tuple can be built without a Python-level ``__init__``.
     """
 
     run_id: str

@@ -9,33 +9,29 @@ WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[]);
 
 -- name: write_progress
 -- Each attempt's latest value (%(writes)s, a JSON array of objects with id, token,
--- attempt, fraction, message and data, the data as JSON text), fenced: stored only
--- while the run is leased to that attempt with an unexpired lease. A value of an
--- older attempt never replaces a newer one's. The LATERAL lookup finds each run by
--- primary key, whatever the planner thinks of the leased runs.
-INSERT INTO {schema}.runlane_run_progress AS p
-    (environment, run_id, attempt, fraction, message, data, updated_at)
-SELECT r.environment, r.id, r.attempt, w.fraction, w.message, w.data::jsonb, %(now)s
+-- attempt, fraction, message and data, the data as JSON text) on its run's row
+-- (migration 018), fenced: stored only while the run is leased to that attempt with
+-- an unexpired lease, so a value of an older attempt never replaces a newer one's.
+-- The ids also come as an array so the runs are found by primary key whatever the
+-- planner thinks of the leased runs.
+UPDATE {schema}.runlane_runs r
+SET progress_attempt = w.attempt,
+    progress_fraction = w.fraction,
+    progress_message = w.message,
+    progress_data = w.data::jsonb,
+    progress_at = %(now)s
 FROM jsonb_to_recordset(%(writes)s::jsonb)
     AS w(id TEXT, token TEXT, attempt INTEGER, fraction DOUBLE PRECISION, message TEXT, data TEXT)
-CROSS JOIN LATERAL (
-    SELECT environment, id, attempt FROM {schema}.runlane_runs
-    WHERE id = w.id AND environment = %(environment)s
-      AND lease_token = w.token
-      AND attempt = w.attempt
-      AND status IN ('running', 'cancellation_requested')
-      AND lease_expires_at > %(now)s
-    OFFSET 0
-) AS r
-ON CONFLICT (run_id, environment) DO UPDATE SET
-    attempt = excluded.attempt,
-    fraction = excluded.fraction,
-    message = excluded.message,
-    data = excluded.data,
-    updated_at = excluded.updated_at
-WHERE excluded.attempt >= p.attempt;
+WHERE r.environment = %(environment)s AND r.id = w.id
+  AND r.id = ANY(%(ids)s::text[])
+  AND r.lease_token = w.token
+  AND r.attempt = w.attempt
+  AND r.status IN ('running', 'cancellation_requested')
+  AND r.lease_expires_at > %(now)s;
 
 -- name: get_progress
-SELECT run_id, attempt, fraction, message, data, updated_at
-FROM {schema}.runlane_run_progress
-WHERE environment = %(environment)s AND run_id = ANY(%(ids)s::text[]);
+SELECT id AS run_id, progress_attempt AS attempt, progress_fraction AS fraction,
+       progress_message AS message, progress_data AS data, progress_at AS updated_at
+FROM {schema}.runlane_runs
+WHERE environment = %(environment)s AND id = ANY(%(ids)s::text[])
+  AND progress_at IS NOT NULL;

@@ -2,8 +2,8 @@
 -- Parameters are %(named)s; {schema} is the quoted schema name.
 
 -- name: prune_runs
--- One bounded batch: the runs, their history, ownership, outbox, progress and
--- schedule occurrence rows together.
+-- One bounded batch: the runs (their progress is on their rows), their history,
+-- ownership, outbox and schedule occurrence rows together.
 WITH doomed AS (
     SELECT id FROM {schema}.runlane_runs
     WHERE environment = %(environment)s
@@ -36,10 +36,6 @@ ownership AS (
 outbox AS (
     DELETE FROM {schema}.runlane_outbox o
     WHERE o.environment = %(environment)s AND o.run_id = ANY(ARRAY(SELECT id FROM pruned))
-),
-progress AS (
-    DELETE FROM {schema}.runlane_run_progress p
-    WHERE p.environment = %(environment)s AND p.run_id = ANY(ARRAY(SELECT id FROM pruned))
 ),
 -- A pruned run's slot lies long before its schedule's last_slot, so no tick
 -- proposes it again: its occurrence row has done its job.

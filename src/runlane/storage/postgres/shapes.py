@@ -77,6 +77,12 @@ TRANSITION = RowShape(
         ("dead_letter_reason", "text"),
         ("dead_lettered_at", "bigint"),
         ("succeeded_attempt", "int"),
+        # The last progress of the attempt it settles (migration 018), all NULL when
+        # it carries none; data is the JSON text of the task's data.
+        ("progress_attempt", "int"),
+        ("progress_fraction", "float8"),
+        ("progress_message", "text"),
+        ("progress_data", "jsonb"),
     )
 )
 
@@ -119,18 +125,6 @@ TRANSITION_EVENT = RowShape(
         ("run_id", "text"),
         ("sequence", "int"),
         ("type", "text"),
-        ("data", "jsonb"),
-    )
-)
-
-#: A settled attempt's last progress, in ``apply_transitions``' ``progress`` parameter
-#: (``data`` is the JSON text of the task's data, read as jsonb).
-SETTLED_PROGRESS = RowShape(
-    (
-        ("run_id", "text"),
-        ("attempt", "int"),
-        ("fraction", "float8"),
-        ("message", "text"),
         ("data", "jsonb"),
     )
 )

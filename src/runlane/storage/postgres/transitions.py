@@ -30,17 +30,19 @@ def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
     return rounds
 
 
+#: The progress fields of a transition that carries none.
+_NO_PROGRESS = (None, None, None, None)
+
+
 def transition_params(
     environment: str, transitions: Sequence[Transition], now_us: int
 ) -> dict[str, Any]:
-    """Parameters of ``apply_transitions`` for one round: the transitions, their
-    events and the progress they carry as JSON arrays of positional fields
-    (:data:`~.shapes.TRANSITION`, :data:`~.shapes.TRANSITION_EVENT` and
-    :data:`~.shapes.SETTLED_PROGRESS`; no progress is NULL)."""
+    """Parameters of ``apply_transitions`` for one round: the transitions (with the
+    progress they carry) and their events as JSON arrays of positional fields
+    (:data:`~.shapes.TRANSITION` and :data:`~.shapes.TRANSITION_EVENT`)."""
     ids: list[str] = []
     rows: list[list[Any]] = []
     events: list[list[Any]] = []
-    progress: list[list[Any]] | None = None
     for transition in transitions:
         changes = transition.changes
         run_id = transition.run_id
@@ -48,6 +50,7 @@ def transition_params(
         failure = changes.failure
         # Left out of the events: the row implies it (or the statement appends it).
         succeeded_attempt = implied_success_attempt(transition)
+        reported = transition.progress
         ids.append(run_id)
         rows.append(
             [
@@ -68,25 +71,27 @@ def transition_params(
                 changes.dead_letter_reason,
                 micros_or_none(changes.dead_lettered_at),
                 succeeded_attempt,
+                *(
+                    _NO_PROGRESS
+                    if reported is None
+                    else (
+                        reported.attempt,
+                        reported.fraction,
+                        reported.message,
+                        reported.data_json,
+                    )
+                ),
             ]
         )
         if succeeded_attempt is None:
             for offset, event in enumerate(transition.events, start=1):
                 events.append([run_id, sequence + offset, event.type.value, event.data])
-        reported = transition.progress
-        if reported is not None:
-            if progress is None:
-                progress = []
-            progress.append(
-                [run_id, reported.attempt, reported.fraction, reported.message, reported.data_json]
-            )
     return {
         "environment": environment,
         "now": now_us,
         "ids": ids,
         "transitions": floats_kept(dumps(rows)),
         "events": dumps(events),
-        "progress": None if progress is None else dumps(progress),
     }
 
 

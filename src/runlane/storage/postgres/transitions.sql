@@ -14,10 +14,8 @@
 -- row's attempt (succeeded_attempt, the event left out of the events array) keeps it
 -- on the row, or appends it when the attempt is not the row's; a run made claimable
 -- again gets the start its row implied stored, before its next claim overwrites it.
--- The last progress of the attempts they settle (%(progress)s, another JSON array of
--- arrays, NULL when none carries any) is stored for the rows applied: the
--- compare-and-set on the lease token is its fence, so a settle that reports
--- progress costs no statement of its own.
+-- The last progress of the attempt a transition settles (fields 17-20, NULL when it
+-- carries none) goes on the row (migration 018), fenced by the compare-and-set.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -26,7 +24,9 @@ WITH input AS (
            (t.x->>9)::int AS expected_sequence, t.x->>10 AS lease_token,
            (t.x->>11)::bigint AS lease_expired_by, (t.x->>12)::bool AS reset_failures,
            (t.x->>13)::int AS replays, t.x->>14 AS dead_letter_reason,
-           (t.x->>15)::bigint AS dead_lettered_at, (t.x->>16)::int AS succeeded_attempt
+           (t.x->>15)::bigint AS dead_lettered_at, (t.x->>16)::int AS succeeded_attempt,
+           (t.x->>17)::int AS progress_attempt, (t.x->>18)::float8 AS progress_fraction,
+           t.x->>19 AS progress_message, (t.x->>20)::jsonb AS progress_data
     FROM jsonb_array_elements(%(transitions)s::jsonb) AS t(x)
 ),
 updated AS (
@@ -50,7 +50,15 @@ updated AS (
         succeeded_sequence = CASE WHEN input.succeeded_attempt = r.attempt
                                   THEN r.event_sequence + 1 ELSE r.succeeded_sequence END,
         succeeded_at = CASE WHEN input.succeeded_attempt = r.attempt
-                            THEN %(now)s ELSE r.succeeded_at END
+                            THEN %(now)s ELSE r.succeeded_at END,
+        progress_attempt = coalesce(input.progress_attempt, r.progress_attempt),
+        progress_fraction = coalesce(input.progress_fraction, r.progress_fraction),
+        progress_message = CASE WHEN input.progress_attempt IS NULL
+                                THEN r.progress_message ELSE input.progress_message END,
+        progress_data = CASE WHEN input.progress_attempt IS NULL
+                             THEN r.progress_data ELSE input.progress_data END,
+        progress_at = CASE WHEN input.progress_attempt IS NULL
+                           THEN r.progress_at ELSE %(now)s END
     FROM input
     WHERE r.environment = %(environment)s AND r.id = input.id
       AND r.id = ANY(%(ids)b::text[])
@@ -93,20 +101,5 @@ stored_starts AS (
     WHERE started_sequence IS NOT NULL
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
     ON CONFLICT DO NOTHING
-),
-progress AS (
-    INSERT INTO {schema}.runlane_run_progress AS kept
-        (environment, run_id, attempt, fraction, message, data, updated_at)
-    SELECT %(environment)s, p.x->>0 AS run_id, (p.x->>1)::int AS attempt,
-           (p.x->>2)::float8 AS fraction, p.x->>3 AS message, (p.x->>4)::jsonb AS data, %(now)s
-    FROM jsonb_array_elements(%(progress)s::jsonb) AS p(x)
-    JOIN updated ON updated.id = p.x->>0
-    ON CONFLICT (run_id, environment) DO UPDATE SET
-        attempt = excluded.attempt,
-        fraction = excluded.fraction,
-        message = excluded.message,
-        data = excluded.data,
-        updated_at = excluded.updated_at
-    WHERE excluded.attempt >= kept.attempt
 )
 SELECT id FROM updated;

@@ -100,6 +100,8 @@ class SqlStorageBase(ABC):
         params = {
             "environment": environment,
             "writes": progress_writes_json(writes),
+            # The runs' ids on their own, for a lookup by primary key (PostgreSQL).
+            "ids": self._texts([write.run_id for write in writes]),
             "now": to_micros(now),
         }
         return await self._count("write_progress", params)

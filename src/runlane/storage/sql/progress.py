@@ -1,5 +1,6 @@
-"""The progress rows both SQL drivers store (``runlane_run_progress``): how a batch of
-writes is passed to ``write_progress`` and how a row becomes a :class:`RunProgress`."""
+"""The progress both SQL drivers keep on a run's row (SQLite: one JSON column,
+PostgreSQL: ``progress_*`` columns): how a batch of writes is passed to
+``write_progress`` and how a ``get_progress`` row becomes a :class:`RunProgress`."""
 
 from __future__ import annotations
 

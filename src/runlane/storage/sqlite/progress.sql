@@ -9,50 +9,44 @@ WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: write_progress
 -- Each attempt's latest value (:writes, a JSON array of objects with id, token,
--- attempt, fraction, message and data, the data as JSON text), fenced: stored only
--- while the run is leased to that attempt with an unexpired lease. A value of an
--- older attempt never replaces a newer one's. CROSS JOIN keeps the order written:
--- each write finds its run by primary key (left to the planner, it scanned the
--- leased runs once per write).
-INSERT INTO runlane_run_progress (environment, run_id, attempt, fraction, message, data, updated_at)
-SELECT r.environment, r.id, r.attempt, w.fraction, w.message, w.data, :now
+-- attempt, fraction, message and data, the data as JSON text) on its run's row
+-- (migration 017's progress array), fenced: stored only while the run is leased to that attempt with
+-- an unexpired lease, so a value of an older attempt never replaces a newer one's.
+-- The fenced runs are found first, each by primary key (CROSS JOIN keeps that order),
+-- then updated by rowid. LIMIT -1 (no limit) keeps SQLite from flattening the
+-- subquery into the update's join, where it scanned every run of the environment.
+-- (Not a WITH statement: sqlite3 of Python 3.11 counts no rows changed by one.)
+UPDATE runlane_runs
+SET progress = json_array(w.attempt, w.fraction, w.message, json(w.data), :now)
 FROM (
-    SELECT json_extract(value, '$.id') AS id,
-           json_extract(value, '$.token') AS token,
-           json_extract(value, '$.attempt') AS attempt,
-           json_extract(value, '$.fraction') AS fraction,
-           json_extract(value, '$.message') AS message,
-           json_extract(value, '$.data') AS data
-    FROM json_each(:writes)
+    SELECT r.rowid AS run_rowid, j.attempt, j.fraction, j.message, j.data
+    FROM (
+        SELECT json_extract(value, '$.id') AS id,
+               json_extract(value, '$.token') AS token,
+               json_extract(value, '$.attempt') AS attempt,
+               json_extract(value, '$.fraction') AS fraction,
+               json_extract(value, '$.message') AS message,
+               json_extract(value, '$.data') AS data
+        FROM json_each(:writes)
+    ) AS j
+    CROSS JOIN runlane_runs r ON r.environment = :environment AND r.id = j.id
+    WHERE r.lease_token = j.token
+      AND r.attempt = j.attempt
+      AND (r.status = 'running' OR r.status = 'cancellation_requested')
+      AND r.lease_expires_at > :now
+    LIMIT -1
 ) AS w
-CROSS JOIN runlane_runs r ON r.environment = :environment AND r.id = w.id
-WHERE r.lease_token = w.token
-  AND r.attempt = w.attempt
-  AND (r.status = 'running' OR r.status = 'cancellation_requested')
-  AND r.lease_expires_at > :now
-ON CONFLICT (environment, run_id) DO UPDATE SET
-    attempt = excluded.attempt,
-    fraction = excluded.fraction,
-    message = excluded.message,
-    data = excluded.data,
-    updated_at = excluded.updated_at
-WHERE excluded.attempt >= runlane_run_progress.attempt;
-
--- name: write_settled_progress
--- An attempt's last value, written by apply_transitions with the transition that
--- settles the attempt, once that transition applied: its compare-and-set on the
--- lease token is the fence, so no lease is checked here (the lease is already
--- cleared). A value of an older attempt never replaces a newer one's.
-INSERT INTO runlane_run_progress (environment, run_id, attempt, fraction, message, data, updated_at)
-VALUES (:environment, :run_id, :attempt, :fraction, :message, :data, :now)
-ON CONFLICT (environment, run_id) DO UPDATE SET
-    attempt = excluded.attempt,
-    fraction = excluded.fraction,
-    message = excluded.message,
-    data = excluded.data,
-    updated_at = excluded.updated_at
-WHERE excluded.attempt >= runlane_run_progress.attempt;
+WHERE runlane_runs.rowid = w.run_rowid;
 
 -- name: get_progress
-SELECT run_id, attempt, fraction, message, data, updated_at FROM runlane_run_progress
-WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:ids));
+-- The data is read back as JSON text (json_quote keeps an object or array as it is
+-- and quotes a string; no data reads as null).
+SELECT id AS run_id,
+       json_extract(progress, '$[0]') AS attempt,
+       json_extract(progress, '$[1]') AS fraction,
+       json_extract(progress, '$[2]') AS message,
+       json_quote(json_extract(progress, '$[3]')) AS data,
+       json_extract(progress, '$[4]') AS updated_at
+FROM runlane_runs
+WHERE environment = :environment AND id IN (SELECT value FROM json_each(:ids))
+  AND progress IS NOT NULL;

@@ -1,5 +1,5 @@
-"""Pruning: deleting finished runs with their history, ownership, outbox, progress
-and schedule occurrence rows."""
+"""Pruning: deleting finished runs (their progress is on their rows) with their
+history, ownership, outbox and schedule occurrence rows."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ def prune_runs(cur: sqlite3.Cursor, environment: str, params: dict[str, Any]) ->
             "delete_run_events",
             "delete_idempotency_keys_of_runs",
             "delete_outbox_of_runs",
-            "delete_progress_of_runs",
             "delete_schedule_occurrences_of_runs",
             "delete_dependency_edges_of_runs",
             "delete_waiting_rows_of_runs",

@@ -30,10 +30,6 @@ WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run
 DELETE FROM runlane_outbox
 WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
 
--- name: delete_progress_of_runs
-DELETE FROM runlane_run_progress
-WHERE environment = :environment AND run_id IN (SELECT value FROM json_each(:run_ids));
-
 -- name: delete_schedule_occurrences_of_runs
 -- A pruned run's slot lies long before its schedule's last_slot, so no tick
 -- proposes it again: its occurrence row has done its job.

@@ -56,9 +56,9 @@ NUMBERED = {
     name: Numbered(QUERIES[name])
     for name in (
         "apply_transition",
+        "apply_progress_transition",
         "insert_event",
         "insert_plain_run",
         "insert_plain_keyed_run",
-        "write_settled_progress",
     )
 }

@@ -1,5 +1,5 @@
-"""Applying state transitions: compare-and-set each run, then append its events and
-store the progress the settled attempts carry."""
+"""Applying state transitions: compare-and-set each run (with the progress a settled
+attempt carries), then append its events."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runlane.model.dependencies import SETTLED_STATUSES
-from runlane.ports.storage import ProgressWrite, Transition
+from runlane.ports.storage import Transition
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.implied import implied_success_attempt, started_event_data
 from runlane.storage.sqlite.dependencies import settle_dependents
@@ -23,16 +23,17 @@ def apply_transitions(
     """Compare-and-set each transition; the events of the applied ones go in one batch,
     but for those the row implies (migration 016): a success is kept on the row, and a
     start the row implied is stored when its run becomes claimable again. The progress
-    values they carry are written too (fenced by their compare-and-set)."""
-    settle, insert = NUMBERED["apply_transition"], NUMBERED["insert_event"]
-    query, values = settle.sql, settle.values
+    a transition carries is written by its compare-and-set, on the run's row."""
+    plain, with_progress = NUMBERED["apply_transition"], NUMBERED["apply_progress_transition"]
+    insert = NUMBERED["insert_event"]
     applied: list[bool] = []
     events: list[dict[str, Any]] = []
     starts: list[dict[str, Any]] = []
-    progress: list[tuple[Any, ...]] = []
     depended_on: list[str] = []
     for transition in transitions:
         params = transition_params(environment, transition, now_us)
+        settle = plain if transition.progress is None else with_progress
+        query, values = settle.sql, settle.values
         row = cur.execute(query, values(params)).fetchone()
         if row is None and params["settles_alone"]:
             # Either the compare-and-set failed, or runs wait for this one: try again
@@ -48,13 +49,9 @@ def apply_transitions(
             starts.append(stored_start(cur, environment, transition.run_id))
         if not row[0]:
             events += transition_events(environment, transition, now_us)
-        if transition.progress is not None:
-            progress.append(settled_progress_values(environment, transition.progress, now_us))
     if starts:
         cur.executemany(QUERIES["insert_event_unless_stored"], starts)
     cur.executemany(insert.sql, map(insert.values, events))
-    if progress:
-        cur.executemany(NUMBERED["write_settled_progress"].sql, progress)
     if depended_on:
         settle_dependents(cur, environment, depended_on, now_us)
     return applied
@@ -75,9 +72,10 @@ def stored_start(cur: sqlite3.Cursor, environment: str, run_id: str) -> dict[str
 
 
 def transition_params(environment: str, transition: Transition, now_us: int) -> dict[str, Any]:
-    """Parameters of ``apply_transition``: the changes and the compare-and-set condition."""
+    """Parameters of ``apply_transition``: the changes and the compare-and-set condition
+    (and of ``apply_progress_transition``, with the progress, when it carries some)."""
     changes = transition.changes
-    return {
+    params: dict[str, Any] = {
         "environment": environment,
         "id": transition.run_id,
         "status": changes.status.value,
@@ -100,21 +98,14 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
         "settles_alone": int(changes.status in SETTLED_STATUSES),
         "succeeded_attempt": implied_success_attempt(transition),
     }
-
-
-def settled_progress_values(environment: str, write: ProgressWrite, now_us: int) -> tuple[Any, ...]:
-    """The values of ``write_settled_progress`` for one settled attempt's progress."""
-    return NUMBERED["write_settled_progress"].values(
-        {
-            "environment": environment,
-            "run_id": write.run_id,
-            "attempt": write.attempt,
-            "fraction": write.fraction,
-            "message": write.message,
-            "data": write.data_json,
-            "now": now_us,
-        }
-    )
+    progress = transition.progress
+    if progress is not None:
+        # apply_progress_transition's: the settled attempt's last progress.
+        params["progress_attempt"] = progress.attempt
+        params["progress_fraction"] = progress.fraction
+        params["progress_message"] = progress.message
+        params["progress_data"] = progress.data_json
+    return params
 
 
 def transition_events(
