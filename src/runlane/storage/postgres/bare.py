@@ -33,7 +33,9 @@ _INT8_OID = 20
 _BOOL_OID = 16
 _UNKNOWN_OID = 0
 #: SQLSTATE of a prepared statement the session no longer has (DEALLOCATE ALL).
-_NO_SUCH_STATEMENT = "26000"
+_NO_SUCH_STATEMENT = b"26000"
+#: A failed statement's status, as a plain int (an enum member's lookup per call costs).
+_FATAL_ERROR = int(pq.ExecStatus.FATAL_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,8 @@ async def execute_bare(
         result = await _result(pgconn)
         if (
             attempt == 1
-            and result.status == pq.ExecStatus.FATAL_ERROR
-            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT.encode()
+            and result.status == _FATAL_ERROR
+            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT
         ):
             # The session lost it (DEALLOCATE ALL, DISCARD ALL): prepare it again.
             prepared.discard(statement.name)
@@ -108,21 +110,28 @@ def _types(values: Sequence[Any]) -> list[int]:
 def _encoded(values: Sequence[Any], encoding: str) -> list[bytes | None]:
     out: list[bytes | None] = []
     for value in values:
-        if value is None:
-            out.append(None)
-        elif isinstance(value, str):
+        # Exact types first (a lone trigger's values are text, None and small integers),
+        # then their subclasses (a bool is an int, but goes as t or f).
+        kind = type(value)
+        if kind is str:
             out.append(value.encode(encoding))
+        elif value is None:
+            out.append(None)
+        elif kind is int:
+            out.append(b"%d" % value)
         elif isinstance(value, bool):
             out.append(b"t" if value else b"f")
+        elif isinstance(value, str):
+            out.append(value.encode(encoding))
         elif isinstance(value, int):
-            out.append(str(value).encode())
+            out.append(b"%d" % value)
         else:
             raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
     return out
 
 
 def _check(result: PGresult, encoding: str) -> None:
-    if result.status == pq.ExecStatus.FATAL_ERROR:
+    if result.status == _FATAL_ERROR:
         raise error_from_result(result, encoding=encoding)
 
 
