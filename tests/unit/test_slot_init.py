@@ -157,3 +157,28 @@ def test_refuses_what_it_would_not_mirror() -> None:
     for cls in (Mutable, PostInit, Hidden, KeywordOnly, NoSlots):
         with pytest.raises(TypeError):
             slot_init(cls)
+
+
+def test_an_instance_ends_with_its_own_class_also_when_a_subclass_inherits_the_init() -> None:
+    made = Fast(1, "x")
+    assert type(made) is Fast and (made.a, made.b) == (1, "x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.a = 2  # type: ignore[misc]
+
+    class Wider(Fast):
+        __slots__ = ("extra",)
+
+    wider = Wider(2, "y", [3])
+    assert type(wider) is Wider and (wider.a, wider.b, wider.c, wider.d) == (2, "y", [3], None)
+
+
+def test_a_field_may_be_called_like_the_names_the_init_uses() -> None:
+    @slot_init
+    @dataclass(frozen=True, slots=True)
+    class Odd:
+        type: str
+        object: int = 0
+        self_: str = ""
+
+    odd = Odd("t", 1, "s")
+    assert type(odd) is Odd and (odd.type, odd.object, odd.self_) == ("t", 1, "s")
