@@ -108,26 +108,41 @@ def _types(values: Sequence[Any]) -> list[int]:
 
 
 def _encoded(values: Sequence[Any], encoding: str) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    for value in values:
-        # Exact types first (a lone trigger's values are text, None and small integers),
-        # then their subclasses (a bool is an int, but goes as t or f).
-        kind = type(value)
-        if kind is str:
-            out.append(value.encode(encoding))
-        elif value is None:
-            out.append(None)
-        elif kind is int:
-            out.append(b"%d" % value)
-        elif isinstance(value, bool):
-            out.append(b"t" if value else b"f")
-        elif isinstance(value, str):
-            out.append(value.encode(encoding))
-        elif isinstance(value, int):
-            out.append(b"%d" % value)
-        else:
-            raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
-    return out
+    # One comprehension, exact types first: a lone trigger's values are text, None and
+    # small integers. ``str.encode()`` without an argument is UTF-8 with no codec lookup.
+    if encoding == "utf-8":
+        return [
+            value.encode()
+            if type(value) is str
+            else None
+            if value is None
+            else b"%d" % value
+            if type(value) is int
+            else _other(value, encoding)
+            for value in values
+        ]
+    return [
+        value.encode(encoding)
+        if type(value) is str
+        else None
+        if value is None
+        else b"%d" % value
+        if type(value) is int
+        else _other(value, encoding)
+        for value in values
+    ]
+
+
+def _other(value: Any, encoding: str) -> bytes:
+    """A value of a subclass of the types a bare statement takes (a bool is an int,
+    but goes as t or f)."""
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, str):
+        return value.encode(encoding)
+    if isinstance(value, int):
+        return b"%d" % value
+    raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
 
 
 def _check(result: PGresult, encoding: str) -> None:
