@@ -170,7 +170,19 @@ async def _result(pgconn: PGconn) -> PGresult:
                     raise psycopg.OperationalError("the server sent no result")
                 return result
             result = got
-        await _ready(loop, fd, write=False)
+        # Wait until the socket is readable: _ready's work, inline (no coroutine and
+        # no closure per wait; every statement waits at least once).
+        ready = loop.create_future()
+        loop.add_reader(fd, _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:
