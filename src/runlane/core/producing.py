@@ -522,7 +522,8 @@ class RunWriter:
         # Runs created leased (handed to a worker standing by, or run_now's) wake nobody.
         if any(o.created and o.run.lease is None for o in outcomes):
             self._on_created()
-        await self._publish_claimed(outcomes, claimed_until)
+        if claimed_until is not None:  # (most writes: no coroutine made for nothing)
+            await self._publish_claimed(outcomes, claimed_until)
         return outcomes
 
     def _outbox_claim(self, now: datetime, connection: Any) -> datetime | None:
@@ -598,7 +599,7 @@ class Producer:
             and concurrency_key is None
             and trace_carrier is None
             and after is None
-            and on_failure is CANCEL
+            and on_failure == CANCEL
             and rate_key is None
             and priority is DEFAULT_PRIORITY
         ):
