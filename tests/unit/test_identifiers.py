@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -60,6 +61,29 @@ def test_run_ids_are_unique_uuid_shaped_and_ordered_by_creation_time() -> None:
     assert all(shape.match(run_id) for run_id in ids)
     millis = [run_id.replace("-", "")[:12] for run_id in ids]
     assert millis == sorted(millis)
+
+
+def test_lone_and_batched_run_ids_interleave_in_creation_order() -> None:
+    # Lone ids come from a pool of random bits drawn ahead (past its end, too).
+    ids = [new_run_id() for _ in range(700)] + new_run_id.many(50) + [new_run_id()]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the platform does not fork")
+def test_a_forked_child_draws_run_ids_of_its_own() -> None:
+    new_run_id()  # the parent's pool holds random bits for the ids to come
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        os.write(write_end, new_run_id().encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    with os.fdopen(read_end) as pipe:
+        childs = pipe.read()
+    # The random tail (after the time and counter) would repeat the parent's otherwise.
+    assert childs[-16:] != new_run_id()[-16:]
 
 
 def test_run_ids_are_valid_identifiers() -> None:

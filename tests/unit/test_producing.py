@@ -6,11 +6,15 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runlane import Context, Runlane, queue, sqlite_lane, task
 from runlane.core.producing import MAX_GROUP_SIZE, CreationBatcher
 from runlane.ports.storage import CreateOutcome, NewRun
+from runlane.types.clock import ManualClock
 from runlane.types.ids import new_run_id
 from runlane.types.runs import Run, RunSource, RunStatus
 
@@ -135,7 +139,7 @@ def test_bulk_run_ids_are_uuid7_unique_and_in_creation_order() -> None:
 async def test_a_failed_bulk_batch_raises_its_own_error_and_stops_the_rest(
     tmp_path: pytest.TempPathFactory,
 ) -> None:
-    from runlane import Context, ErrorCode, Runlane, RunlaneError, queue, sqlite_lane, task
+    from runlane import ErrorCode, Runlane, RunlaneError, queue, sqlite_lane, task
 
     @task("bulk.noop")
     async def noop(payload: int, ctx: Context) -> None:
@@ -162,3 +166,31 @@ async def test_a_failed_bulk_batch_raises_its_own_error_and_stops_the_rest(
         # Batches are atomic: whole ones written before the failure, none after it.
         written = len((await rl.runs.list(limit=1000)).data)
         assert written % 1000 == 0 and written < 5000
+
+
+async def test_triggers_with_default_options_are_due_when_called_not_when_first_planned(
+    tmp_path: Path,
+) -> None:
+    # A trigger with every option at its default reuses its task's plan from an earlier
+    # call: its due time, and its idempotency key's expiry, still follow the clock.
+    clock = ManualClock()
+    main = queue("main", default=True)
+
+    @task("keyed", idempotency_key=lambda payload: payload["k"], idempotency_key_ttl="1h")
+    async def keyed(payload: Any, ctx: Context) -> None:
+        """Does nothing."""
+
+    rl = Runlane(lane=sqlite_lane(str(tmp_path / "q.db")), queues=[main], tasks=[keyed],
+                 clock=clock)  # fmt: skip
+    await rl.migrate()
+    async with rl:
+        first = await rl.trigger(keyed, {"k": "a"})
+        clock.advance("59m")
+        second = await rl.trigger(keyed, {"k": "b"})
+        assert second.run_at == second.created_at == clock.now() > first.run_at
+        assert second.status is RunStatus.QUEUED
+        for run in (first, second):  # finished owners hold their keys until they expire
+            await rl.runs.cancel(run.id)
+        clock.advance("2m")  # a's key expired an hour after its trigger, b's holds
+        assert (await rl.trigger(keyed, {"k": "a"})).id != first.id
+        assert (await rl.trigger(keyed, {"k": "b"})).id == second.id

@@ -178,8 +178,9 @@ class TriggerPlan:
                     ids, prepared.values[start:stop], prepared.texts[start:stop], strict=True
                 )
             ]
+        run_at, expires_at = self.run_at, self.idempotency_expires_at
         return [
-            self._run(run_id, instance, value, encoded)
+            self._run(run_id, instance, value, encoded, run_at, expires_at)
             for run_id, instance, value, encoded in zip(
                 ids,
                 prepared.instances[start:stop],
@@ -192,9 +193,28 @@ class TriggerPlan:
     def new_run(self, payload: Any) -> NewRun:
         """One validated :class:`NewRun` (a lone trigger's: no batch lists to build)."""
         instance, value, encoded = prepare_payload(self.task, payload, self.max_payload_bytes)
-        return self._run(new_run_id(), instance, value, encoded)
+        return self._run(
+            new_run_id(), instance, value, encoded, self.run_at, self.idempotency_expires_at
+        )
 
-    def _run(self, run_id: str, instance: Any, value: Any, encoded: str) -> NewRun:
+    def new_run_due(self, payload: Any, now: datetime) -> NewRun:
+        """:meth:`new_run` of a plan made with every option at its default (due when it
+        was made), due ``now`` instead: a lone trigger's run, from the plan of an
+        earlier call (:meth:`Producer.trigger`)."""
+        instance, value, encoded = prepare_payload(self.task, payload, self.max_payload_bytes)
+        ttl = self.task.idempotency_key_ttl
+        expires_at = now + timedelta(0, ttl) if ttl else None
+        return self._run(new_run_id(), instance, value, encoded, now, expires_at)
+
+    def _run(
+        self,
+        run_id: str,
+        instance: Any,
+        value: Any,
+        encoded: str,
+        run_at: datetime,
+        idempotency_expires_at: datetime | None,
+    ) -> NewRun:
         idempotency_key = singleton_key = None
         if self.idempotency_key is not None or self.singleton_key is not None:
             idempotency_key = _key_from(self.idempotency_key, instance, "idempotency_key")
@@ -208,12 +228,10 @@ class TriggerPlan:
             self.status,
             value,
             encoded,
-            self.run_at,
+            run_at,
             self.source,
             idempotency_key=idempotency_key,
-            idempotency_expires_at=(
-                self.idempotency_expires_at if idempotency_key is not None else None
-            ),
+            idempotency_expires_at=idempotency_expires_at if idempotency_key is not None else None,
             singleton_key=singleton_key,
             concurrency_key=self.concurrency_key,
             trace_carrier=self.trace_carrier,
@@ -241,8 +259,18 @@ class WaitingPlan(TriggerPlan):
         """Never: waiting runs have edges to write."""
         return False
 
-    def _run(self, run_id: str, instance: Any, value: Any, encoded: str) -> NewRun:
-        new = TriggerPlan._run(self, run_id, instance, value, encoded)
+    def _run(
+        self,
+        run_id: str,
+        instance: Any,
+        value: Any,
+        encoded: str,
+        run_at: datetime,
+        idempotency_expires_at: datetime | None,
+    ) -> NewRun:
+        new = TriggerPlan._run(
+            self, run_id, instance, value, encoded, run_at, idempotency_expires_at
+        )
         fields = {field.name: getattr(new, field.name) for field in dataclasses.fields(new)}
         return NewWaitingRun(**fields, after=self.after, on_failure=self.on_failure)
 
@@ -545,7 +573,8 @@ class RunWriter:
         # Runs created leased (handed to a worker standing by, or run_now's) wake nobody.
         if any(o.created and o.run.lease is None for o in outcomes):
             self._on_created()
-        await self._publish_claimed(outcomes, claimed_until)
+        if claimed_until is not None:  # (most writes: no coroutine made for nothing)
+            await self._publish_claimed(outcomes, claimed_until)
         return outcomes
 
     def _outbox_claim(self, now: datetime, connection: Any) -> datetime | None:
@@ -589,6 +618,9 @@ class Producer:
         self._clock = clock
         self._max_payload_bytes = max_payload_bytes
         self._transport = transport
+        #: Per task (by identity): its default queue and the plan of a trigger with every
+        #: option at its default, which only the due time tells apart from the next.
+        self._default_plans: dict[int, tuple[TaskDef[Any], QueueDef, TriggerPlan]] = {}
 
     async def trigger(
         self,
@@ -609,22 +641,37 @@ class Producer:
         priority: int = DEFAULT_PRIORITY,
     ) -> Run:
         """``Runlane.trigger``: one run, or the existing run its keys point at."""
-        new = self.build_new_run(
-            task,
-            payload,
-            queue=queue,
-            delay=delay,
-            run_at=run_at,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            concurrency_key=concurrency_key,
-            trace_carrier=trace_carrier,
-            source=_TRIGGERED,
-            after=after,
-            on_failure=on_failure,
-            rate_key=rate_key,
-            priority=priority,
-        )
+        if (
+            queue is None
+            and delay is None
+            and run_at is None
+            and idempotency_key is None
+            and singleton_key is None
+            and concurrency_key is None
+            and trace_carrier is None
+            and after is None
+            and on_failure == CANCEL
+            and rate_key is None
+            and priority is DEFAULT_PRIORITY
+        ):
+            new = self._default_run(task, payload)
+        else:
+            new = self.build_new_run(
+                task,
+                payload,
+                queue=queue,
+                delay=delay,
+                run_at=run_at,
+                idempotency_key=idempotency_key,
+                singleton_key=singleton_key,
+                concurrency_key=concurrency_key,
+                trace_carrier=trace_carrier,
+                source=_TRIGGERED,
+                after=after,
+                on_failure=on_failure,
+                rate_key=rate_key,
+                priority=priority,
+            )
         observers = self._observers
         if observers:
             with observers.producing(new.task_id, new.queue, 1) as carrier:
@@ -635,6 +682,21 @@ class Producer:
                     observers.call("triggered", [outcome.run])
                 return outcome.run
         return (await self._writer.create_one(new, connection)).run
+
+    def _default_run(self, task: TaskDef[Any] | str, payload: Any) -> NewRun:
+        """:meth:`build_new_run` of a trigger with every option at its default: the
+        task's plan (validated on its first such call, kept since) with the due time now.
+        Such plans differ only in their due time (and the idempotency key's expiry
+        that follows from it), and validating the options into a plan was over
+        a third of building a lone trigger's run."""
+        definition = self._registry.resolve_task(task)
+        target = self._registry.queue_for(definition, None)
+        kept = self._default_plans.get(id(definition))
+        if kept is not None and kept[0] is definition and kept[1] is target:
+            return kept[2].new_run_due(payload, self._clock.now())
+        plan = self.plan_trigger(definition, source=_TRIGGERED)
+        self._default_plans[id(definition)] = (definition, target, plan)
+        return plan.new_run(payload)
 
     async def trigger_many(
         self,

@@ -47,6 +47,10 @@ def validate_optional_identifier(value: object | None, *, name: str) -> str | No
 
 
 _MILLIS_MASK = (1 << 48) - 1
+#: Ids whose random bits one draw of :meth:`_MonotonicUuid7.__call__`'s pool covers.
+_POOL_IDS = 512
+#: Hex digits one lone id takes from the pool: a counter seed byte, then 8 bytes of tail.
+_ID_DRAW = 18
 #: The first hex digit of the random tail with the RFC 9562 variant bits (``10``) set.
 _VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 0b11] for digit in "0123456789abcdef"}
 
@@ -62,9 +66,40 @@ class _MonotonicUuid7:
         self._lock = threading.Lock()
         self._millis = 0
         self._counter = 0
+        # Lone ids draw their random bits from a pool (as hex), one system call per
+        # _POOL_IDS ids instead of one each; a forked child starts a pool of its own.
+        self._pool = ""
+        self._used = 0
+        self._head_millis = -1
+        self._head = ""
 
     def __call__(self) -> str:
-        return self.many(1)[0]
+        """One new id (a lone trigger's): what :meth:`many` makes, without its lists."""
+        with self._lock:
+            used = self._used
+            if used >= len(self._pool):
+                self._pool, used = os.urandom(_ID_DRAW // 2 * _POOL_IDS).hex(), 0
+            drawn = self._pool[used : used + _ID_DRAW]
+            self._used = used + _ID_DRAW
+            millis, counter = self._millis, self._counter
+            now = time.time_ns() // 1_000_000
+            if now > millis:
+                millis, counter = now, int(drawn[:2], 16) - 1
+            counter += 1
+            if counter > 0xFFF:
+                millis, counter = millis + 1, 0
+            self._millis, self._counter = millis, counter
+            if millis != self._head_millis:
+                stamp = f"{millis & _MILLIS_MASK:012x}"
+                self._head_millis, self._head = millis, f"{stamp[:8]}-{stamp[8:]}-7"
+            head = self._head
+        return f"{head}{counter:03x}-{_VARIANT_DIGIT[drawn[2]]}{drawn[3:6]}-{drawn[6:]}"
+
+    def forget_pool(self) -> None:
+        """Drop the drawn random bits and the lock (in a forked child: the parent's
+        pool would repeat the parent's ids)."""
+        self._lock = threading.Lock()
+        self._pool, self._used = "", 0
 
     def many(self, count: int) -> list[str]:
         """``count`` new ids in order (one clock read and one random draw for all)."""
@@ -99,6 +134,8 @@ class _MonotonicUuid7:
 new_run_id = _MonotonicUuid7()
 """A new run id: a UUIDv7 string, time-ordered so listings sort by creation.
 ``new_run_id.many(n)`` makes ``n`` at once."""
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=new_run_id.forget_pool)
 
 
 def new_token() -> str:

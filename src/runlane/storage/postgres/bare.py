@@ -33,7 +33,9 @@ _INT8_OID = 20
 _BOOL_OID = 16
 _UNKNOWN_OID = 0
 #: SQLSTATE of a prepared statement the session no longer has (DEALLOCATE ALL).
-_NO_SUCH_STATEMENT = "26000"
+_NO_SUCH_STATEMENT = b"26000"
+#: A failed statement's status, as a plain int (an enum member's lookup per call costs).
+_FATAL_ERROR = int(pq.ExecStatus.FATAL_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,8 @@ async def execute_bare(
         result = await _result(pgconn)
         if (
             attempt == 1
-            and result.status == pq.ExecStatus.FATAL_ERROR
-            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT.encode()
+            and result.status == _FATAL_ERROR
+            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT
         ):
             # The session lost it (DEALLOCATE ALL, DISCARD ALL): prepare it again.
             prepared.discard(statement.name)
@@ -106,23 +108,45 @@ def _types(values: Sequence[Any]) -> list[int]:
 
 
 def _encoded(values: Sequence[Any], encoding: str) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    for value in values:
-        if value is None:
-            out.append(None)
-        elif isinstance(value, str):
-            out.append(value.encode(encoding))
-        elif isinstance(value, bool):
-            out.append(b"t" if value else b"f")
-        elif isinstance(value, int):
-            out.append(str(value).encode())
-        else:
-            raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
-    return out
+    # One comprehension, exact types first: a lone trigger's values are text, None and
+    # small integers. ``str.encode()`` without an argument is UTF-8 with no codec lookup.
+    if encoding == "utf-8":
+        return [
+            value.encode()
+            if type(value) is str
+            else None
+            if value is None
+            else b"%d" % value
+            if type(value) is int
+            else _other(value, encoding)
+            for value in values
+        ]
+    return [
+        value.encode(encoding)
+        if type(value) is str
+        else None
+        if value is None
+        else b"%d" % value
+        if type(value) is int
+        else _other(value, encoding)
+        for value in values
+    ]
+
+
+def _other(value: Any, encoding: str) -> bytes:
+    """A value of a subclass of the types a bare statement takes (a bool is an int,
+    but goes as t or f)."""
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, str):
+        return value.encode(encoding)
+    if isinstance(value, int):
+        return b"%d" % value
+    raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
 
 
 def _check(result: PGresult, encoding: str) -> None:
-    if result.status == pq.ExecStatus.FATAL_ERROR:
+    if result.status == _FATAL_ERROR:
         raise error_from_result(result, encoding=encoding)
 
 
@@ -146,7 +170,19 @@ async def _result(pgconn: PGconn) -> PGresult:
                     raise psycopg.OperationalError("the server sent no result")
                 return result
             result = got
-        await _ready(loop, fd, write=False)
+        # Wait until the socket is readable: _ready's work, inline (no coroutine and
+        # no closure per wait; every statement waits at least once).
+        ready = loop.create_future()
+        loop.add_reader(fd, _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:

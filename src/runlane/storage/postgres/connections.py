@@ -167,6 +167,9 @@ class SpareConnection:
         self._connect = connect
         self._retry_after = retry_after
         self._conn: Connection | None = None
+        #: A poll object with the kept connection's socket registered: the check before
+        #: each call polls it, rather than building one per call (None: no poll here).
+        self._poller: Any = None
         self._busy = False
         self._opening: asyncio.Task[None] | None = None
         self._next_opening = 0.0
@@ -177,7 +180,7 @@ class SpareConnection:
         if self._busy:
             return None
         conn = self._conn
-        if conn is None or conn.closed or conn.broken or socket_readable(conn.pgconn.socket):
+        if conn is None or conn.closed or conn.broken or self._readable(conn):
             self._drop()
             if self._opening is None and time.monotonic() >= self._next_opening:
                 self._opening = asyncio.create_task(self._open())
@@ -192,6 +195,12 @@ class SpareConnection:
         if conn.closed or conn.broken or conn.pgconn.transaction_status != TransactionStatus.IDLE:
             # Cancelled mid-statement or left in a transaction: never reuse it.
             self._drop()
+
+    def _readable(self, conn: Connection) -> bool:
+        poller = self._poller
+        if poller is None:
+            return socket_readable(conn.pgconn.socket)
+        return bool(poller.poll(0))
 
     async def close(self) -> None:
         """Close the connection and stop opening one."""
@@ -220,10 +229,15 @@ class SpareConnection:
             return
         finally:
             self._opening = None
+        poll = getattr(select, "poll", None)
+        if poll is not None:
+            self._poller = poll()
+            self._poller.register(conn.pgconn.socket, select.POLLIN)
         self._conn = conn
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
+        self._poller = None
         if conn is not None and not conn.closed:
             task = asyncio.create_task(conn.close())
             self._closing.add(task)

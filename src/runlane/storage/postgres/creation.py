@@ -94,11 +94,12 @@ async def in_caller_transaction(
         raise error(failure) from None
 
 
-async def insert_lone_run(
+def insert_lone_run(
     statement: BareStatement, params: dict[str, Any], conn: DriverConnection
-) -> None:
-    """Run ``insert_run``, a lone trigger's one statement, through libpq directly."""
-    await conn.execute_bare(statement, params)
+) -> Awaitable[object]:
+    """Run ``insert_run``, a lone trigger's one statement, through libpq directly (the
+    statement's run, to await: no coroutine of its own around it)."""
+    return conn.execute_bare(statement, params)
 
 
 async def insert_handoff(

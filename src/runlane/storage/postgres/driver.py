@@ -69,6 +69,7 @@ from runlane.storage.postgres.params import (
     lone_params,
     may_hand_off,
     plain_batch,
+    plain_run,
 )
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.publishing import PublishCall
@@ -296,7 +297,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         check_distinct_ids(runs)
         now_us = to_micros(now)
         bare = connection is None and lease is None
-        if bare and len(runs) == 1 and plain_batch(runs):
+        if bare and len(runs) == 1 and plain_run(runs[0]):
             # A lone trigger: one autocommitted statement, no batch columns to build. A
             # due run may be handed to a worker standing by (standby.py).
             new = runs[0]
@@ -317,7 +318,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
                 await self._db.run(
                     partial(creation.insert_lone_run, self._insert_run, params), replay=False
                 )
-            return [lone_outcome(environment, new, now_us, handed)]
+            return [lone_outcome(environment, new, now, handed)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)

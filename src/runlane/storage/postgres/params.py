@@ -356,13 +356,17 @@ def may_hand_off(new: NewRun, run_at_us: int, now_us: int) -> bool:
 
 def plain_batch(runs: Sequence[NewRun]) -> bool:
     """Whether every run is a bare row (no keys or delivery request): the COPY path."""
-    return not any(
-        r.idempotency_key is not None
-        or r.singleton_key is not None
-        or r.request_delivery
-        or r.rate_key is not None
-        or isinstance(r, NewWaitingRun)
-        for r in runs
+    return not any(not plain_run(r) for r in runs)
+
+
+def plain_run(new: NewRun) -> bool:
+    """Whether ``new`` is a bare row (see :func:`plain_batch`): a lone trigger's check."""
+    return (
+        new.idempotency_key is None
+        and new.singleton_key is None
+        and not new.request_delivery
+        and new.rate_key is None
+        and not isinstance(new, NewWaitingRun)
     )
 
 
@@ -376,10 +380,10 @@ def plain_runs(environment: str, runs: Sequence[NewRun], now_us: int) -> list[Ru
 
 
 def lone_outcome(
-    environment: str, new: NewRun, now_us: int, lease: Lease | None = None
+    environment: str, new: NewRun, now: datetime, lease: Lease | None = None
 ) -> CreateOutcome:
-    """The outcome of a lone trigger written with ``insert_run``: created, at event
-    sequence 1, or leased to a worker standing by, at sequence 2 (``run.started``)."""
+    """The outcome of a lone trigger written with ``insert_run`` at ``now``: created, at
+    event sequence 1, or leased to a worker standing by, at sequence 2 (``run.started``)."""
     sequence = 1 if lease is None else 2
-    run = created_run(environment, new, from_micros(now_us), _utc(new.run_at), sequence, lease)
+    run = created_run(environment, new, _utc(now), _utc(new.run_at), sequence, lease)
     return CreateOutcome(run, created=True)

@@ -8,7 +8,7 @@ and is used directly: its statements are short and run in the caller's transacti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -74,13 +74,15 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
             kept.append(self.cursor(row_factory=tuple_row))
         return kept[:count]
 
-    async def execute_bare(self, statement: BareStatement, params: Params) -> PGresult:
-        """Run ``statement`` through libpq directly (:mod:`.bare`); its result."""
+    def execute_bare(self, statement: BareStatement, params: Params) -> Awaitable[PGresult]:
+        """Run ``statement`` through libpq directly (:mod:`.bare`); its result, to await
+        (the call itself hands back :func:`.bare.execute_bare`'s, with no coroutine of
+        its own around it)."""
         prepared = self._bare
         if prepared is None:
             prepared = self._bare = set()
             self._bare_encoding = self.info.encoding
-        return await execute_bare(self.pgconn, self._bare_encoding, prepared, statement, params)
+        return execute_bare(self.pgconn, self._bare_encoding, prepared, statement, params)
 
 
 def column_names(cur: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> list[str] | None:
