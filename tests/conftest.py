@@ -13,6 +13,13 @@ from tests.support.postgres_server import PostgresServer, PostgresUnavailable, p
 from runlane import Lane, postgres_lane, sqlite_lane
 from runlane.storage.postgres import PostgresStorage
 
+# A pytest-xdist worker has a terminal's COLUMNS and LINES (80 x 24) in its environment;
+# the commands these tests start write to pipes, and their output and logs are read
+# whole, as they are under a single pytest process.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 #: ``pytester`` runs users' test files against the runlane pytest plugin.
 pytest_plugins = ["pytester"]
 

@@ -59,9 +59,18 @@ def runlane_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "runlane.cli.main", *args]
 
 
+#: Variables a command under test never inherits.
+_DROPPED = frozenset({"RUNLANE_APP", "COLUMNS", "LINES"})
+
+
 def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test's environment without a stray RUNLANE_APP, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k != "RUNLANE_APP"}
+    """The test's environment without a stray RUNLANE_APP, plus ``extra``.
+
+    COLUMNS and LINES go too: a parallel test worker has them set to a terminal's 80
+    columns, and the CLI sizes its tables to them; a command whose output is piped
+    otherwise prints them whole, as these tests read them.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
     env.update(extra or {})
     return env
 
