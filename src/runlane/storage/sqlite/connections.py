@@ -6,6 +6,12 @@ SQLite write takes microseconds, far less than a hop to a thread. Only when
 another process holds the write lock does the operation move to a dedicated
 thread that waits up to ``busy_timeout`` for it, so the loop never blocks on
 another process. Readers never block in WAL mode.
+
+At ``synchronous=FULL`` (or EXTRA) every commit waits for the disk to sync the WAL
+file, which takes far longer than the writes before it. A transaction is then
+written inline and committed in the thread, which holds no GIL while the disk
+syncs: the loop runs attempts meanwhile, and the settles they finish go together
+in the next, larger, commit.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ T = TypeVar("T")
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+#: ``PRAGMA synchronous`` settings at which every commit syncs the WAL file to disk.
+_SYNCED_COMMITS = frozenset({"FULL", "EXTRA", "2", "3"})
 
 
 def _unchanged(value: None) -> None:
@@ -57,6 +66,9 @@ class SqliteConnection:
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
+        #: Whether each commit waits for the disk (FULL, EXTRA): such a commit is made in
+        #: the thread, so the event loop runs attempts while the disk syncs.
+        self._commit_off_loop = synchronous.strip().upper() in _SYNCED_COMMITS
         self._conn: sqlite3.Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._patient = False
@@ -109,14 +121,7 @@ class SqliteConnection:
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` inline; if the write lock is taken, in the thread, waiting for it."""
-        executor = self._executor
-        if executor is None:
-            raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                "SQLite storage is not open.",
-                meta={"open": False},
-                retryable=True,
-            )
+        executor = self._running()
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -130,13 +135,64 @@ class SqliteConnection:
             )
 
     async def transact(self, fn: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations."""
+        """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations.
+
+        When commits wait for the disk, ``fn`` still runs inline but its commit is made
+        in the thread: the loop goes on while the WAL file syncs, and the connection is
+        not used again until the commit has ended.
+        """
 
         def step() -> T:
             with self.transaction() as cur:
                 return fn(cur)
 
-        return await self.run(step)
+        if not self._commit_off_loop:
+            return await self.run(step)
+        executor = self._running()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            conn = self._conn
+            if conn is not None:
+                try:
+                    result = self._write_uncommitted(conn, fn)
+                except _Busy:
+                    pass
+                else:
+                    await _outlive_cancellation(
+                        asyncio.get_running_loop().run_in_executor(executor, self._commit, conn)
+                    )
+                    return result
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, self._run_patiently, step
+            )
+
+    def _write_uncommitted(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Cursor], T]) -> T:
+        """``fn`` in a new IMMEDIATE transaction, left open for :meth:`_commit`."""
+        cur = conn.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            return fn(cur)
+        except BaseException as error:
+            if conn.in_transaction:
+                conn.rollback()
+            if isinstance(error, sqlite3.OperationalError):
+                self._check_busy(error)
+                raise _unavailable(error, self.path) from error
+            raise
+        finally:
+            cur.close()
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """Commit the open transaction (in the thread: the GIL is free while it syncs)."""
+        try:
+            conn.execute("COMMIT")
+        except BaseException as error:
+            if conn.in_transaction:
+                conn.rollback()
+            if isinstance(error, sqlite3.OperationalError):
+                raise _unavailable(error, self.path) from error
+            raise
 
     async def fetch(self, query: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         """The rows of one read, outside any transaction."""
@@ -181,6 +237,17 @@ class SqliteConnection:
         finally:
             cur.close()
 
+    def _running(self) -> ThreadPoolExecutor:
+        executor = self._executor
+        if executor is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "SQLite storage is not open.",
+                meta={"open": False},
+                retryable=True,
+            )
+        return executor
+
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
             raise RunlaneError(
@@ -213,6 +280,23 @@ class SqliteConnection:
         except sqlite3.OperationalError as error:
             self._check_busy(error)
             raise _unavailable(error, self.path) from error
+
+
+async def _outlive_cancellation(future: asyncio.Future[None]) -> None:
+    """Wait for ``future``; if cancelled meanwhile, still wait for it, then re-raise.
+
+    The caller holds the connection's lock: it must not let another operation use
+    the connection while a commit is still under way in the thread.
+    """
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError as error:
+            cancelled = error
+    if cancelled is not None:
+        raise cancelled
+    future.result()
 
 
 def _unavailable(error: sqlite3.Error, path: str) -> RunlaneError:
