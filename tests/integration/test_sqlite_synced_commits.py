@@ -1,7 +1,8 @@
-"""At ``synchronous=FULL`` (each commit waits for the disk) a SQLite transaction is
-written on the event loop and committed in the connection's thread: the loop goes
-on while the WAL file syncs, and the connection is used by nothing else until the
-commit has ended, even when the caller is cancelled meanwhile."""
+"""At ``synchronous=FULL`` (each commit waits for the disk) an overlapping SQLite
+transaction (a busy worker's settles) is written on the event loop
+and committed in the connection's thread: the loop goes on while the WAL file syncs,
+and the connection is used by nothing else until the commit has ended, even when the
+caller is cancelled meanwhile. Other transactions commit inline."""
 
 from __future__ import annotations
 
@@ -46,10 +47,14 @@ async def test_the_loop_runs_while_a_synced_commit_waits_for_the_disk(
         loop.call_soon(ran.append, "loop")
         return "written"
 
-    assert await db.transact(write) == "written"
+    assert await db.transact(write, overlap=True) == "written"
     # NORMAL commits inline, so the loop had no turn; FULL commits in the thread.
     assert ran == (["loop"] if db._commit_off_loop else [])
     assert _stored(db) == [1]
+    ran.clear()
+    assert await db.transact(write) == "written"
+    assert ran == []  # not overlapping: committed inline whatever the setting
+    assert _stored(db) == [1, 1]
 
 
 async def test_a_caller_cancelled_during_the_commit_leaves_it_whole(tmp_path: Path) -> None:
@@ -70,7 +75,7 @@ async def test_a_caller_cancelled_during_the_commit_leaves_it_whole(tmp_path: Pa
             loop.call_soon(writing.cancel)
             loop.call_later(0.05, gate.set)
 
-        writing = asyncio.ensure_future(db.transact(write))
+        writing = asyncio.ensure_future(db.transact(write, overlap=True))
         with pytest.raises(asyncio.CancelledError):
             await writing
         # The cancelled caller gave the connection back only once its commit had
@@ -98,8 +103,9 @@ async def test_a_commit_that_fails_rolls_back_and_raises(db: SqliteConnection) -
         cur.execute("INSERT INTO t VALUES (4)")
         cur.execute("INSERT INTO child VALUES (7)")
 
-    with pytest.raises(sqlite3.IntegrityError):
-        await db.transact(orphan)
-    assert _stored(db) == []
+    for overlap in (False, True):
+        with pytest.raises(sqlite3.IntegrityError):
+            await db.transact(orphan, overlap=overlap)
+        assert _stored(db) == []
     await db.transact(lambda cur: cur.execute("INSERT INTO t VALUES (5)"))
     assert _stored(db) == [5]

@@ -8,16 +8,18 @@ thread that waits up to ``busy_timeout`` for it, so the loop never blocks on
 another process. Readers never block in WAL mode.
 
 At ``synchronous=FULL`` (or EXTRA) every commit waits for the disk to sync the WAL
-file, which takes far longer than the writes before it. A transaction is then
-written inline and committed in the thread, which holds no GIL while the disk
-syncs: the loop runs attempts meanwhile, and the settles they finish go together
-in the next, larger, commit.
+file, which takes far longer than the writes before it. A busy worker's settles
+(and the claims riding on them) are then written inline and committed in the
+thread, which holds no GIL while the disk syncs: the loop
+runs attempts meanwhile, and the settles they finish go together in the next,
+larger, commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,6 +34,9 @@ T = TypeVar("T")
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+#: Longest the loop waits (seconds) for the thread to begin a commit handed to it.
+COMMIT_START_WAIT = 0.05
 
 #: ``PRAGMA synchronous`` settings at which every commit syncs the WAL file to disk.
 _SYNCED_COMMITS = frozenset({"FULL", "EXTRA", "2", "3"})
@@ -66,8 +71,8 @@ class SqliteConnection:
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
-        #: Whether each commit waits for the disk (FULL, EXTRA): such a commit is made in
-        #: the thread, so the event loop runs attempts while the disk syncs.
+        #: Whether each commit waits for the disk (FULL, EXTRA): the commits of
+        #: overlapping transactions are then made in the thread (see transact).
         self._commit_off_loop = synchronous.strip().upper() in _SYNCED_COMMITS
         self._conn: sqlite3.Connection | None = None
         self._lock: asyncio.Lock | None = None
@@ -134,19 +139,22 @@ class SqliteConnection:
                 executor, self._run_patiently, fn
             )
 
-    async def transact(self, fn: Callable[[sqlite3.Cursor], T]) -> T:
+    async def transact(self, fn: Callable[[sqlite3.Cursor], T], *, overlap: bool = False) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations.
 
-        When commits wait for the disk, ``fn`` still runs inline but its commit is made
-        in the thread: the loop goes on while the WAL file syncs, and the connection is
-        not used again until the commit has ended.
+        ``overlap``: the loop has other work meanwhile (a busy worker's settles). When commits wait for the disk, ``fn`` then still runs inline but
+        its commit is made in the thread: the loop goes on while the WAL file syncs, and
+        the connection is not used again until the commit has ended. A lone operation
+        commits inline: nothing would run meanwhile, and while its commit is in the
+        thread another connection to the file (in this process too) would find the
+        write lock taken and wait for it in SQLite's busy handler, which sleeps.
         """
 
         def step() -> T:
             with self.transaction() as cur:
                 return fn(cur)
 
-        if not self._commit_off_loop:
+        if not (overlap and self._commit_off_loop):
             return await self.run(step)
         executor = self._running()
         if self._lock is None:
@@ -159,9 +167,15 @@ class SqliteConnection:
                 except _Busy:
                     pass
                 else:
-                    await _outlive_cancellation(
-                        asyncio.get_running_loop().run_in_executor(executor, self._commit, conn)
+                    started = threading.Event()
+                    committed = asyncio.get_running_loop().run_in_executor(
+                        executor, self._commit, conn, started
                     )
+                    # Give the thread the GIL until it is inside the commit: the write lock
+                    # is held until the commit ends, so it must not wait for the loop's
+                    # next pause to begin.
+                    started.wait(COMMIT_START_WAIT)
+                    await _outlive_cancellation(committed)
                     return result
             return await asyncio.get_running_loop().run_in_executor(
                 executor, self._run_patiently, step
@@ -183,8 +197,9 @@ class SqliteConnection:
         finally:
             cur.close()
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: sqlite3.Connection, started: threading.Event) -> None:
         """Commit the open transaction (in the thread: the GIL is free while it syncs)."""
+        started.set()
         try:
             conn.execute("COMMIT")
         except BaseException as error:
