@@ -142,12 +142,13 @@ class SqliteConnection:
     async def transact(self, fn: Callable[[sqlite3.Cursor], T], *, overlap: bool = False) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations.
 
-        ``overlap``: the loop has other work meanwhile (a busy worker's settles). When commits wait for the disk, ``fn`` then still runs inline but
-        its commit is made in the thread: the loop goes on while the WAL file syncs, and
-        the connection is not used again until the commit has ended. A lone operation
-        commits inline: nothing would run meanwhile, and while its commit is in the
-        thread another connection to the file (in this process too) would find the
-        write lock taken and wait for it in SQLite's busy handler, which sleeps.
+        ``overlap``: the loop has other work meanwhile (a busy worker's settles). When
+        commits wait for the disk, ``fn`` then still runs inline but its commit is made
+        in the thread: the loop goes on while the WAL file syncs, and the connection is
+        not used again until the commit has ended. A lone operation commits inline:
+        nothing would run meanwhile, and while its commit is in the thread another
+        connection to the file (in this process too) would find the write lock taken
+        and wait for it in SQLite's busy handler, which sleeps.
         """
 
         def step() -> T:
