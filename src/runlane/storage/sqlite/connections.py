@@ -6,12 +6,20 @@ SQLite write takes microseconds, far less than a hop to a thread. Only when
 another process holds the write lock does the operation move to a dedicated
 thread that waits up to ``busy_timeout`` for it, so the loop never blocks on
 another process. Readers never block in WAL mode.
+
+At ``synchronous=FULL`` (or EXTRA) every commit waits for the disk to sync the WAL
+file, which takes far longer than the writes before it. A busy worker's settles
+(and the claims riding on them) are then written inline and committed in the
+thread, which holds no GIL while the disk syncs: the loop
+runs attempts meanwhile, and the settles they finish go together in the next,
+larger, commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,6 +34,12 @@ T = TypeVar("T")
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+#: Longest the loop waits (seconds) for the thread to begin a commit handed to it.
+COMMIT_START_WAIT = 0.05
+
+#: ``PRAGMA synchronous`` settings at which every commit syncs the WAL file to disk.
+_SYNCED_COMMITS = frozenset({"FULL", "EXTRA", "2", "3"})
 
 
 def _unchanged(value: None) -> None:
@@ -57,6 +71,9 @@ class SqliteConnection:
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
+        #: Whether each commit waits for the disk (FULL, EXTRA): the commits of
+        #: overlapping transactions are then made in the thread (see transact).
+        self._commit_off_loop = synchronous.strip().upper() in _SYNCED_COMMITS
         self._conn: sqlite3.Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._patient = False
@@ -109,14 +126,7 @@ class SqliteConnection:
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` inline; if the write lock is taken, in the thread, waiting for it."""
-        executor = self._executor
-        if executor is None:
-            raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                "SQLite storage is not open.",
-                meta={"open": False},
-                retryable=True,
-            )
+        executor = self._running()
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -129,14 +139,76 @@ class SqliteConnection:
                 executor, self._run_patiently, fn
             )
 
-    async def transact(self, fn: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations."""
+    async def transact(self, fn: Callable[[sqlite3.Cursor], T], *, overlap: bool = False) -> T:
+        """Run ``fn`` in one IMMEDIATE transaction, as :meth:`run` runs operations.
+
+        ``overlap``: the loop has other work meanwhile (a busy worker's settles). When
+        commits wait for the disk, ``fn`` then still runs inline but its commit is made
+        in the thread: the loop goes on while the WAL file syncs, and the connection is
+        not used again until the commit has ended. A lone operation commits inline:
+        nothing would run meanwhile, and while its commit is in the thread another
+        connection to the file (in this process too) would find the write lock taken
+        and wait for it in SQLite's busy handler, which sleeps.
+        """
 
         def step() -> T:
             with self.transaction() as cur:
                 return fn(cur)
 
-        return await self.run(step)
+        if not (overlap and self._commit_off_loop):
+            return await self.run(step)
+        executor = self._running()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            conn = self._conn
+            if conn is not None:
+                try:
+                    result = self._write_uncommitted(conn, fn)
+                except _Busy:
+                    pass
+                else:
+                    started = threading.Event()
+                    committed = asyncio.get_running_loop().run_in_executor(
+                        executor, self._commit, conn, started
+                    )
+                    # Give the thread the GIL until it is inside the commit: the write lock
+                    # is held until the commit ends, so it must not wait for the loop's
+                    # next pause to begin.
+                    started.wait(COMMIT_START_WAIT)
+                    await _outlive_cancellation(committed)
+                    return result
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, self._run_patiently, step
+            )
+
+    def _write_uncommitted(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Cursor], T]) -> T:
+        """``fn`` in a new IMMEDIATE transaction, left open for :meth:`_commit`."""
+        cur = conn.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            return fn(cur)
+        except BaseException as error:
+            if conn.in_transaction:
+                conn.rollback()
+            if isinstance(error, sqlite3.OperationalError):
+                self._check_busy(error)
+                raise _unavailable(error, self.path) from error
+            raise
+        finally:
+            cur.close()
+
+    def _commit(self, conn: sqlite3.Connection, started: threading.Event) -> None:
+        """Commit the open transaction (in the thread: the GIL is free while it syncs)."""
+        started.set()
+        try:
+            conn.execute("COMMIT")
+        except BaseException as error:
+            if conn.in_transaction:
+                conn.rollback()
+            if isinstance(error, sqlite3.OperationalError):
+                raise _unavailable(error, self.path) from error
+            raise
 
     async def fetch(self, query: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         """The rows of one read, outside any transaction."""
@@ -181,6 +253,17 @@ class SqliteConnection:
         finally:
             cur.close()
 
+    def _running(self) -> ThreadPoolExecutor:
+        executor = self._executor
+        if executor is None:
+            raise RunlaneError(
+                ErrorCode.STORAGE_UNAVAILABLE,
+                "SQLite storage is not open.",
+                meta={"open": False},
+                retryable=True,
+            )
+        return executor
+
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
             raise RunlaneError(
@@ -213,6 +296,23 @@ class SqliteConnection:
         except sqlite3.OperationalError as error:
             self._check_busy(error)
             raise _unavailable(error, self.path) from error
+
+
+async def _outlive_cancellation(future: asyncio.Future[None]) -> None:
+    """Wait for ``future``; if cancelled meanwhile, still wait for it, then re-raise.
+
+    The caller holds the connection's lock: it must not let another operation use
+    the connection while a commit is still under way in the thread.
+    """
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError as error:
+            cancelled = error
+    if cancelled is not None:
+        raise cancelled
+    future.result()
 
 
 def _unavailable(error: sqlite3.Error, path: str) -> RunlaneError:

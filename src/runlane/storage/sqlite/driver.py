@@ -250,8 +250,9 @@ class SqliteStorage(SqlStorageBase):
     ) -> list[bool]:
         """Compare-and-set each transition in one transaction."""
         now_us = to_micros(now)
+        # Settles come in batches from workers running other attempts meanwhile.
         return await self._db.transact(
-            lambda cur: apply_transitions(cur, environment, transitions, now_us)
+            lambda cur: apply_transitions(cur, environment, transitions, now_us), overlap=True
         )
 
     async def apply_transitions_and_claim(
@@ -274,7 +275,7 @@ class SqliteStorage(SqlStorageBase):
             claimed = claims.claim_due_runs(cur, environment, queues, limit, params, self._rotation)
             return applied, claimed
 
-        return await self._db.transact(op)
+        return await self._db.transact(op, overlap=True)
 
     # -- reads ---------------------------------------------------------------------
 
