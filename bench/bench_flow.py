@@ -218,6 +218,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument(
+        "--keyed-only", action="store_true", help="rate: skip the whole-queue measure"
+    )
     parser.add_argument("--exhausted", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", action="store_true")
@@ -226,7 +229,9 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with _lanes(args.postgres) as (lane_for, vacuum):
         if args.figure == "rate":
-            for keys in dict.fromkeys((0, args.keys)):  # --keys 0: the whole queue once
+            # --keys 0: the whole queue once; --keyed-only: the keys without it.
+            sizes = (args.keys,) if args.keyed_only and args.keys else (0, args.keys)
+            for keys in dict.fromkeys(sizes):
                 result = asyncio.run(
                     measure_rate(lane_for, args.rate, args.burst, args.seconds, args.workers, keys)
                 )
