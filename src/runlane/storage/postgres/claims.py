@@ -10,7 +10,9 @@ statement's snapshot cannot see change; so deciding on it takes a transaction-
 scoped advisory lock per queue first, and counts and claims in the next
 statement (a fresh snapshot that sees every decision committed before it).
 Workers skip a bounded queue whose lock another worker holds rather than wait:
-that worker is filling the capacity anyway.
+that worker is filling the capacity anyway. A rate-limited queue's lock is waited
+for by a claim that holds nothing else yet (the holder may have looked before a
+token came, see :func:`_claim_with_tokens`).
 
 Deliveries with a partition key (EXCLUSIVE and ORDERED, contract 5.7) are
 claimed the same way for the same reason: a key's rules read other workers'
@@ -76,10 +78,14 @@ async def claim_due_runs(
     limit: int,
     params: dict[str, Any],
     adopted: set[str] | None = None,
+    *,
+    holding_nothing: bool = True,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs: rate-limited queues within their tokens, bounded
     queues within capacity, then the others. ``adopted``: the queues limited per key
-    this driver has prepared (see :func:`_adopt_unkeyed_runs`)."""
+    this driver has prepared (see :func:`_adopt_unkeyed_runs`). ``holding_nothing``:
+    the claim is its transaction's first statement, so it may wait for the
+    rate-limited queues' locks (see :func:`_claim_with_tokens`)."""
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
@@ -97,7 +103,9 @@ async def claim_due_runs(
         )
         return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
-        rows = await _claim_with_tokens(session, q, lock_prefix, rated, limit, params)
+        rows = await _claim_with_tokens(
+            session, q, lock_prefix, rated, limit, params, wait=holding_nothing
+        )
         names = []
         if limits and len(rows) < limit:
             locked = await session.fetch(
@@ -137,10 +145,17 @@ async def _claim_with_tokens(
     rated: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    *,
+    wait: bool,
 ) -> list[Any]:
     """Rate-limited queues, in the caller's transaction: under each queue's capacity
-    lock (skipped while another claimer holds it: it is spending the tokens), claim up
-    to the tokens its partition has and take one per run claimed."""
+    lock, claim up to the tokens its partition has and take one per run claimed.
+
+    A claim that holds nothing yet (``wait``) waits for the locks, in name order: the
+    claimer holding one may have looked before a token came, and a worker that skipped
+    the queue would sleep until the next token, losing this one for good (burst 1).
+    The wait is a claim's length (one round trip for a queue limited per key). A claim
+    after a settle's writes (row locks held) skips a queue another claimer holds."""
     if not rated:
         return []
     locked = await session.fetch(
@@ -148,7 +163,7 @@ async def _claim_with_tokens(
         {
             **params,
             "queues": sorted(p.name for p in rated),
-            "wait": False,
+            "wait": wait,
             "lock_prefix": lock_prefix,
         },
     )
@@ -381,7 +396,9 @@ async def apply_and_claim(
                 {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
                 for round_params in rounds
             ]
-            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, None)
+            claimed = await claim_due_runs(
+                conn, q, lock_prefix, queues, limit, params, None, holding_nothing=False
+            )
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {
