@@ -107,9 +107,16 @@ async def measure_rate(
         ]
     for rl in runtimes:
         await rl.close()
-    shares, peaks = [], []
+    shares, peaks, late = [], [], []
+    interval = 1 / rate
     for times in starts.values():
         times.sort()
+        # How late each start after the first burst came after the previous one's
+        # token interval: with burst 1 that time is lost for good.
+        late += [
+            (later - earlier).total_seconds() - interval
+            for earlier, later in zip(times[burst - 1 :], times[burst:], strict=False)
+        ]
         span = (times[-1] - times[0]).total_seconds()
         shares.append((len(times) - burst) / span / rate if span else float("inf"))
         peaks.append(
@@ -127,6 +134,10 @@ async def measure_rate(
         "share_of_rate_min": round(min(shares), 3),
         "share_of_rate_mean": round(statistics.fmean(shares), 3),
         "peak_in_one_period": max(peaks),
+        "late_ms_median": round(statistics.median(late) * 1000, 2),
+        "late_ms_mean": round(statistics.fmean(late) * 1000, 2),
+        # Starts that came a whole interval or more late: a token passed unclaimed.
+        "late_by_an_interval": sum(1 for gap in late if gap >= interval),
         "bound": rate + burst - 1,
     }
 
@@ -218,6 +229,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument(
+        "--keyed-only", action="store_true", help="rate: skip the whole-queue measure"
+    )
     parser.add_argument("--exhausted", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", action="store_true")
@@ -226,7 +240,9 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with _lanes(args.postgres) as (lane_for, vacuum):
         if args.figure == "rate":
-            for keys in dict.fromkeys((0, args.keys)):  # --keys 0: the whole queue once
+            # --keys 0: the whole queue once; --keyed-only: the keys without it.
+            sizes = (args.keys,) if args.keyed_only and args.keys else (0, args.keys)
+            for keys in dict.fromkeys(sizes):
                 result = asyncio.run(
                     measure_rate(lane_for, args.rate, args.burst, args.seconds, args.workers, keys)
                 )
@@ -253,7 +269,9 @@ def main() -> None:
                 f"{result['share_of_rate_min']:.1%} of the rate at least "
                 f"({result['share_of_rate_mean']:.1%} on average); at most "
                 f"{result['peak_in_one_period']} starts of one partition in one second "
-                f"(bound {result['bound']})"
+                f"(bound {result['bound']}); a start {result['late_ms_median']} ms "
+                f"after its token at the median ({result['late_ms_mean']} ms on average), "
+                f"{result['late_by_an_interval']} a whole interval or more"
             )
         else:
             print(

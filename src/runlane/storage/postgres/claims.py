@@ -10,7 +10,9 @@ statement's snapshot cannot see change; so deciding on it takes a transaction-
 scoped advisory lock per queue first, and counts and claims in the next
 statement (a fresh snapshot that sees every decision committed before it).
 Workers skip a bounded queue whose lock another worker holds rather than wait:
-that worker is filling the capacity anyway.
+that worker is filling the capacity anyway. A rate-limited queue's lock is waited
+for by a claim that holds nothing else yet (the holder may have looked before a
+token came, see :func:`_claim_with_tokens`).
 
 Deliveries with a partition key (EXCLUSIVE and ORDERED, contract 5.7) are
 claimed the same way for the same reason: a key's rules read other workers'
@@ -34,6 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import dict_row
 
 from runlane.model.capacity import has_capacity
 from runlane.model.rate_limiting import (
@@ -75,10 +78,14 @@ async def claim_due_runs(
     limit: int,
     params: dict[str, Any],
     adopted: set[str] | None = None,
+    *,
+    holding_nothing: bool = True,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs: rate-limited queues within their tokens, bounded
     queues within capacity, then the others. ``adopted``: the queues limited per key
-    this driver has prepared (see :func:`_adopt_unkeyed_runs`)."""
+    this driver has prepared (see :func:`_adopt_unkeyed_runs`). ``holding_nothing``:
+    the claim is its transaction's first statement, so it may wait for the
+    rate-limited queues' locks (see :func:`_claim_with_tokens`)."""
     session = AsyncSession(conn)
     rated, others = split_rate_limited(queues)
     limits, unbounded = split_by_capacity(others)
@@ -96,7 +103,9 @@ async def claim_due_runs(
         )
         return _runs(await cur.fetchall(), column_names(cur))
     async with conn.transaction():
-        rows = await _claim_with_tokens(session, q, lock_prefix, rated, limit, params)
+        rows = await _claim_with_tokens(
+            session, q, lock_prefix, rated, limit, params, wait=holding_nothing
+        )
         names = []
         if limits and len(rows) < limit:
             locked = await session.fetch(
@@ -136,10 +145,17 @@ async def _claim_with_tokens(
     rated: Sequence[QueuePolicy],
     limit: int,
     params: dict[str, Any],
+    *,
+    wait: bool,
 ) -> list[Any]:
     """Rate-limited queues, in the caller's transaction: under each queue's capacity
-    lock (skipped while another claimer holds it: it is spending the tokens), claim up
-    to the tokens its partition has and take one per run claimed."""
+    lock, claim up to the tokens its partition has and take one per run claimed.
+
+    A claim that holds nothing yet (``wait``) waits for the locks, in name order: the
+    claimer holding one may have looked before a token came, and a worker that skipped
+    the queue would sleep until the next token, losing this one for good (burst 1).
+    The wait is a claim's length (one round trip for a queue limited per key). A claim
+    after a settle's writes (row locks held) skips a queue another claimer holds."""
     if not rated:
         return []
     locked = await session.fetch(
@@ -147,7 +163,7 @@ async def _claim_with_tokens(
         {
             **params,
             "queues": sorted(p.name for p in rated),
-            "wait": False,
+            "wait": wait,
             "lock_prefix": lock_prefix,
         },
     )
@@ -225,70 +241,34 @@ async def _claim_keyed(
     limit: int,
     params: dict[str, Any],
 ) -> list[Any]:
-    """A queue limited per key, under its capacity lock: of the partitions that have a
-    token and a due run (an index range, however many others are exhausted), the
-    first due runs of each in claim order within its tokens, one token taken per run
-    started."""
+    """A queue limited per key, under its capacity lock, in one round trip: the key
+    locks of the deliveries it may start, then one statement that claims the first due
+    runs of every partition with a token (an index range, however many others are
+    exhausted), in claim order within its tokens, and settles the partitions it read.
+    With burst 1 a claim's length is time its keys' next tokens wait for the lock."""
     rate = policy.rate_limit
     assert rate is not None
     now = params["now"]
-    base = {"environment": params["environment"], "queue": policy.name}
-    horizon = claim_horizon(now, policy.priority_window)
-    partitions = await session.fetch(
-        q["ready_rate_partitions"], {**base, "now": now, "limit": partition_scan(limit)}
-    )
-    rows: list[Any] = []
-    for partition in partitions:
-        if len(rows) >= limit:
-            break
-        key, tat = partition["rate_key"], partition["tat"]
-        taken = 0
-        tokens = min(limit - len(rows), tokens_available(rate, tat, now))
-        if tokens > 0:
-            due = await session.fetch(
-                q["due_rate_keyed_runs"],
-                {**base, "rate_key": key, "now": now, "horizon": horizon, "limit": tokens},
-            )
-            for run in due:
-                claimed = await _claim_one(session, q, policy, run, params)
-                if claimed:
-                    rows += claimed
-                    taken += 1
-        new_tat = tat_after(rate, tat, now, taken) if taken else tat
-        await session.fetch(
-            q["settle_rate_partition"],
-            {
-                **base,
-                "rate_key": key,
-                "tat": new_tat,
-                "token_at": token_time(rate, new_tat),
-                "version": partition["version"],
-            },
-        )
-    return rows
-
-
-async def _claim_one(
-    session: AsyncSession,
-    q: Queries,
-    policy: QueuePolicy,
-    run: Any,
-    params: dict[str, Any],
-) -> list[Any]:
-    """Lease one run of a keyed claim (the queue's capacity lock held): its delivery
-    key's lock tried, never waited for, and the queue's capacity checked when bounded."""
-    one = {**params, "id": run["id"]}
-    (locked,) = await session.fetch(q["try_lock_run_key"], one)
-    if not locked["locked"]:
-        return []
-    if policy.concurrency_limit is not None:
-        (occupied,) = await session.fetch(
-            q["occupied_capacity"],
-            {**params, "queue": policy.name, "concurrency_key": run["concurrency_key"]},
-        )
-        if not has_capacity(occupied["n"], policy.concurrency_limit):
-            return []
-    return await session.fetch(q["claim_run"], one)
+    one = {
+        **params,
+        "queue": policy.name,
+        "horizon": claim_horizon(now, policy.priority_window),
+        "limit": limit,
+        "scan": partition_scan(limit),
+        "interval": rate.interval_micros,
+        "burst": rate.burst,
+        "tolerance": tolerance(rate),
+        "concurrency_limit": policy.concurrency_limit,
+    }
+    conn = session.conn
+    async with conn.cursor() as locks, conn.cursor(row_factory=dict_row) as claim:
+        # Both statements go out together, read back at the pipeline's one Sync. The key
+        # locks come first, so that the claim's snapshot (the next statement's) sees
+        # every decision on those keys committed before them.
+        async with conn.pipeline():
+            await locks.execute(q["lock_rate_keyed_keys"], one, prepare=True)
+            await claim.execute(q["claim_rate_keyed_runs"], one, prepare=True)
+        return await claim.fetchall()
 
 
 async def claim_run(
@@ -372,8 +352,11 @@ async def _claim_run_with_token(
         rows = await session.fetch(q["claim_run"], params)
         if rows:
             new_tat = tat_after(queue.rate_limit, tat, params["now"], 1)
-            await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
+            if not queue.rate_keyed or not found:
+                await session.fetch(q["set_rate_limit_state"], {**state, "tat": new_tat})
             if queue.rate_keyed:
+                # A key's partition row (its runs' trigger writes it) takes the token
+                # with the rest of the settle: written once.
                 await session.fetch(
                     q["settle_rate_partition"],
                     {
@@ -413,7 +396,9 @@ async def apply_and_claim(
                 {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
                 for round_params in rounds
             ]
-            claimed = await claim_due_runs(conn, q, lock_prefix, queues, limit, params, None)
+            claimed = await claim_due_runs(
+                conn, q, lock_prefix, queues, limit, params, None, holding_nothing=False
+            )
         return applied, claimed
     unbounded = list(dict.fromkeys(p.name for p in queues))
     claim_params = {
