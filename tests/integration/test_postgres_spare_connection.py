@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -173,11 +174,24 @@ async def test_a_lone_trigger_of_a_large_payload_goes_bare_whole(
 
     monkeypatch.setattr(bare, "_ready", counted)
     async with _spare_ready(postgres_dsn, environment) as (rl, conn):
-        # A send buffer far smaller than the statement: libpq cannot send it at once,
-        # so the call waits for the socket to take the rest.
+        # The spare's first trigger prepares the statement; the later ones go bare.
+        await rl.trigger(noop, {})
+        # A send buffer far smaller than the statement, and a server that reads nothing
+        # for a moment (its backend stopped; a backend reading as fast as libpq sends
+        # could take it all without a wait): libpq cannot send it at once, so the call
+        # waits for the socket to take the rest.
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as shared:
             shared.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        run = await rl.trigger(noop, big)
+        # (Only a cluster of this session's own runs on this host, with pids to signal.)
+        backend = None if os.environ.get("RUNLANE_TEST_DATABASE_URL") else conn.info.backend_pid
+        if backend is not None:
+            os.kill(backend, signal.SIGSTOP)
+            asyncio.get_running_loop().call_later(0.3, os.kill, backend, signal.SIGCONT)
+        try:
+            run = await rl.trigger(noop, big)
+        finally:
+            if backend is not None:
+                os.kill(backend, signal.SIGCONT)
         assert True in waits
         stored = await rl.runs.get(run.id)
         assert stored is not None and stored.payload == big
