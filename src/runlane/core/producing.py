@@ -202,8 +202,7 @@ class TriggerPlan:
         was made), due ``now`` instead: a lone trigger's run, from the plan of an
         earlier call (:meth:`Producer.trigger`)."""
         instance, value, encoded = prepare_payload(self.task, payload, self.max_payload_bytes)
-        ttl = self.task.idempotency_key_ttl
-        expires_at = now + timedelta(0, ttl) if ttl else None
+        expires_at = _key_expiry(self.task, now)
         return self._run(new_run_id(), instance, value, encoded, now, expires_at)
 
     def _run(
@@ -275,6 +274,13 @@ class WaitingPlan(TriggerPlan):
         return NewWaitingRun(**fields, after=self.after, on_failure=self.on_failure)
 
 
+def _key_expiry(task: TaskDef[Any], now: datetime) -> datetime | None:
+    """When the idempotency key of a run ``task`` creates at ``now`` expires (``None``:
+    the task keeps its keys for good)."""
+    ttl = task.idempotency_key_ttl
+    return now + timedelta(seconds=ttl) if ttl else None
+
+
 def plan_trigger(
     task: TaskDef[Any],
     target: QueueDef,
@@ -318,7 +324,6 @@ def plan_trigger(
             validate_identifier(rate_key, name="rate_key")
         elif not callable(rate_key):
             raise configuration_error("rate_key must be a string or a function of the payload.")
-    ttl = task.idempotency_key_ttl
     return TriggerPlan(
         task=task,
         queue=target,
@@ -334,7 +339,7 @@ def plan_trigger(
         max_payload_bytes=max_payload_bytes,
         idempotency_key=task.idempotency_key if idempotency_key is None else idempotency_key,
         singleton_key=task.singleton_key if singleton_key is None else singleton_key,
-        idempotency_expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
+        idempotency_expires_at=_key_expiry(task, now),
         concurrency_key=concurrency_key,
         trace_carrier=validate_trace_carrier(trace_carrier),
         # Runs without a key share the keyed queue's unkeyed partition.
