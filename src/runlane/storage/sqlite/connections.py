@@ -191,9 +191,7 @@ class SqliteConnection:
         except BaseException as error:
             if conn.in_transaction:
                 conn.rollback()
-            if isinstance(error, sqlite3.OperationalError):
-                self._check_busy(error)
-                raise _unavailable(error, self.path) from error
+            self._raise_storage_error(error)
             raise
         finally:
             cur.close()
@@ -206,8 +204,7 @@ class SqliteConnection:
         except BaseException as error:
             if conn.in_transaction:
                 conn.rollback()
-            if isinstance(error, sqlite3.OperationalError):
-                raise _unavailable(error, self.path) from error
+            self._raise_storage_error(error, busy=False)
             raise
 
     async def fetch(self, query: str, params: dict[str, Any]) -> list[sqlite3.Row]:
@@ -228,8 +225,8 @@ class SqliteConnection:
         try:
             self._require().execute(sql, params)
         except sqlite3.OperationalError as error:
-            self._check_busy(error)
-            raise _unavailable(error, self.path) from error
+            self._raise_storage_error(error)
+            raise
 
     @contextmanager
     def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Cursor]:
@@ -246,12 +243,19 @@ class SqliteConnection:
         except BaseException as error:
             if own and conn.in_transaction:
                 conn.rollback()
-            if isinstance(error, sqlite3.OperationalError):
-                self._check_busy(error)
-                raise _unavailable(error, self.path) from error
+            self._raise_storage_error(error)
             raise
         finally:
             cur.close()
+
+    def _raise_storage_error(self, error: BaseException, *, busy: bool = True) -> None:
+        """Raise what storage raises for SQLite's ``error``: ``_Busy`` (when ``busy``
+        and waiting is allowed elsewhere) or ``STORAGE_UNAVAILABLE``; other errors are
+        left to the caller to re-raise."""
+        if isinstance(error, sqlite3.OperationalError):
+            if busy:
+                self._check_busy(error)
+            raise _unavailable(error, self.path) from error
 
     def _running(self) -> ThreadPoolExecutor:
         executor = self._executor
@@ -294,8 +298,8 @@ class SqliteConnection:
         try:
             return self._require().execute(query, params).fetchall()
         except sqlite3.OperationalError as error:
-            self._check_busy(error)
-            raise _unavailable(error, self.path) from error
+            self._raise_storage_error(error)
+            raise
 
 
 async def _outlive_cancellation(future: asyncio.Future[None]) -> None:
