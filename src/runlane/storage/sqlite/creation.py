@@ -37,6 +37,7 @@ from runlane.storage.sqlite.params import (
     insert_params,
     is_plain,
     plain_batch,
+    plain_statement,
     run_from_new,
     shape_end,
 )
@@ -133,7 +134,7 @@ def _create_plain_runs(
             outcomes += _create_row_by_row(cur, environment, group, now_us, claimed_until)
         else:
             run_params, created = plain_batch(environment, group, now_us)
-            cur.execute(QUERIES["insert_plain_runs"], run_params)
+            cur.execute(QUERIES[plain_statement(run_params["rows"])], run_params)
             outcomes += [CreateOutcome(run, created=True) for run in created]
         start = stop
     return outcomes

@@ -6,8 +6,10 @@ as the driver stores them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from runlane.ports.storage import LeaseRequest, NewRun
@@ -97,17 +99,47 @@ def shape_end(runs: Sequence[NewRun], start: int) -> int:
     return len(runs)
 
 
+#: What a run id must not hold to be written as a JSON object key as it is.
+_NOT_A_PLAIN_KEY = re.compile(r'["\\\x00-\x1f]')
+_CONTAINERS = ("{", "[")
+
+
+def plain_rows(ids: list[str], texts: list[str]) -> str:
+    """The ``:rows`` of ``insert_plain_runs_by_id`` (one JSON object, id to payload),
+    or, if a payload is no JSON object or array (``json_each`` would hand it back
+    decoded) or an id needs escaping, those of ``insert_plain_runs`` (``[id, payload
+    text]`` pairs); :func:`plain_statement` tells the two apart."""
+    if all(map(str.startswith, texts, repeat(_CONTAINERS))) and not _NOT_A_PLAIN_KEY.search(
+        "".join(ids)
+    ):
+        # The payload texts are JSON already: joined, not encoded again.
+        return (
+            "{"
+            + ",".join([f'"{run_id}":{text}' for run_id, text in zip(ids, texts, strict=True)])
+            + "}"
+        )
+    return dumps([[run_id, text] for run_id, text in zip(ids, texts, strict=True)])
+
+
+def plain_statement(rows: str) -> str:
+    """The statement that takes :func:`plain_rows`' ``rows``."""
+    return "insert_plain_runs_by_id" if rows.startswith("{") else "insert_plain_runs"
+
+
 def plain_batch(
     environment: str, runs: Sequence[NewRun], now_us: int
 ) -> tuple[dict[str, Any], list[Run]]:
-    """Parameters of ``insert_plain_runs`` for ``runs`` (plain, queued or scheduled, of
+    """Parameters of ``insert_plain_runs`` (or ``insert_plain_runs_by_id``: see
+    :func:`plain_statement`) for ``runs`` (plain, queued or scheduled, of
     one shape: see :func:`same_shape`), and the runs as storage then holds them.
     Everything shared is encoded once for the batch."""
     first = runs[0]
     run_at_us = to_micros(first.run_at)
+    ids = [new.id for new in runs]
+    texts = [new.payload_json for new in runs]
     run_params = {
         "environment": environment,
-        "rows": dumps([[new.id, new.payload_json] for new in runs]),
+        "rows": plain_rows(ids, texts),
         "task_id": first.task_id,
         "queue": first.queue,
         "status": first.status.value,

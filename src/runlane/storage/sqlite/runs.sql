@@ -59,6 +59,21 @@ SELECT :environment, json_extract(row.value, '$[0]'), :task_id, :queue, :status,
        :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset, :rate_key
 FROM json_each(:rows) AS row;
 
+-- name: insert_plain_runs_by_id
+-- insert_plain_runs for payloads that are JSON objects or arrays: :rows is one JSON
+-- object mapping each id to its payload, which json_each hands back as the very
+-- text it was given (every token is copied as written), so nothing is escaped,
+-- unescaped or parsed twice per run.
+INSERT INTO runlane_runs (
+    environment, id, task_id, queue, status, payload, attempt, failure_count,
+    run_at, first_run_at, created_at, updated_at, event_sequence, source, concurrency_key,
+    trace_carrier, delivery_requested_at, priority, priority_offset, rate_key
+)
+SELECT :environment, row.key, :task_id, :queue, :status,
+       row.value, 0, 0, :run_at, :run_at, :now, :now, 1, :source,
+       :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset, :rate_key
+FROM json_each(:rows) AS row;
+
 -- name: insert_event
 INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
 VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);

@@ -1,0 +1,76 @@
+"""SQLite's bulk insert of plain runs: the payload column holds exactly the text core
+encoded, whichever form the batch's ``:rows`` took (one JSON object keyed by id, or
+``[id, text]`` pairs when a payload is a JSON scalar or an id needs escaping)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane import sqlite_lane
+from runlane.storage.sqlite.params import plain_rows, plain_statement
+from runlane.types.records import NewRun
+from runlane.types.runs import RunSource, RunStatus
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+AWKWARD: list[Any] = [
+    {"note": 'tab\t nl\n quote" backslash\\ slash/ ü \u2028 \U0001f600 \x1f'},
+    {"floats": [1e16, 1.5e-300, -0.0, 0.1, 1e100], "big": 10**30, "neg": -(2**63)},
+    {"nested": {"a": [[], {}, [None, True, False]], "": ""}},
+    {},
+    [1, "two", {"three": 3}],
+    [],
+]
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _runs(payloads: list[Any], ids: list[str]) -> list[NewRun]:
+    return [
+        NewRun(run_id, "t", "main", RunStatus.QUEUED, payload, _encode(payload), NOW, RunSource())
+        for run_id, payload in zip(ids, payloads, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra_payload", "extra_id", "statement"),
+    [
+        ({"plain": 1}, "plain-id", "insert_plain_runs_by_id"),
+        ("a scalar", "scalar-id", "insert_plain_runs"),
+        (7, "number-id", "insert_plain_runs"),
+        (None, "null-id", "insert_plain_runs"),
+        ({"plain": 1}, 'id with "quote"', "insert_plain_runs"),
+        ({"plain": 1}, "id with \\ backslash", "insert_plain_runs"),
+    ],
+)
+async def test_plain_batches_store_the_payload_text_as_encoded(
+    tmp_path: Path, extra_payload: Any, extra_id: str, statement: str
+) -> None:
+    payloads = [*AWKWARD, *AWKWARD, extra_payload]
+    ids = [f"run-{index}" for index in range(len(payloads) - 1)] + [extra_id]
+    runs = _runs(payloads, ids)
+    rows = plain_rows(ids, [new.payload_json for new in runs])
+    assert plain_statement(rows) == statement
+    path = tmp_path / "app.db"
+    storage = sqlite_lane(str(path)).storage
+    await storage.migrate()
+    await storage.open()
+    try:
+        outcomes = await storage.create_runs("env", runs, NOW)
+        assert [outcome.run.payload for outcome in outcomes] == payloads
+        for new in runs[:3]:
+            assert await storage.get_run("env", new.id) == next(
+                outcome.run for outcome in outcomes if outcome.run.id == new.id
+            )
+    finally:
+        await storage.close()
+    with sqlite3.connect(path) as db:
+        stored = dict(db.execute("SELECT id, payload FROM runlane_runs").fetchall())
+    assert stored == {new.id: new.payload_json for new in runs}
