@@ -1,20 +1,23 @@
 """SQLite's bulk insert of plain runs: the payload column holds exactly the text core
 encoded, whichever form the batch's ``:rows`` took (one JSON object keyed by id, or
-``[id, text]`` pairs when a payload is a JSON scalar or an id needs escaping)."""
+``[id, text]`` pairs when a payload is a JSON scalar or an id needs escaping); a
+batch inside a caller's transaction shares its fate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from runlane import sqlite_lane
+from runlane import Context, ErrorCode, Runlane, RunlaneError, queue, sqlite_lane, task
+from runlane.ports.storage import CreatesRunBatches, RunFilter
 from runlane.storage.sqlite.params import plain_rows, plain_statement
-from runlane.types.records import NewRun
+from runlane.types.records import NewRun, NewRunBatch
 from runlane.types.runs import RunSource, RunStatus
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -74,3 +77,63 @@ async def test_plain_batches_store_the_payload_text_as_encoded(
     with sqlite3.connect(path) as db:
         stored = dict(db.execute("SELECT id, payload FROM runlane_runs").fetchall())
     assert stored == {new.id: new.payload_json for new in runs}
+
+
+main = queue("main", default=True)
+
+
+@task("batches.noop", queue=main)
+async def noop(payload: Any, ctx: Context) -> None:
+    return None
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_trigger_many_inside_a_callers_transaction_keeps_its_fate(
+    tmp_path: Path, commit: bool
+) -> None:
+    path = tmp_path / "app.db"
+    async with Runlane(lane=sqlite_lane(str(path)), queues=[main], tasks=[noop]) as rl:
+        await rl.migrate()
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("CREATE TABLE orders (id TEXT)")
+            runs = await rl.trigger_many(noop, [{"n": n} for n in range(1500)], connection=conn)
+            assert len(runs) == 1500
+            conn.execute("COMMIT" if commit else "ROLLBACK")
+        finally:
+            conn.close()
+        with sqlite3.connect(path) as db:
+            (count,) = db.execute("SELECT count(*) FROM runlane_runs").fetchone()
+        assert count == (1500 if commit else 0)
+        if commit:
+            assert await rl.runs.get(runs[700].id) == runs[700]
+
+
+async def test_a_batch_with_a_taken_id_inside_a_callers_transaction_undoes_only_itself(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "app.db"
+    storage = sqlite_lane(str(path)).storage
+    await storage.migrate()
+    await storage.open()
+    try:
+        batches = cast(CreatesRunBatches, storage)
+        first = NewRunBatch(
+            ["a", "b"], [{}, {}], ["{}", "{}"], "t", "main", RunStatus.QUEUED, NOW, RunSource()
+        )
+        again = dataclasses.replace(first, ids=["c", "a"])
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            await batches.create_run_batch("env", first, NOW, connection=conn)
+            with pytest.raises(RunlaneError) as refused:
+                await batches.create_run_batch("env", again, NOW, connection=conn)
+            assert refused.value.code is ErrorCode.STORAGE_CONFLICT
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        listed = await storage.list_runs("env", RunFilter(), 10, None)
+        assert sorted(run.id for run in listed.data) == ["a", "b"]
+    finally:
+        await storage.close()

@@ -34,14 +34,14 @@ from runlane.model.definitions import TaskDef
 from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
 from runlane.model.payloads import prepare_payload
 from runlane.model.queue_defs import UNKEYED, QueueDef
-from runlane.ports.storage import StreamsRuns, TracksDependencies
+from runlane.ports.storage import CreatesRunBatches, StreamsRuns, TracksDependencies
 from runlane.types.carriers import validate_trace_carrier
 from runlane.types.clock import Clock, aware_utc
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import new_run_id, validate_identifier, validate_optional_identifier
 from runlane.types.priorities import DEFAULT_PRIORITY, priority_offset, validate_priority
-from runlane.types.records import CreateOutcome, NewGroup, NewRun, NewWaitingRun
+from runlane.types.records import CreateOutcome, NewGroup, NewRun, NewRunBatch, NewWaitingRun
 from runlane.types.runs import Run, RunSource, RunSourceType, RunStatus
 from runlane.types.slot_init import slot_init
 
@@ -105,6 +105,38 @@ class TriggerPlan:
             and self.singleton_key is None
             and not self.request_delivery
             and self.rate_key is None
+        )
+
+    @property
+    def batchable(self) -> bool:
+        """Whether the runs differ only in id and payload: no keys, no dependencies, no
+        delivery request, no rate key taken from the payload (what
+        :class:`~runlane.ports.storage.CreatesRunBatches` takes)."""
+        return (
+            type(self) is TriggerPlan
+            and self.idempotency_key is None
+            and self.singleton_key is None
+            and not self.request_delivery
+            and not callable(self.rate_key)
+        )
+
+    def batch(self, prepared: Prepared, start: int, stop: int) -> NewRunBatch:
+        """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh
+        ids, as one :class:`NewRunBatch` (the plan must be :attr:`batchable`)."""
+        return NewRunBatch(
+            new_run_id.many(stop - start),
+            prepared.values[start:stop],
+            prepared.texts[start:stop],
+            self.task.id,
+            self.queue.name,
+            self.status,
+            self.run_at,
+            self.source,
+            self.concurrency_key,
+            self.trace_carrier,
+            self.rate_key,
+            self.priority,
+            self.priority_offset,
         )
 
     def batches(self, payloads: Sequence[Any]) -> Iterator[list[NewRun]]:
@@ -500,9 +532,21 @@ class RunWriter:
             for start in range(0, len(prepared), TRIGGER_BATCH_SIZE)
         ]
 
-        async def write(start: int, stop: int) -> list[Run]:
-            outcomes = await self.create(plan.build(prepared, start, stop), connection=connection)
-            return [outcome.run for outcome in outcomes]
+        storage = self._store.storage
+        if plan.batchable and isinstance(storage, CreatesRunBatches):
+
+            async def write(start: int, stop: int) -> list[Run]:
+                return await self._create_batch(
+                    storage, plan.batch(prepared, start, stop), connection
+                )
+
+        else:
+
+            async def write(start: int, stop: int) -> list[Run]:
+                outcomes = await self.create(
+                    plan.build(prepared, start, stop), connection=connection
+                )
+                return [outcome.run for outcome in outcomes]
 
         if connection is not None or len(spans) < 2:
             written = [await write(start, stop) for start, stop in spans]
@@ -526,6 +570,19 @@ class RunWriter:
                 await asyncio.gather(*writes, return_exceptions=True)
                 raise
         return [run for runs in written for run in runs]
+
+    async def _create_batch(
+        self, storage: CreatesRunBatches, batch: NewRunBatch, connection: Any
+    ) -> list[Run]:
+        """Write one batch of plain runs (they request no delivery: nothing to publish)."""
+        await self._opened()
+        store = self._store
+        runs = await storage.create_run_batch(
+            store.environment, batch, store.now(), connection=connection
+        )
+        if runs:
+            self._on_created()
+        return runs
 
     @property
     def environment(self) -> str:

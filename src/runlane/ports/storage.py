@@ -48,6 +48,9 @@ from runlane.types.records import (
     NewRun as NewRun,
 )
 from runlane.types.records import (
+    NewRunBatch as NewRunBatch,
+)
+from runlane.types.records import (
     NewWaitingRun as NewWaitingRun,
 )
 from runlane.types.records import (
@@ -537,6 +540,26 @@ class SettlesAndClaims(Protocol):
 
         The claim sees the transitions applied: capacity they free is claimable, and
         a run they make due again may be claimed. Returns what each call returns.
+        """
+
+
+@runtime_checkable
+class CreatesRunBatches(Protocol):
+    """Optional: create plain runs that share everything but id and payload from one
+    :class:`NewRunBatch`, without a :class:`NewRun` per run for core to build and the
+    driver to take apart again (a bulk trigger with every option but the payload
+    shared; core falls back to :meth:`Storage.create_runs` without it)."""
+
+    async def create_run_batch(
+        self, environment: str, batch: NewRunBatch, now: datetime, *, connection: Any = None
+    ) -> list[Run]:
+        """Create every run of ``batch``, in order, as :meth:`Storage.create_runs` would
+        create the same runs as :class:`NewRun` records (no lease, no delivery
+        request): all or none, with their ``run.created`` events, inside
+        ``connection``'s open transaction if given. Returns the runs as stored.
+
+        A batch naming one id twice, or an id that exists, creates nothing and
+        raises ``STORAGE_CONFLICT``.
         """
 
 

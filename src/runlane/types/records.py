@@ -63,6 +63,34 @@ class NewRun:
     priority_offset: int = 0
 
 
+@slot_init
+@dataclass(frozen=True, slots=True)
+class NewRunBatch:
+    """Plain runs that differ only in id and payload (a bulk trigger's, with every
+    option but the payload shared): each shared field once, the ids and payloads as
+    parallel lists, and no :class:`NewRun` per run. A plain run has no idempotency
+    key, singleton key, delivery request or dependencies; its other fields mean what
+    :class:`NewRun`'s do."""
+
+    ids: Sequence[str]
+    payloads: Sequence[JsonValue]
+    #: ``payloads`` already serialised (the size cap was checked on these texts).
+    payload_texts: Sequence[str]
+    task_id: str
+    queue: str
+    status: RunStatus
+    run_at: datetime
+    source: RunSource
+    concurrency_key: str | None = None
+    trace_carrier: dict[str, str] | None = None
+    rate_key: str | None = None
+    priority: int = 0
+    priority_offset: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 # Without slot_init: it builds stores for a class's own slots only, and this is rare.
 @dataclass(frozen=True, slots=True)
 class NewWaitingRun(NewRun):

@@ -11,17 +11,23 @@ from runlane.types.errors import ErrorCode, RunlaneError
 def check_distinct_ids(runs: Sequence[NewRun]) -> None:
     """Refuse a batch that names one run id twice, before anything is written: a batch
     is created whole or not at all, and two runs cannot share an id."""
-    if len(runs) < 2:
+    if len(runs) >= 2:
+        check_distinct_run_ids([new.id for new in runs])
+
+
+def check_distinct_run_ids(ids: Sequence[str]) -> None:
+    """:func:`check_distinct_ids` of a batch's run ids."""
+    if len(set(ids)) == len(ids):
         return
     seen: set[str] = set()
-    for new in runs:
-        if new.id in seen:
+    for run_id in ids:
+        if run_id in seen:
             raise RunlaneError(
                 ErrorCode.STORAGE_CONFLICT,
-                f"create_runs got run id {new.id!r} twice in one batch; nothing was created. "
+                f"create_runs got run id {run_id!r} twice in one batch; nothing was created. "
                 "Give each run of a batch its own id.",
             )
-        seen.add(new.id)
+        seen.add(run_id)
 
 
 def check_distinct_delivery_ids(messages: Sequence[NewMessage]) -> None:

@@ -24,15 +24,18 @@ from runlane.ports.storage import (
     CreateOutcome,
     LeaseRequest,
     NewRun,
+    NewRunBatch,
     NewWaitingRun,
     OutboxMessage,
 )
+from runlane.storage.sql.batches import check_distinct_run_ids
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.claims import ensure_rate_key_triggers
 from runlane.storage.sqlite.connections import SqliteConnection
 from runlane.storage.sqlite.dispatch import insert_outbox
 from runlane.storage.sqlite.params import (
+    batch_params,
     creation_events,
     insert_params,
     is_plain,
@@ -99,6 +102,34 @@ def create_runs(
         for new in runs:
             outcomes.append(create_run(cur, environment, new, now_us, lease, token, claimed_until))
     return outcomes
+
+
+def create_run_batch(
+    db: SqliteConnection,
+    environment: str,
+    batch: NewRunBatch,
+    now: datetime,
+    connection: sqlite3.Connection | None,
+) -> list[Run]:
+    """Create the plain runs of ``batch`` with one statement, in a transaction of their
+    own or in ``connection``'s open one."""
+    check_distinct_run_ids(batch.ids)
+    if not batch.ids:
+        return []
+    run_params, created = batch_params(environment, batch, to_micros(now))
+    try:
+        with db.transaction(connection) as cur:
+            if batch.rate_key is not None:
+                ensure_rate_key_triggers(cur)
+            cur.execute(QUERIES[plain_statement(run_params["rows"])], run_params)
+    except sqlite3.IntegrityError as error:
+        # The one constraint a plain run can break: its id is taken (the statement is
+        # undone whole, in a caller's transaction too).
+        raise RunlaneError(
+            ErrorCode.STORAGE_CONFLICT,
+            f"a run of the batch has an id that exists ({error}); nothing was created.",
+        ) from error
+    return created
 
 
 def create_members(

@@ -25,6 +25,7 @@ from runlane.ports.storage import (
     NewGroup,
     NewMessage,
     NewRun,
+    NewRunBatch,
     OutboxMessage,
     OutboxResult,
     PublishOutcome,
@@ -167,11 +168,7 @@ class SqliteStorage(SqlStorageBase):
         outbox_claimed_until: datetime | None = None,
     ) -> list[CreateOutcome]:
         """Create runs with their events, ownership rows and delivery requests atomically."""
-        if connection is not None and not isinstance(connection, sqlite3.Connection):
-            raise RunlaneError(
-                ErrorCode.CONFIGURATION_INVALID,
-                "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
-            )
+        _check_connection(connection)
         check_distinct_ids(runs)
         create = partial(
             creation.create_runs,
@@ -187,6 +184,16 @@ class SqliteStorage(SqlStorageBase):
             # The connection and its open transaction are the caller's: use them here, on
             # the caller's thread, not through ours.
             return create()
+        return await self._db.run(create)
+
+    async def create_run_batch(
+        self, environment: str, batch: NewRunBatch, now: datetime, *, connection: Any = None
+    ) -> list[Run]:
+        """Create the plain runs of ``batch`` with one statement (``CreatesRunBatches``)."""
+        _check_connection(connection)
+        create = partial(creation.create_run_batch, self._db, environment, batch, now, connection)
+        if connection is not None:
+            return create()  # the caller's connection, on the caller's thread (create_runs)
         return await self._db.run(create)
 
     async def claim_due_runs(
@@ -555,4 +562,13 @@ class SqliteStorage(SqlStorageBase):
         now_us = to_micros(now)
         return await self._db.transact(
             lambda cur: schedules.materialize_occurrences(cur, environment, occurrences, now_us)
+        )
+
+
+def _check_connection(connection: Any) -> None:
+    """Refuse a caller's connection that is not a ``sqlite3.Connection``."""
+    if connection is not None and not isinstance(connection, sqlite3.Connection):
+        raise RunlaneError(
+            ErrorCode.CONFIGURATION_INVALID,
+            "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
         )

@@ -12,7 +12,7 @@ from datetime import datetime
 from itertools import repeat
 from typing import Any
 
-from runlane.ports.storage import LeaseRequest, NewRun
+from runlane.ports.storage import LeaseRequest, NewRun, NewRunBatch
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.ids import new_token
@@ -104,7 +104,7 @@ _NOT_A_PLAIN_KEY = re.compile(r'["\\\x00-\x1f]')
 _CONTAINERS = ("{", "[")
 
 
-def plain_rows(ids: list[str], texts: list[str]) -> str:
+def plain_rows(ids: Sequence[str], texts: Sequence[str]) -> str:
     """The ``:rows`` of ``insert_plain_runs_by_id`` (one JSON object, id to payload),
     or, if a payload is no JSON object or array (``json_each`` would hand it back
     decoded) or an id needs escaping, those of ``insert_plain_runs`` (``[id, payload
@@ -129,52 +129,75 @@ def plain_statement(rows: str) -> str:
 def plain_batch(
     environment: str, runs: Sequence[NewRun], now_us: int
 ) -> tuple[dict[str, Any], list[Run]]:
-    """Parameters of ``insert_plain_runs`` (or ``insert_plain_runs_by_id``: see
-    :func:`plain_statement`) for ``runs`` (plain, queued or scheduled, of
-    one shape: see :func:`same_shape`), and the runs as storage then holds them.
-    Everything shared is encoded once for the batch."""
+    """:func:`batch_params` of ``runs`` (plain, queued or scheduled, of one shape: see
+    :func:`same_shape`)."""
     first = runs[0]
-    run_at_us = to_micros(first.run_at)
-    ids = [new.id for new in runs]
-    texts = [new.payload_json for new in runs]
+    batch = NewRunBatch(
+        [new.id for new in runs],
+        [new.payload for new in runs],
+        [new.payload_json for new in runs],
+        first.task_id,
+        first.queue,
+        first.status,
+        first.run_at,
+        first.source,
+        first.concurrency_key,
+        first.trace_carrier,
+        first.rate_key,
+        first.priority,
+        first.priority_offset,
+    )
+    return batch_params(environment, batch, now_us)
+
+
+def batch_params(
+    environment: str, batch: NewRunBatch, now_us: int
+) -> tuple[dict[str, Any], list[Run]]:
+    """Parameters of ``insert_plain_runs`` (or ``insert_plain_runs_by_id``: see
+    :func:`plain_statement`) for ``batch``, and its runs as storage then holds them.
+    Everything shared is encoded once for the batch."""
+    run_at_us = to_micros(batch.run_at)
+    carrier = batch.trace_carrier
     run_params = {
         "environment": environment,
-        "rows": plain_rows(ids, texts),
-        "task_id": first.task_id,
-        "queue": first.queue,
-        "status": first.status.value,
+        "rows": plain_rows(batch.ids, batch.payload_texts),
+        "task_id": batch.task_id,
+        "queue": batch.queue,
+        "status": batch.status.value,
         "run_at": run_at_us,
         "now": now_us,
-        "source": dumps(first.source.to_json()),
-        "concurrency_key": first.concurrency_key,
-        "rate_key": first.rate_key,
-        "trace_carrier": dumps(first.trace_carrier) if first.trace_carrier is not None else None,
-        "priority": first.priority,
-        "priority_offset": first.priority_offset,
+        "source": dumps(batch.source.to_json()),
+        "concurrency_key": batch.concurrency_key,
+        "rate_key": batch.rate_key,
+        "trace_carrier": dumps(carrier) if carrier is not None else None,
+        "priority": batch.priority,
+        "priority_offset": batch.priority_offset,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
+    task_id, queue, status, source = batch.task_id, batch.queue, batch.status, batch.source
+    concurrency_key, rate_key, priority = batch.concurrency_key, batch.rate_key, batch.priority
     # What _run builds, with every field in Run's order: no keyword to match per run.
     created = [
         Run(
-            new.id,
+            run_id,
             environment,
-            new.task_id,
-            new.queue,
-            new.status,
-            new.payload,
+            task_id,
+            queue,
+            status,
+            payload,
             0,  # attempt
             0,  # failure_count
             run_at,
             now,  # created_at
             now,  # updated_at
             1,  # event_sequence: insert_plain_runs writes no delivery request
-            new.source,
+            source,
             None,  # result
             None,  # failure
             None,  # idempotency_key
             None,  # singleton_key
-            new.concurrency_key,
-            new.trace_carrier,
+            concurrency_key,
+            carrier,
             None,  # lease
             None,  # cancel_reason
             None,  # partition_key
@@ -183,11 +206,11 @@ def plain_batch(
             None,  # message_sequence
             None,  # dead_letter_reason
             None,  # dead_lettered_at
-            new.rate_key,
+            rate_key,
             None,  # progress
-            new.priority,
+            priority,
         )
-        for new in runs
+        for run_id, payload in zip(batch.ids, batch.payloads, strict=True)
     ]
     return run_params, created
 

@@ -51,6 +51,7 @@ from runlane.testing.conformance.storage import (
     rate_keys,
     rate_limits,
     retention,
+    run_batches,
     schedules,
     settle_and_claim,
     throughput,
@@ -85,6 +86,7 @@ from runlane.testing.conformance.storage.queue_pause_methods import *  # noqa: F
 from runlane.testing.conformance.storage.rate_keys import *  # noqa: F403
 from runlane.testing.conformance.storage.rate_limits import *  # noqa: F403
 from runlane.testing.conformance.storage.retention import *  # noqa: F403
+from runlane.testing.conformance.storage.run_batches import *  # noqa: F403
 from runlane.testing.conformance.storage.schedules import *  # noqa: F403
 from runlane.testing.conformance.storage.settle_and_claim import *  # noqa: F403
 from runlane.testing.conformance.storage.support import make_runtime, make_transport_runtime
@@ -106,6 +108,7 @@ _MODULES = (
     settle_and_claim,
     outbox,
     methods,
+    run_batches,
     methods_maintenance,
     observing_methods,
     methods_dependencies,
