@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from runlane import Context, Runlane, queue, sqlite_lane, task
 from runlane.core.producing import MAX_GROUP_SIZE, CreationBatcher
-from runlane.ports.storage import CreateOutcome, NewRun
+from runlane.ports.storage import CreateOutcome, CreatesRunBatches, NewRun
 from runlane.types.clock import ManualClock
 from runlane.types.ids import new_run_id
 from runlane.types.runs import Run, RunSource, RunStatus
@@ -149,17 +149,19 @@ async def test_a_failed_bulk_batch_raises_its_own_error_and_stops_the_rest(
         lane=sqlite_lane(f"{tmp_path}/bulk.db"), queues=[queue("main", default=True)], tasks=[noop]
     )
     async with rl:
-        real = rl.storage.create_runs
+        # Plain runs on SQLite go in as batch records (CreatesRunBatches).
+        storage = cast(CreatesRunBatches, rl.storage)
+        real = storage.create_run_batch
         calls = 0
 
-        async def flaky(*args: object, **kwargs: object) -> list[CreateOutcome]:
+        async def flaky(*args: object, **kwargs: object) -> list[Run]:
             nonlocal calls
             calls += 1
             if calls == 2:
                 raise RunlaneError(ErrorCode.STORAGE_UNAVAILABLE, "down", retryable=True)
             return await real(*args, **kwargs)  # type: ignore[arg-type]
 
-        rl.storage.create_runs = flaky  # type: ignore[method-assign]
+        storage.create_run_batch = flaky  # type: ignore[method-assign]
         with pytest.raises(RunlaneError) as caught:
             await rl.trigger_many(noop, list(range(5000)))
         assert caught.value.code is ErrorCode.STORAGE_UNAVAILABLE
