@@ -1,4 +1,5 @@
-"""slot_init: the cheaper __init__ of frozen records behaves as the one dataclasses made."""
+"""slot_init: the cheaper __init__ of frozen records behaves as the one dataclasses made;
+many_builder builds many of them at once, the same as their __init__ does."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from runlane.types.records import (
     Transition,
 )
 from runlane.types.runs import Lease, Run, RunEventType, RunSource, RunStatus
-from runlane.types.slot_init import slot_init
+from runlane.types.slot_init import many_builder, slot_init
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -170,3 +171,44 @@ def test_instances_are_of_the_class_and_a_subclass_is_filled_too() -> None:
     made = Sub(2, "y")
     assert type(made) is Sub
     assert (made.a, made.b, made.c, made.d) == (2, "y", [], None)
+
+
+def test_many_builder_builds_what_the_init_builds() -> None:
+    build = many_builder(Fast, ("a", "c"))
+    assert many_builder(Fast, ("a", "c")) is build  # made once per class and fields
+    shared: list[int] = [9]
+    made = build([1, 2, 3], [shared, [], [4]], b="x", d=None)
+    assert made == [Fast(1, "x", shared, None), Fast(2, "x", [], None), Fast(3, "x", [4], None)]
+    assert all(type(record) is Fast for record in made)
+    assert made[0].c is shared
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].a = 5  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(made[1])) == made[1]
+    assert build([], [], b="x", d=None) == []
+    # One varying field; every other one must be given.
+    assert many_builder(Fast, ("b",))(["p", "q"], a=0, c=[], d={"k": 1}) == [
+        Fast(0, "p", [], {"k": 1}),
+        Fast(0, "q", [], {"k": 1}),
+    ]
+    with pytest.raises(TypeError):
+        build([1], [[]], b="x")  # d missing
+    with pytest.raises(ValueError):
+        build([1, 2], [[]], b="x", d=None)  # columns of different lengths
+
+
+def test_many_builder_builds_runs_as_run_does() -> None:
+    run = Run("r1", "default", "t", "q", RunStatus.QUEUED, {"n": 1}, 0, 0, NOW, NOW, NOW, 1,
+              RunSource(), concurrency_key="c", priority=3)  # fmt: skip
+    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(Run)}
+    shared = {name: value for name, value in fields.items() if name not in ("id", "payload")}
+    (made,) = many_builder(Run, ("id", "payload"))([run.id], [run.payload], **shared)
+    assert made == run and type(made) is Run
+
+
+def test_many_builder_refuses_what_it_cannot_build() -> None:
+    with pytest.raises(TypeError):
+        many_builder(Plain, ("a",))  # no slot_init
+    with pytest.raises(TypeError):
+        many_builder(Fast, ("a", "nope"))
+    with pytest.raises(TypeError):
+        many_builder(Fast, ("a", "a"))

@@ -16,19 +16,25 @@ is the twin. That is about 2.5 times cheaper than one store through each slot's
 descriptor, and about 4 times cheaper than the dataclass's own ``__init__``. An
 instance of a subclass (another layout, maybe) is filled through the descriptors.
 Everything else the dataclass generated (frozenness, equality, hashing, ``repr``,
-``replace``, pickling) is untouched.
+``replace``, pickling) is untouched. :func:`many_builder` fills many instances the
+same way in one call, without a call per instance.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
 #: Stands for "not given" where a field's default comes from a factory.
 _NOT_GIVEN: Any = object()
+#: The layout twin of each class :func:`slot_init` gave its ``__init__``.
+_TWINS: dict[type, type] = {}
+#: The builders :func:`many_builder` made, by class and varying fields.
+_BUILDERS: dict[tuple[type, tuple[str, ...]], Callable[..., list[Any]]] = {}
 
 
 def slot_init(cls: type[T]) -> type[T]:
@@ -53,6 +59,7 @@ def slot_init(cls: type[T]) -> type[T]:
         raise TypeError(f"{cls.__name__}.__init__ does not take exactly its fields")
     # The twin: same base, same slots, so ``__class__`` may move between the two.
     twin = type(f"_{cls.__name__}Fields", cls.__bases__, {"__slots__": cls.__dict__["__slots__"]})
+    _TWINS[cls] = twin
     namespace: dict[str, Any] = {
         "_NOT_GIVEN": _NOT_GIVEN,
         "_cls": cls,
@@ -97,3 +104,50 @@ def slot_init(cls: type[T]) -> type[T]:
     init.__annotations__ = dict(original.__annotations__)
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
+
+
+def many_builder(cls: type[T], varying: Sequence[str]) -> Callable[..., list[T]]:
+    """A function that builds many instances of ``cls`` (a class :func:`slot_init`
+    applies to) in one call: ``build(*columns, **shared)`` makes one instance per row
+    of the parallel sequences ``columns`` (the fields ``varying``, in that order), with
+    every other field from ``shared`` (each one given by name, once for all).
+
+    The same instances ``cls(...)`` makes, several times cheaper each: no call and
+    frame per instance, and each one is filled as the layout twin and switched to
+    ``cls`` once (see the module docstring). For the records a bulk call returns.
+    """
+    key = (cls, tuple(varying))
+    built = _BUILDERS.get(key)
+    if built is not None:
+        return built
+    twin = _TWINS.get(cls)
+    if twin is None:
+        raise TypeError(f"{cls.__name__} has no slot_init __init__")
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    if len(set(varying)) != len(varying) or not set(varying) <= set(names):
+        raise TypeError(f"varying must name distinct fields of {cls.__name__}: {varying!r}")
+    columns = [f"_column_{index}" for index in range(len(varying))]
+    column_of = dict(zip(varying, columns, strict=True))
+    shared = [name for name in names if name not in column_of]
+    body = [
+        "built = []",
+        "append = built.append",
+        f"for {', '.join(columns)}{',' if len(columns) == 1 else ''} in "
+        f"zip({', '.join(f'{column}s' for column in columns)}, strict=True):",
+        "    self = _new(_twin)",
+        *(f"    self.{name} = {column_of.get(name, name)}" for name in names),
+        "    self.__class__ = _cls",
+        "    append(self)",
+        "return built",
+    ]
+    lines = "".join(f"    {line}\n" for line in body)
+    signature = ", ".join(f"{column}s" for column in columns)
+    if shared:
+        signature += ", *, " + ", ".join(shared)
+    namespace: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls}
+    # Built from field names only, as slot_init builds its __init__.
+    exec(f"def build({signature}):\n{lines}", namespace)
+    built = namespace["build"]
+    built.__qualname__ = f"{cls.__qualname__}.<many_builder>"
+    _BUILDERS[key] = built
+    return cast(Callable[..., list[T]], built)

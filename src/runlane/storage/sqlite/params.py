@@ -17,6 +17,7 @@ from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, dumps
 from runlane.types.clock import from_micros, to_micros
 from runlane.types.ids import new_token
 from runlane.types.runs import Run, RunEventType, RunStatus
+from runlane.types.slot_init import many_builder
 
 
 def is_plain(new: NewRun) -> bool:
@@ -99,6 +100,8 @@ def shape_end(runs: Sequence[NewRun], start: int) -> int:
     return len(runs)
 
 
+#: Runs of one batch, built at once: only the id and the payload differ.
+_build_runs = many_builder(Run, ("id", "payload"))
 #: What a run id must not hold to be written as a JSON object key as it is.
 _NOT_A_PLAIN_KEY = re.compile(r'["\\\x00-\x1f]')
 _CONTAINERS = ("{", "[")
@@ -174,44 +177,38 @@ def batch_params(
         "priority_offset": batch.priority_offset,
     }
     run_at, now = from_micros(run_at_us), from_micros(now_us)
-    task_id, queue, status, source = batch.task_id, batch.queue, batch.status, batch.source
-    concurrency_key, rate_key, priority = batch.concurrency_key, batch.rate_key, batch.priority
-    # What _run builds, with every field in Run's order: no keyword to match per run.
-    created = [
-        Run(
-            run_id,
-            environment,
-            task_id,
-            queue,
-            status,
-            payload,
-            0,  # attempt
-            0,  # failure_count
-            run_at,
-            now,  # created_at
-            now,  # updated_at
-            1,  # event_sequence: insert_plain_runs writes no delivery request
-            source,
-            None,  # result
-            None,  # failure
-            None,  # idempotency_key
-            None,  # singleton_key
-            concurrency_key,
-            carrier,
-            None,  # lease
-            None,  # cancel_reason
-            None,  # partition_key
-            0,  # replays
-            None,  # mode
-            None,  # message_sequence
-            None,  # dead_letter_reason
-            None,  # dead_lettered_at
-            rate_key,
-            None,  # progress
-            priority,
-        )
-        for run_id, payload in zip(batch.ids, batch.payloads, strict=True)
-    ]
+    created = _build_runs(
+        batch.ids,
+        batch.payloads,
+        environment=environment,
+        task_id=batch.task_id,
+        queue=batch.queue,
+        status=batch.status,
+        attempt=0,
+        failure_count=0,
+        run_at=run_at,
+        created_at=now,
+        updated_at=now,
+        event_sequence=1,  # insert_plain_runs writes no delivery request
+        source=batch.source,
+        result=None,
+        failure=None,
+        idempotency_key=None,
+        singleton_key=None,
+        concurrency_key=batch.concurrency_key,
+        trace_carrier=carrier,
+        lease=None,
+        cancel_reason=None,
+        partition_key=None,
+        replays=0,
+        mode=None,
+        message_sequence=None,
+        dead_letter_reason=None,
+        dead_lettered_at=None,
+        rate_key=batch.rate_key,
+        progress=None,
+        priority=batch.priority,
+    )
     return run_params, created
 
 
