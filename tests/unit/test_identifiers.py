@@ -95,3 +95,15 @@ def test_lease_tokens_are_unguessable_and_distinct() -> None:
     tokens = {new_token() for _ in range(1000)}
     assert len(tokens) == 1000
     assert all(len(token) == 24 for token in tokens)
+
+
+def test_batched_run_ids_past_a_milliseconds_counter_move_to_the_next_millisecond() -> None:
+    # 10,000 ids take at least three milliseconds' 4,096 counters, however fast.
+    ids = new_run_id.many(10_000)
+    shape = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+    assert all(shape.match(run_id) for run_id in ids)
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+    assert len({run_id.replace("-", "")[:12] for run_id in ids}) >= 3
+    # The variant digit takes each of its four values.
+    assert {run_id[19] for run_id in ids} == set("89ab")
+    assert new_run_id.many(0) == []

@@ -53,6 +53,10 @@ _POOL_IDS = 512
 _ID_DRAW = 18
 #: The first hex digit of the random tail with the RFC 9562 variant bits (``10``) set.
 _VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 0b11] for digit in "0123456789abcdef"}
+#: A random tail's first byte with the variant bits set (``bytes.translate`` table).
+_VARIANT_BYTES = bytes(0x80 | (byte & 0x3F) for byte in range(256))
+#: Each 12-bit counter as its three hex digits.
+_COUNTER_HEX = [f"{n:03x}" for n in range(0x1000)]
 
 
 class _MonotonicUuid7:
@@ -103,31 +107,42 @@ class _MonotonicUuid7:
 
     def many(self, count: int) -> list[str]:
         """``count`` new ids in order (one clock read and one random draw for all)."""
-        stamps: list[tuple[int, int]] = []
         # One draw: a counter seed for a new millisecond, then each id's random tail.
         drawn = os.urandom(1 + 8 * count)
+        # Stretches of ids sharing a millisecond: (millis, first counter, how many).
+        stretches: list[tuple[int, int, int]] = []
         with self._lock:
             millis, counter = self._millis, self._counter
             now = time.time_ns() // 1_000_000
             if now > millis:
                 millis, counter = now, drawn[0] - 1
-            for _ in range(count):
-                counter += 1
-                if counter > 0xFFF:
-                    millis, counter = millis + 1, 0
-                stamps.append((millis, counter))
+            remaining = count
+            while remaining:
+                if counter >= 0xFFF:
+                    millis, counter = millis + 1, -1
+                taken = min(remaining, 0xFFF - counter)
+                stretches.append((millis, counter + 1, taken))
+                counter += taken
+                remaining -= taken
             self._millis, self._counter = millis, counter
-        # Formatted as text slices: an id costs about half what building the 128-bit
-        # integer and formatting it did, which shows in bulk triggers.
-        randomness = drawn[1:].hex()
-        ids = []
-        head_millis, head = -1, ""
-        for index, (millis, counter) in enumerate(stamps):
-            if millis != head_millis:
-                stamp = f"{millis & _MILLIS_MASK:012x}"
-                head_millis, head = millis, f"{stamp[:8]}-{stamp[8:]}-7"
-            tail = randomness[16 * index : 16 * index + 16]
-            ids.append(f"{head}{counter:03x}-{_VARIANT_DIGIT[tail[0]]}{tail[1:4]}-{tail[4:]}")
+        # Every tail's variant bits set in one pass over the bytes, then all of them
+        # formatted as hex at once: each id is then slices of one string.
+        tails = bytearray(drawn[1:])
+        tails[0::8] = tails[0::8].translate(_VARIANT_BYTES)
+        randomness = tails.hex()
+        counters = _COUNTER_HEX
+        ids: list[str] = []
+        offset = 0
+        for millis, first, taken in stretches:
+            stamp = f"{millis & _MILLIS_MASK:012x}"
+            head = f"{stamp[:8]}-{stamp[8:]}-7"
+            ids += [
+                f"{head}{counters[n]}-{randomness[at : at + 4]}-{randomness[at + 4 : at + 16]}"
+                for n, at in zip(
+                    range(first, first + taken), range(offset, offset + 16 * taken, 16), strict=True
+                )
+            ]
+            offset += 16 * taken
         return ids
 
 
