@@ -15,6 +15,7 @@ from runlane.model.payloads import (
     MAX_VALIDATION_PROBLEMS,
     encode_payload,
     prepare_payload,
+    prepare_payloads,
     validate_payload,
     validation_problems,
 )
@@ -175,3 +176,44 @@ def test_encoding_is_compact_json_that_round_trips() -> None:
     encoded = encode_payload("t", payload, DEFAULT_MAX_PAYLOAD_BYTES)
     assert " " not in encoded
     assert json.loads(encoded) == payload
+
+
+@pytest.mark.parametrize("schema", [None, Order])
+def test_prepare_payloads_prepares_each_as_prepare_payload_does(
+    schema: type[BaseModel] | None,
+) -> None:
+    definition = _task(schema)
+    payloads: list[Any] = [
+        {"order_id": 1},
+        {"order_id": 2, "note": "ü and \u2028"},  # not ASCII: the general path
+        Order(order_id=3),
+        {"order_id": 4, "note": "x" * 60},
+    ]
+    if schema is None:
+        payloads += [[1, 2], "text", None, {"order_id": 5, "nested": {"a": [1]}}, 1e16]
+    instances, values, texts = prepare_payloads(definition, payloads, 200)
+    expected = [prepare_payload(definition, payload, 200) for payload in payloads]
+    assert instances == [e[0] for e in expected]
+    assert values == [e[1] for e in expected]
+    assert texts == [e[2] for e in expected]
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        ({"order_id": 1, "note": "x" * 300}, ErrorCode.PAYLOAD_TOO_LARGE),  # over the cap
+        ({"order_id": 1, "note": "nul \x00"}, ErrorCode.PAYLOAD_INVALID),
+        ({"order_id": float("nan")}, ErrorCode.PAYLOAD_INVALID),
+        ({1: "int key"}, ErrorCode.PAYLOAD_INVALID),
+    ],
+)
+def test_prepare_payloads_refuses_the_first_bad_payload_as_prepare_payload_does(
+    bad: Any, code: ErrorCode
+) -> None:
+    definition = _task()
+    with pytest.raises(RunlaneError) as one:
+        prepare_payload(definition, bad, 200)
+    with pytest.raises(RunlaneError) as many:
+        prepare_payloads(definition, [{"order_id": 0}, bad, {"order_id": 2}], 200)
+    assert one.value.code is many.value.code is code
+    assert str(many.value) == str(one.value)

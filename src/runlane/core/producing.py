@@ -32,7 +32,7 @@ from runlane.core.registry import Registry
 from runlane.core.store import StoreScope
 from runlane.model.definitions import TaskDef
 from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
-from runlane.model.payloads import prepare_payload
+from runlane.model.payloads import prepare_payload, prepare_payloads
 from runlane.model.queue_defs import UNKEYED, QueueDef
 from runlane.ports.storage import CreatesRunBatches, StreamsRuns, TracksDependencies
 from runlane.types.carriers import validate_trace_carrier
@@ -149,14 +149,7 @@ class TriggerPlan:
 
     def prepare(self, payloads: Sequence[Any]) -> Prepared:
         """Validate and encode every payload (raises on the first bad one)."""
-        task, limit = self.task, self.max_payload_bytes
-        prepared = Prepared([], [], [])
-        for payload in payloads:
-            instance, value, text = prepare_payload(task, payload, limit)
-            prepared.instances.append(instance)
-            prepared.values.append(value)
-            prepared.texts.append(text)
-        return prepared
+        return Prepared(*prepare_payloads(self.task, payloads, self.max_payload_bytes))
 
     def build(self, prepared: Prepared, start: int, stop: int) -> list[NewRun]:
         """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh ids."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -92,14 +92,11 @@ def compact_encoder(*, allow_nan: bool) -> Callable[[Any], str]:
     :func:`json_shape_problem` accepted (its depth cap refuses a cycle), results
     already encoded once with the check, and records the runtime builds itself.
     """
-    make_encoder = getattr(json.encoder, "c_make_encoder", None)
-    if make_encoder is None:
+    encode = _chunk_encoder(allow_nan=allow_nan)
+    if encode is None:
         return json.JSONEncoder(
             separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
         ).encode
-    encode = make_encoder(
-        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, allow_nan
-    )
 
     def encode_compact(value: Any) -> str:
         return "".join(encode(value, 0))
@@ -107,7 +104,22 @@ def compact_encoder(*, allow_nan: bool) -> Callable[[Any], str]:
     return encode_compact
 
 
+def _chunk_encoder(*, allow_nan: bool) -> Callable[[Any, int], Sequence[str]] | None:
+    """The C encoder of :func:`compact_encoder` (its chunks joined are the text), or
+    ``None`` where it is missing."""
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if make_encoder is None:
+        return None
+    return cast(
+        Callable[[Any, int], Sequence[str]],
+        make_encoder(
+            None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, allow_nan
+        ),
+    )
+
+
 _encode_shaped = compact_encoder(allow_nan=False)
+_shaped_chunks = _chunk_encoder(allow_nan=False)
 
 
 def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[Any, Any, str]:
@@ -144,6 +156,42 @@ def prepare_payload(task: TaskDef[Any], payload: Any, max_bytes: int) -> tuple[A
         raise _not_json(task.id, error) from None
     _check_storable(task.id, payload, encoded, max_bytes)
     return payload, payload, encoded
+
+
+def prepare_payloads(
+    task: TaskDef[Any], payloads: Iterable[Any], max_bytes: int
+) -> tuple[list[Any], list[Any], list[str]]:
+    """:func:`prepare_payload` of each of ``payloads`` (raises on the first bad one), as
+    three parallel lists; for a task without a schema the first two are one list (the
+    handler gets the JSON value itself)."""
+    if task.schema is not None or _shaped_chunks is None:
+        prepared = [prepare_payload(task, payload, max_bytes) for payload in payloads]
+        return [p[0] for p in prepared], [p[1] for p in prepared], [p[2] for p in prepared]
+    values: list[Any] = []
+    texts: list[str] = []
+    add_value, add_text = values.append, texts.append
+    chunks, join = _shaped_chunks, "".join
+    str_only, scalars = _STR_ONLY.issuperset, _SCALARS.issuperset
+    for payload in payloads:
+        # prepare_payload's check of a flat dict of scalars, inline: no call per payload.
+        if (
+            type(payload) is dict
+            and str_only(map(type, payload))
+            and scalars(map(type, payload.values()))
+        ):
+            try:
+                encoded = join(chunks(payload, 0))
+            except (TypeError, ValueError):
+                pass
+            else:
+                if encoded.isascii() and len(encoded) <= max_bytes and ESCAPED_NUL not in encoded:
+                    add_value(payload)
+                    add_text(encoded)
+                    continue
+        _, value, encoded = prepare_payload(task, payload, max_bytes)
+        add_value(value)
+        add_text(encoded)
+    return values, values, texts
 
 
 def payload_for_handler(task: TaskDef[Any], stored: Any) -> Any:
