@@ -6,7 +6,6 @@ as the driver stores them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import repeat
@@ -102,8 +101,9 @@ def shape_end(runs: Sequence[NewRun], start: int) -> int:
 
 #: Runs of one batch, built at once: only the id and the payload differ.
 _build_runs = many_builder(Run, ("id", "payload"))
-#: What a run id must not hold to be written as a JSON object key as it is.
-_NOT_A_PLAIN_KEY = re.compile(r'["\\\x00-\x1f]')
+#: What a run id may hold to be written as a JSON object key as it is: printable
+#: ASCII but for the two characters JSON escapes (deleted with bytes.translate).
+_PLAIN_KEY_BYTES = bytes(byte for byte in range(0x20, 0x7F) if byte not in b'"\\')
 _CONTAINERS = ("{", "[")
 
 
@@ -112,8 +112,11 @@ def plain_rows(ids: Sequence[str], texts: Sequence[str]) -> str:
     or, if a payload is no JSON object or array (``json_each`` would hand it back
     decoded) or an id needs escaping, those of ``insert_plain_runs`` (``[id, payload
     text]`` pairs); :func:`plain_statement` tells the two apart."""
-    if all(map(str.startswith, texts, repeat(_CONTAINERS))) and not _NOT_A_PLAIN_KEY.search(
-        "".join(ids)
+    joined = "".join(ids)
+    if (
+        all(map(str.startswith, texts, repeat(_CONTAINERS)))
+        and joined.isascii()
+        and not joined.encode().translate(None, _PLAIN_KEY_BYTES)
     ):
         # The payload texts are JSON already: joined, not encoded again.
         return (
