@@ -168,7 +168,8 @@ class SqliteStorage(SqlStorageBase):
         outbox_claimed_until: datetime | None = None,
     ) -> list[CreateOutcome]:
         """Create runs with their events, ownership rows and delivery requests atomically."""
-        _check_connection(connection)
+        if connection is not None:  # (no call on the common path: lone triggers)
+            _check_connection(connection)
         check_distinct_ids(runs)
         create = partial(
             creation.create_runs,
@@ -190,7 +191,8 @@ class SqliteStorage(SqlStorageBase):
         self, environment: str, batch: NewRunBatch, now: datetime, *, connection: Any = None
     ) -> list[Run]:
         """Create the plain runs of ``batch`` with one statement (``CreatesRunBatches``)."""
-        _check_connection(connection)
+        if connection is not None:  # (no call on the common path: lone triggers)
+            _check_connection(connection)
         create = partial(creation.create_run_batch, self._db, environment, batch, now, connection)
         if connection is not None:
             return create()  # the caller's connection, on the caller's thread (create_runs)
@@ -567,7 +569,7 @@ class SqliteStorage(SqlStorageBase):
 
 def _check_connection(connection: Any) -> None:
     """Refuse a caller's connection that is not a ``sqlite3.Connection``."""
-    if connection is not None and not isinstance(connection, sqlite3.Connection):
+    if not isinstance(connection, sqlite3.Connection):
         raise RunlaneError(
             ErrorCode.CONFIGURATION_INVALID,
             "a SQLite lane enqueues inside a sqlite3.Connection transaction only.",
