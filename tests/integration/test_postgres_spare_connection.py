@@ -302,3 +302,27 @@ async def test_a_connection_that_fails_its_setup_is_closed_not_kept(postgres_dsn
         assert len(opened) == 1
     finally:
         await spare.close()
+
+
+async def test_a_conflict_on_the_spare_is_tried_again_on_the_pool_and_creates_one_run(
+    postgres_dsn: str, environment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _spare_ready(postgres_dsn, environment) as (rl, conn):
+        await rl.trigger(noop, {})  # its statement is prepared from here on
+        sent = conn.send_bare
+        refused: list[bool] = []
+
+        def conflicting(*args: Any) -> bool:
+            if not refused:
+                refused.append(True)
+                raise psycopg.errors.SerializationFailure("could not serialize")
+            return sent(*args)
+
+        monkeypatch.setattr(conn, "send_bare", conflicting)
+        before = _pool_requests(rl)
+        run = await rl.trigger(noop, {"after": True})
+        assert refused == [True]
+        assert _pool_requests(rl) == before + 1  # the second attempt, on a pooled connection
+        assert await _until_spare_is_open(rl) is conn
+        ids = [listed.id for listed in (await rl.runs.list(limit=10)).data]
+        assert ids.count(run.id) == 1 and len(ids) == 3

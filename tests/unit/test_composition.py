@@ -68,7 +68,7 @@ async def test_a_producer_built_without_a_runtime_writes_runs_and_tells_its_obse
     store = StoreScope(lane.storage, "composed", ManualClock())
     connection = LaneConnection(lane)
     writer = RunWriter(
-        store, dispatcher=None, eager_dispatch=True, opened=connection.open, on_created=lambda: None
+        store, dispatcher=None, eager_dispatch=True, lane=connection, on_created=lambda: None
     )
     producer = Producer(
         registry, writer, observers, store.clock, max_payload_bytes=1024, transport=False

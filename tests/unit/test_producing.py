@@ -196,3 +196,40 @@ async def test_triggers_with_default_options_are_due_when_called_not_when_first_
         clock.advance("2m")  # a's key expired an hour after its trigger, b's holds
         assert (await rl.trigger(keyed, {"k": "a"})).id != first.id
         assert (await rl.trigger(keyed, {"k": "b"})).id == second.id
+
+
+async def test_concurrent_default_triggers_on_a_runtime_share_writes_and_keep_errors_typed(
+    tmp_path: Path,
+) -> None:
+    # rl.trigger with every option at its default writes a lone caller's run itself,
+    # in fewer steps: callers arriving while it is in flight still share the next write.
+    from runlane import ErrorCode, RunlaneError
+
+    main = queue("main", default=True)
+
+    @task("lone")
+    async def lone(payload: int, ctx: Context) -> None:
+        """Does nothing."""
+
+    rl = Runlane(lane=sqlite_lane(str(tmp_path / "q.db")), queues=[main], tasks=[lone])
+    await rl.migrate()
+    async with rl:
+        real = rl.storage.create_runs
+        writes: list[int] = []
+
+        async def recording(environment: str, runs: Sequence[NewRun], *args: Any,
+                            **kwargs: Any) -> list[CreateOutcome]:  # fmt: skip
+            writes.append(len(runs))
+            await asyncio.sleep(0.01)  # a commit: callers arriving meanwhile wait for the next
+            return await real(environment, runs, *args, **kwargs)
+
+        rl.storage.create_runs = recording  # type: ignore[method-assign]
+        runs = await asyncio.gather(*(rl.trigger(lone, n) for n in range(10)))
+        assert [run.payload for run in runs] == list(range(10))
+        assert writes == [1, 9]
+        assert len((await rl.runs.list(limit=100)).data) == 10
+        for bad, code in (("no-such-task", ErrorCode.TASK_NOT_FOUND), (lone, None)):
+            with pytest.raises(RunlaneError) as caught:
+                await rl.trigger(bad, object() if code is None else 1)
+            assert code is None or caught.value.code is code
+        assert writes == [1, 9]  # nothing written for them

@@ -25,6 +25,7 @@ from runlane.core.worker import WorkBell, Worker, WorkerMode
 from runlane.core.workflows import Group, Workflows
 from runlane.model.context import Signal
 from runlane.model.definitions import TaskDef
+from runlane.model.dependencies import CANCEL
 from runlane.model.queue_defs import QueueDef
 from runlane.ports.lane import LaneConnection
 from runlane.ports.transport import DeliveryMessage, DeliveryResult
@@ -33,6 +34,7 @@ from runlane.topics.records import PublishReceipt
 from runlane.types.durations import Duration, parse_duration, parse_optional_duration
 from runlane.types.errors import ErrorCode, RunlaneError, configuration_error
 from runlane.types.ids import validate_identifier
+from runlane.types.priorities import DEFAULT_PRIORITY
 from runlane.types.runs import (
     QueueStats,
     QueueThroughput,
@@ -131,6 +133,22 @@ class ProducingCalls:
         >>> extract_run = await rl.trigger(extract, {"day": "2026-12-01"})
         >>> report_run = await rl.trigger(report, None, after=[extract_run])
         """
+        if (
+            queue is None
+            and delay is None
+            and run_at is None
+            and idempotency_key is None
+            and singleton_key is None
+            and concurrency_key is None
+            and trace_carrier is None
+            and connection is None
+            and after is None
+            and on_failure == CANCEL
+            and rate_key is None
+            and priority is DEFAULT_PRIORITY  # (a bool or float is not: it is refused)
+        ):
+            # The common call, with none of the options to carry on.
+            return await self._producer.trigger_default(task, payload)
         return await self._producer.trigger(
             task,
             payload,

@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from itertools import islice
 from typing import Any, cast
 
@@ -34,7 +35,14 @@ from runlane.model.definitions import TaskDef
 from runlane.model.dependencies import CANCEL, dependency_ids, validate_on_failure
 from runlane.model.payloads import prepare_payload, prepare_payloads
 from runlane.model.queue_defs import UNKEYED, QueueDef
-from runlane.ports.storage import CreatesRunBatches, StreamsRuns, TracksDependencies
+from runlane.ports.lane import LaneConnection
+from runlane.ports.storage import (
+    CreatesLoneRuns,
+    CreatesRunBatches,
+    Storage,
+    StreamsRuns,
+    TracksDependencies,
+)
 from runlane.types.carriers import validate_trace_carrier
 from runlane.types.clock import Clock, aware_utc
 from runlane.types.durations import Duration, parse_duration
@@ -405,23 +413,32 @@ class CreationBatcher:
 
         A caller cancelled before its group is written creates nothing.
         """
-        loop = asyncio.get_running_loop()
-        if not self._direct and (self._writer is None or self._writer.done()):
-            # Nothing in flight: write in the caller's own task, with no task or future
-            # to hand the outcome over; callers arriving meanwhile wait for the next write.
-            self._direct = True
+        if self.begin_direct():
             try:
                 (outcome,) = await self._write([new])
             finally:
-                self._direct = False
-                if self._waiting:
-                    self._writer = loop.create_task(self._drain())
+                self.end_direct()
             return outcome
-        future: asyncio.Future[CreateOutcome] = loop.create_future()
+        future: asyncio.Future[CreateOutcome] = asyncio.get_running_loop().create_future()
         self._waiting.append((new, future))
-        if not self._direct and (self._writer is None or self._writer.done()):
-            self._writer = loop.create_task(self._drain())
         return await future
+
+    def begin_direct(self) -> bool:
+        """Whether the caller may write its run itself, now: nothing is in flight. If so,
+        it writes in its own task, with no task or future to hand the outcome over, and
+        calls :meth:`end_direct` when done; callers arriving meanwhile wait for the next
+        write."""
+        if self._direct or (self._writer is not None and not self._writer.done()):
+            return False
+        self._direct = True
+        return True
+
+    def end_direct(self) -> None:
+        """End a write :meth:`begin_direct` allowed (however it ended); the callers that
+        arrived meanwhile are written next."""
+        self._direct = False
+        if self._waiting:
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         while self._waiting:
@@ -458,14 +475,23 @@ class RunWriter:
         *,
         dispatcher: Dispatcher | None,
         eager_dispatch: bool,
-        opened: Callable[[], Awaitable[None]],
+        lane: LaneConnection,
         on_created: Callable[[], None],
     ) -> None:
+        """``lane``: the runtime's lane, opened before the first write."""
         self._store = store
         self._dispatcher = dispatcher
         self._eager = eager_dispatch
-        self._opened = opened
+        self._lane = lane
+        self._opened = lane.open
         self._on_created = on_created
+        storage = store.storage
+        #: One run's write: the storage's own when it has one.
+        self._create_lone: Callable[[str, NewRun, datetime], Awaitable[CreateOutcome]] = (
+            storage.create_lone_run
+            if isinstance(storage, CreatesLoneRuns)
+            else partial(_create_lone_run, storage)
+        )
         #: Group commit per event loop (``rl.sync`` runs its own loop beside the app's).
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CreationBatcher] = (
             weakref.WeakKeyDictionary()
@@ -485,7 +511,18 @@ class RunWriter:
             batcher = self._batchers.get(loop)
             if batcher is None:
                 batcher = self._batchers[loop] = CreationBatcher(self.create)
-            return await batcher.create(new)
+            if not (self._lane.is_open and not new.request_delivery and batcher.begin_direct()):
+                return await batcher.create(new)
+            # What the batcher's own write would do (see create), in this call: a lone
+            # trigger's every step is on its path, and each coroutine costs.
+            try:
+                store = self._store
+                outcome = await self._create_lone(store.environment, new, store.now())
+            finally:
+                batcher.end_direct()
+            if outcome.created and outcome.run.lease is None:
+                self._on_created()
+            return outcome
         (outcome,) = await self.create([new], connection=connection)
         return outcome
 
@@ -650,6 +687,15 @@ class RunWriter:
             await self._dispatcher.publish([m for o in outcomes for m in o.outbox])
 
 
+async def _create_lone_run(
+    storage: Storage, environment: str, new: NewRun, now: datetime
+) -> CreateOutcome:
+    """:meth:`~runlane.ports.storage.CreatesLoneRuns.create_lone_run` on a storage
+    without it."""
+    (outcome,) = await storage.create_runs(environment, [new], now)
+    return outcome
+
+
 class Producer:
     """Creates runs of registered tasks: validates a call's options and payloads
     against ``registry`` (timed by ``clock``), wraps the write in the observers'
@@ -695,48 +741,47 @@ class Producer:
         rate_key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> Run:
-        """``Runlane.trigger``: one run, or the existing run its keys point at."""
-        if (
-            queue is None
-            and delay is None
-            and run_at is None
-            and idempotency_key is None
-            and singleton_key is None
-            and concurrency_key is None
-            and trace_carrier is None
-            and after is None
-            and on_failure == CANCEL
-            and rate_key is None
-            and priority is DEFAULT_PRIORITY
-        ):
-            new = self._default_run(task, payload)
-        else:
-            new = self.build_new_run(
-                task,
-                payload,
-                queue=queue,
-                delay=delay,
-                run_at=run_at,
-                idempotency_key=idempotency_key,
-                singleton_key=singleton_key,
-                concurrency_key=concurrency_key,
-                trace_carrier=trace_carrier,
-                source=_TRIGGERED,
-                after=after,
-                on_failure=on_failure,
-                rate_key=rate_key,
-                priority=priority,
-            )
-        observers = self._observers
-        if observers:
-            with observers.producing(new.task_id, new.queue, 1) as carrier:
-                if carrier is not None and new.trace_carrier is None:
-                    new = dataclasses.replace(new, trace_carrier=carrier)
-                outcome = await self._writer.create_one(new, connection)
-                if outcome.created:
-                    observers.call("triggered", [outcome.run])
-                return outcome.run
+        """``Runlane.trigger``: one run, or the existing run its keys point at (with
+        every option at its default, :meth:`trigger_default` takes fewer steps)."""
+        new = self.build_new_run(
+            task,
+            payload,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            concurrency_key=concurrency_key,
+            trace_carrier=trace_carrier,
+            source=_TRIGGERED,
+            after=after,
+            on_failure=on_failure,
+            rate_key=rate_key,
+            priority=priority,
+        )
+        if self._observers:
+            return await self._create_observed(new, connection)
         return (await self._writer.create_one(new, connection)).run
+
+    async def trigger_default(self, task: TaskDef[Any] | str, payload: Any) -> Run:
+        """``Runlane.trigger`` with every option at its default (:meth:`trigger`'s
+        common call, in fewer steps)."""
+        new = self._default_run(task, payload)
+        if self._observers:
+            return await self._create_observed(new, None)
+        return (await self._writer.create_one(new, None)).run
+
+    async def _create_observed(self, new: NewRun, connection: Any) -> Run:
+        """Write ``new`` inside the observers' ``producing`` hook (its trace carrier, if
+        it has none), telling them when it was created."""
+        observers = self._observers
+        with observers.producing(new.task_id, new.queue, 1) as carrier:
+            if carrier is not None and new.trace_carrier is None:
+                new = dataclasses.replace(new, trace_carrier=carrier)
+            outcome = await self._writer.create_one(new, connection)
+            if outcome.created:
+                observers.call("triggered", [outcome.run])
+            return outcome.run
 
     def _default_run(self, task: TaskDef[Any] | str, payload: Any) -> NewRun:
         """:meth:`build_new_run` of a trigger with every option at its default: the

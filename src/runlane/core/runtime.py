@@ -199,7 +199,7 @@ class Runlane(ProducingCalls, ExecutingCalls, OperatingCalls):
             store,
             dispatcher=dispatcher,
             eager_dispatch=self.eager_dispatch,
-            opened=connect,
+            lane=self._connection,
             on_created=self.work_bell.ring,
         )
         # The producer services: runs (trigger, schedules, reruns), and messages.

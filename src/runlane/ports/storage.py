@@ -564,6 +564,15 @@ class CreatesRunBatches(Protocol):
 
 
 @runtime_checkable
+class CreatesLoneRuns(Protocol):
+    """Optional: create one run in fewer steps than :meth:`Storage.create_runs` of a
+    one-run list (a lone trigger, the most frequent write of a producer)."""
+
+    async def create_lone_run(self, environment: str, new: NewRun, now: datetime) -> CreateOutcome:
+        """What ``create_runs(environment, [new], now)`` returns for its one run."""
+
+
+@runtime_checkable
 class StreamsRuns(Protocol):
     """Optional: create the runs of one long bulk call as a stream, in one transaction.
 

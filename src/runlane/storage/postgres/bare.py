@@ -79,21 +79,35 @@ async def execute_bare(
     for attempt in (1, 2):
         if statement.name not in prepared:
             pgconn.send_prepare(statement.name, statement.text, param_types=_types(values))
-            _check(await _result(pgconn), encoding)
+            check_result(await read_result(pgconn), encoding)
             prepared.add(statement.name)
         pgconn.send_query_prepared(statement.name, _encoded(values, encoding))
-        result = await _result(pgconn)
-        if (
-            attempt == 1
-            and result.status == _FATAL_ERROR
-            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT
-        ):
+        result = await read_result(pgconn)
+        if attempt == 1 and statement_lost(result):
             # The session lost it (DEALLOCATE ALL, DISCARD ALL): prepare it again.
             prepared.discard(statement.name)
             continue
-        _check(result, encoding)
+        check_result(result, encoding)
         return result
     raise AssertionError("unreachable")
+
+
+def send_prepared(
+    pgconn: PGconn, encoding: str, statement: BareStatement, params: Mapping[str, Any]
+) -> None:
+    """Send ``statement``, already prepared on ``pgconn``, to be read with
+    :func:`read_result` (then :func:`statement_lost` and :func:`check_result`): what
+    :func:`execute_bare` does once the statement is prepared, with no coroutine."""
+    values = [params[name] for name in statement.params]
+    pgconn.send_query_prepared(statement.name, _encoded(values, encoding))
+
+
+def statement_lost(result: PGresult) -> bool:
+    """Whether ``result`` says the session no longer has the prepared statement."""
+    return (
+        result.status == _FATAL_ERROR
+        and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT
+    )
 
 
 def _types(values: Sequence[Any]) -> list[int]:
@@ -145,12 +159,14 @@ def _other(value: Any, encoding: str) -> bytes:
     raise TypeError(f"a bare statement takes text, integers or None, not {value!r}")
 
 
-def _check(result: PGresult, encoding: str) -> None:
+def check_result(result: PGresult, encoding: str) -> None:
+    """Raise a failed statement's error as a cursor would (the psycopg.Error its
+    SQLSTATE names)."""
     if result.status == _FATAL_ERROR:
         raise error_from_result(result, encoding=encoding)
 
 
-async def _result(pgconn: PGconn) -> PGresult:
+async def read_result(pgconn: PGconn) -> PGresult:
     """Send what libpq holds, then read until the statement's results end: its result
     (one statement, one result)."""
     loop = asyncio.get_running_loop()

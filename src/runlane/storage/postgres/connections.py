@@ -12,16 +12,24 @@ import re
 import select
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg.pq.abc import PGresult
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from runlane.storage.postgres.bare import BareStatement, read_result
 from runlane.storage.postgres.errors import ConnectionTarget
-from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, load_json_as_text
+from runlane.storage.postgres.sessions import (
+    AsyncSession,
+    DriverConnection,
+    Params,
+    load_json_as_text,
+)
 from runlane.types.errors import ErrorCode, RunlaneError
 
 T = TypeVar("T")
@@ -343,6 +351,7 @@ class PostgresConnection:
         *,
         retry: bool = True,
         replay: bool = True,
+        tried: int = 0,
     ) -> T:
         """Run ``op`` on the spare connection when it is free, else on a pooled one (both
         autocommit), retrying aborted conflicts unless ``retry`` is false, and running it
@@ -357,6 +366,7 @@ class PostgresConnection:
         maintenance statements: a second run finds the first one's effect and changes
         nothing, or at worst leaves runs claimed for a lease). Creating runs and
         publishing pass ``replay=False``: the caller gets STORAGE_UNAVAILABLE.
+        ``tried``: attempts the caller made already (:meth:`run_bare`).
         """
         pool = self.pool
         if pool is None:
@@ -367,7 +377,7 @@ class PostgresConnection:
                 retryable=True,
             )
         spare = self.spare
-        for attempt in range(1, MAX_CONFLICT_ATTEMPTS + 1):
+        for attempt in range(tried + 1, MAX_CONFLICT_ATTEMPTS + 1):
             try:
                 own = spare.take() if spare is not None and attempt == 1 else None
                 if spare is not None and own is not None:
@@ -401,6 +411,29 @@ class PostgresConnection:
                 logger.info("connection lost under a statement (%s); running it again", error)
         raise AssertionError("unreachable")
 
+    async def run_bare(self, statement: BareStatement, params: Params) -> PGresult:
+        """:meth:`run` of :meth:`~.sessions.DriverConnection.execute_bare` with
+        ``replay=False``, in fewer steps on the spare connection when it is free and has
+        the statement prepared (a lone trigger's every call but the first): sent and
+        read right here, with no operation, attempt loop or coroutine in between."""
+        spare = self.spare
+        conn = spare.take() if spare is not None else None
+        if spare is None or conn is None:
+            return await self.run(partial(_execute_bare, statement, params), replay=False)
+        try:
+            if conn.send_bare(statement, params):
+                result = await read_result(conn.pgconn)
+                if conn.bare_result(statement, result):
+                    return result
+            return await conn.execute_bare(statement, params)
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+            pass  # the first of run's attempts: the others follow below
+        except psycopg.Error as error:
+            raise self.error(error) from None
+        finally:
+            spare.give_back(conn)
+        return await self.run(partial(_execute_bare, statement, params), replay=False, tried=1)
+
     async def _diagnose(self, exhausted: PoolTimeout) -> RunlaneError:
         """Why no pooled connection came: the server's answer to a fresh connection
         (refused credentials, dropped database, unreachable), or a busy pool."""
@@ -410,6 +443,12 @@ class PostgresConnection:
             return error
         await conn.close()
         return self.error(exhausted)
+
+
+def _execute_bare(
+    statement: BareStatement, params: Params, conn: Connection
+) -> Awaitable[PGresult]:
+    return conn.execute_bare(statement, params)
 
 
 async def fetch_rows(query: str, params: dict[str, Any], conn: Connection) -> list[Any]:

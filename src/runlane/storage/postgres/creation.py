@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq.abc import PGresult
 
 from runlane.model.capacity import owner_holds
 from runlane.ports.storage import CreateOutcome, NewRun
-from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.params import (
     WORK_CHANNEL,
     CreationBatch,
@@ -94,19 +94,9 @@ async def in_caller_transaction(
         raise error(failure) from None
 
 
-def insert_lone_run(
-    statement: BareStatement, params: dict[str, Any], conn: DriverConnection
-) -> Awaitable[object]:
-    """Run ``insert_run``, a lone trigger's one statement, through libpq directly (the
-    statement's run, to await: no coroutine of its own around it)."""
-    return conn.execute_bare(statement, params)
-
-
-async def insert_handoff(
-    statement: BareStatement, params: dict[str, Any], conn: DriverConnection
-) -> Lease | None:
-    """Run ``insert_run_handoff``; the lease it wrote when it handed the run to a worker."""
-    result = await conn.execute_bare(statement, params)
+def handed_lease(result: PGresult) -> Lease | None:
+    """The lease ``insert_run_handoff`` wrote (its ``result``) when it handed the run to a
+    worker standing by; None when it did not."""
     if not result.ntuples:
         return None
     owner, token, expires = (result.get_value(0, column) for column in (1, 2, 3))

@@ -298,27 +298,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         now_us = to_micros(now)
         bare = connection is None and lease is None
         if bare and len(runs) == 1 and plain_run(runs[0]):
-            # A lone trigger: one autocommitted statement, no batch columns to build. A
-            # due run may be handed to a worker standing by (standby.py).
-            new = runs[0]
-            params = lone_params(environment, new, now_us)
-            handed = None
-            if may_hand_off(new, params["run_at"], now_us) and self._may_find_offer(
-                environment, new.queue
-            ):
-                handed = await self._db.run(
-                    partial(creation.insert_handoff, self._insert_run_handoff, params),
-                    replay=False,
-                )
-                if handed is None:
-                    self._no_offer_until[environment, new.queue] = (
-                        time.monotonic() + HANDOFF_RECHECK
-                    )
-            else:
-                await self._db.run(
-                    partial(creation.insert_lone_run, self._insert_run, params), replay=False
-                )
-            return [lone_outcome(environment, new, now, handed)]
+            return [await self.create_lone_run(environment, runs[0], now)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
             created = await self._copy_stream(environment, (runs,), now_us, retry=True)
@@ -344,6 +324,26 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
                 connection, self._q, batch, self._db.error
             )
         return await self._db.run(partial(creation.create_batch, self._q, batch), replay=False)
+
+    async def create_lone_run(self, environment: str, new: NewRun, now: datetime) -> CreateOutcome:
+        """:meth:`create_runs` of one run (a lone trigger's): for a plain run, one
+        autocommitted statement sent through libpq directly, with no batch columns to
+        build; a due run may be handed to a worker standing by (standby.py)."""
+        if not plain_run(new):
+            (outcome,) = await self.create_runs(environment, [new], now)
+            return outcome
+        now_us = to_micros(now)
+        params = lone_params(environment, new, now_us)
+        if may_hand_off(new, params["run_at"], now_us) and self._may_find_offer(
+            environment, new.queue
+        ):
+            result = await self._db.run_bare(self._insert_run_handoff, params)
+            handed = creation.handed_lease(result)
+            if handed is None:
+                self._no_offer_until[environment, new.queue] = time.monotonic() + HANDOFF_RECHECK
+            return lone_outcome(environment, new, now, handed)
+        await self._db.run_bare(self._insert_run, params)
+        return lone_outcome(environment, new, now)
 
     def _may_find_offer(self, environment: str, queue: str) -> bool:
         until = self._no_offer_until.get((environment, queue))

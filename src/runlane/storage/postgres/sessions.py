@@ -19,7 +19,13 @@ from psycopg.pq.abc import PGresult
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.string import TextLoader
 
-from runlane.storage.postgres.bare import BareStatement, execute_bare
+from runlane.storage.postgres.bare import (
+    BareStatement,
+    check_result,
+    execute_bare,
+    send_prepared,
+    statement_lost,
+)
 from runlane.types.errors import ErrorCode, RunlaneError
 
 Params = Mapping[str, Any]
@@ -83,6 +89,27 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
             prepared = self._bare = set()
             self._bare_encoding = self.info.encoding
         return execute_bare(self.pgconn, self._bare_encoding, prepared, statement, params)
+
+    def send_bare(self, statement: BareStatement, params: Params) -> bool:
+        """Send ``statement`` if it is prepared on this connection, its result to be read
+        with :func:`.bare.read_result` and checked with :meth:`bare_result`; False,
+        sending nothing, if it is not (:meth:`execute_bare` prepares it)."""
+        prepared = self._bare
+        if prepared is None or statement.name not in prepared:
+            return False
+        send_prepared(self.pgconn, self._bare_encoding, statement, params)
+        return True
+
+    def bare_result(self, statement: BareStatement, result: PGresult) -> bool:
+        """Check the result of :meth:`send_bare` (raise its error as a cursor would);
+        False when the session lost the prepared statement, which is then forgotten
+        (:meth:`execute_bare` prepares it again)."""
+        if statement_lost(result):
+            if self._bare is not None:
+                self._bare.discard(statement.name)
+            return False
+        check_result(result, self._bare_encoding)
+        return True
 
 
 def column_names(cur: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> list[str] | None:
