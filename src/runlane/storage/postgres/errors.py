@@ -21,6 +21,8 @@ from runlane.types.errors import ErrorCode, RunlaneError
 
 #: SQLSTATEs that mean "the same transaction may succeed if tried again".
 CONFLICT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+#: A unique constraint refused a write: an id (or key) that exists already.
+UNIQUE_VIOLATION = "23505"
 #: The schema (or one of its tables) is not there: ``runlane migrate`` was not run.
 MISSING_SCHEMA_SQLSTATES = frozenset({"42P01", "3F000"})
 #: Connection exceptions, operator intervention, insufficient resources, system errors.
@@ -109,6 +111,13 @@ class ConnectionTarget:
                 "a concurrent transaction conflicted with this one; try again.",
                 meta=meta,
                 retryable=True,
+            )
+        if sqlstate == UNIQUE_VIOLATION:
+            # Trying again would meet the same row: the caller must choose another id.
+            return RunlaneError(
+                ErrorCode.STORAGE_CONFLICT,
+                "a row with the same id (or unique key) exists already; nothing was written.",
+                meta=meta,
             )
         if sqlstate in MISSING_SCHEMA_SQLSTATES:
             return missing_schema(schema, meta)

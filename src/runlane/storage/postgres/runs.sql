@@ -10,7 +10,9 @@
 -- run.started when run_now leases them: 017), plus run.delivery_requested and an
 -- outbox row when a transport is to wake a worker, and one wakeup for listening
 -- workers when a created run is due now. A run whose singleton key already has an active
--- run is skipped (ON CONFLICT DO NOTHING): only the ids actually inserted come back.
+-- run is skipped (ON CONFLICT on runlane_runs_singleton): only the ids actually
+-- inserted come back. An id that exists fails the whole statement (nothing of the
+-- batch is kept), as any other unique row would.
 -- The runs travel as one JSON array of arrays (one parameter: far cheaper to send
 -- than a dozen arrays), fields in the order below, as shapes.INSERT_RUN declares
 -- them. The payload travels as a JSON string holding its text, so the json column
@@ -42,7 +44,10 @@ inserted AS (
            CASE WHEN status = 'running' THEN %(lease_owner)s::text END,
            CASE WHEN status = 'running' THEN %(lease_expires_at)s::bigint END, rate_key
     FROM input
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (environment, task_id, singleton_key)
+        WHERE singleton_key IS NOT NULL AND status IN (
+            'queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested')
+        DO NOTHING
     RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
 ),
 events AS (

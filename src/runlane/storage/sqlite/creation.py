@@ -64,7 +64,29 @@ def create_runs(
     connection: sqlite3.Connection | None,
     outbox_claimed_until: datetime | None,
 ) -> list[CreateOutcome]:
-    """Create ``runs`` in a transaction of their own, or in ``connection``'s open one."""
+    """Create ``runs`` in a transaction of their own, or in ``connection``'s open one;
+    a run whose id exists fails the call with ``STORAGE_CONFLICT`` (in a transaction of
+    its own, nothing of it is kept)."""
+    try:
+        return _create_runs(db, environment, runs, now, lease, connection, outbox_claimed_until)
+    except sqlite3.IntegrityError as error:
+        # Keys and singletons are looked up before their rows are written, so the
+        # constraint broken is a taken id.
+        raise RunlaneError(
+            ErrorCode.STORAGE_CONFLICT,
+            f"a run's id exists already ({error}); nothing was created.",
+        ) from error
+
+
+def _create_runs(
+    db: SqliteConnection,
+    environment: str,
+    runs: Sequence[NewRun],
+    now: datetime,
+    lease: LeaseRequest | None,
+    connection: sqlite3.Connection | None,
+    outbox_claimed_until: datetime | None,
+) -> list[CreateOutcome]:
     now_us = to_micros(now)
     claimed_until = micros_or_none(outbox_claimed_until)
     outcomes: list[CreateOutcome] = []

@@ -97,6 +97,20 @@ async def test_create_runs_refuses_a_batch_naming_one_id_twice_and_keeps_none_of
     assert (await storage.list_runs(environment, RunFilter(), 10, None)).data == []
 
 
+@pytest.mark.parametrize("size", [1, 3, 100])
+async def test_create_runs_refuses_a_batch_naming_an_existing_id_and_keeps_none_of_it(
+    storage: Storage, environment: str, size: int
+) -> None:
+    # One size per path a driver may take: a lone run, a small batch, a bulk one.
+    await create_named(storage, environment, "a")
+    fresh = [new_run(f"n{n}") for n in range(size - 1)]
+    with pytest.raises(RunlaneError) as refused:
+        await storage.create_runs(environment, [*fresh, new_run("a")], NOW)
+    assert refused.value.code is ErrorCode.STORAGE_CONFLICT
+    listed = (await storage.list_runs(environment, RunFilter(), 200, None)).data
+    assert [run.id for run in listed] == ["a"]
+
+
 async def test_create_runs_of_mixed_shapes_stores_each_run_as_returned_with_its_history(
     storage: Storage, environment: str
 ) -> None:
