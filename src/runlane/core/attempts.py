@@ -473,17 +473,17 @@ class OpenAttempt:
         run = report.run
         observers = runner._observers
         handling: HandlerScope | None = None
-        if observers:
+        if observers.hears_started:
             observers.started(report)
-            if observers.wraps_attempts:
-                scope = observers.attempt(report)
-                if isinstance(scope, HandlerScope):
-                    # Around the handler only: the outcome settles as without observers.
-                    handling = scope
-                    handling.enter()
-                elif scope is not None:
-                    await scope.__aenter__()
-                    self._scope = scope
+        if observers.wraps_attempts:
+            scope = observers.attempt(report)
+            if isinstance(scope, HandlerScope):
+                # Around the handler only: the outcome settles as without observers.
+                handling = scope
+                handling.enter()
+            elif scope is not None:
+                await scope.__aenter__()
+                self._scope = scope
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "run %s (%s) attempt %s started",
@@ -579,7 +579,7 @@ class OpenAttempt:
     def _tell_settled(self) -> None:
         """Observers hear ``settled`` (with no scope around the attempt to report it)."""
         observers = self._runner._observers
-        if observers and self.report.outcome is not None:
+        if observers.hears_settled and self.report.outcome is not None:
             observers.settled(self.report)
 
 

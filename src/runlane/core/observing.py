@@ -236,7 +236,17 @@ class Observers:
     methods kept beside them.
     """
 
-    __slots__ = ("_bound", "_hooks", "_logged", "_runtime", "items", "wraps_attempts")
+    __slots__ = (
+        "_bound",
+        "_hooks",
+        "_logged",
+        "_runtime",
+        "hears_settled",
+        "hears_slots",
+        "hears_started",
+        "items",
+        "wraps_attempts",
+    )
 
     def __init__(self, runtime: ObservedRuntime, observers: Sequence[Observer] = ()) -> None:
         self.items: list[Observer] = []
@@ -248,8 +258,14 @@ class Observers:
         self._bound: dict[str, list[tuple[Observer, Callable[..., Any]]]] = {
             hook: [] for hook in HOOKS
         }
-        #: Whether any observer wraps attempts in a context (``attempt``).
+        #: Whether any observer wraps attempts in a context (``attempt``), hears their
+        #: start and their end (``started``, ``settled``) and a worker's slots
+        #: (``slots``): read on every attempt, where even a call to a hook that no
+        #: observer overrides would cost a Python call.
         self.wraps_attempts = False
+        self.hears_started = False
+        self.hears_settled = False
+        self.hears_slots = False
         for observer in observers:
             self.add(observer)
 
@@ -265,6 +281,9 @@ class Observers:
                 overriding.append(observer)
                 self._bound[hook].append((observer, getattr(observer, hook)))
         self.wraps_attempts = bool(self._hooks["attempt"])
+        self.hears_started = bool(self._hooks["started"])
+        self.hears_settled = bool(self._hooks["settled"])
+        self.hears_slots = bool(self._hooks["slots"])
         try:
             observer.attached(self._runtime)
         except Exception:
