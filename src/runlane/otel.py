@@ -37,6 +37,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from contextvars import Token
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
@@ -71,25 +72,26 @@ _NOTHING_PRODUCED: AbstractContextManager[Mapping[str, str] | None] = nullcontex
 _GLOBALS_TRUSTED_FOR = 1.0
 
 _monotonic = time.monotonic
-#: Builds an instance without calling ``__init__``: once per attempt, a Python frame
-#: is a tenth of the whole cost of a skipped one.
+#: Builds an instance without calling ``__init__``: once per attempt, a Python call
+#: is a tenth of the whole cost of one that is skipped.
 _new = object.__new__
 
 
 class _Carrying(NamedTuple):
-    """The classes a stored carrier's context is built from, made once per process
-    from the OpenTelemetry API (imported only when tracing is set up)."""
+    """What a stored carrier's context is built and made current with, found once
+    per process from the OpenTelemetry API (imported only when tracing is set up)."""
 
     #: A non-recording span of a checked traceparent, parsed when first asked.
     span: Any
-    #: A context that is its own context manager: entered, it is current.
-    context: Any
     #: The key under which a context holds its span (a ``Context`` is a dict), read
     #: once through the API; ``None`` if it is not found so (the propagator then
     #: reads every carrier).
     span_key: Any
-    #: Make a context current, and undo it (the API's ``attach`` and ``detach``, or
-    #: the very context variable they set, when that is what they do).
+    #: The context variable the API's ``attach`` sets and ``detach`` resets, when that
+    #: is all they do (``None`` otherwise).
+    variable: contextvars.ContextVar[Any] | None
+    #: Make a context current, and undo it: the API's ``attach`` and ``detach``, or
+    #: that variable's own ``set`` and ``reset``.
     attach: Any
     detach: Any
 
@@ -98,11 +100,10 @@ _CARRYING: _Carrying | None = None
 
 
 def _carrying(context_api: Any, trace_api: Any) -> _Carrying:
-    """The carrier classes (see :class:`_Carrying`), built on first use."""
+    """See :class:`_Carrying`; built on first use."""
     global _CARRYING
     if _CARRYING is not None:
         return _CARRYING
-    attach, detach = _current_context_setters(context_api)
 
     class CarrierSpan(trace_api.NonRecordingSpan):  # type: ignore[misc]
         """A ``NonRecordingSpan`` of a checked version-00 W3C ``traceparent``
@@ -129,49 +130,39 @@ def _carrying(context_api: Any, trace_api: Any) -> _Carrying:
         def _context(self) -> Any:  # what the API's own methods read (its repr)
             return self.get_span_context()
 
-    class CarriedContext(context_api.Context):  # type: ignore[misc]
-        """A stored carrier's context, current while it is entered: the attempt
-        scope of an attempt that opens no span, with no object around the context."""
-
-        __slots__ = ("_token",)
-
-        def __enter__(self) -> None:
-            self._token = attach(self)
-
-        def __exit__(self, *exc: object) -> None:
-            detach(self._token)
-
     holding = trace_api.set_span_in_context(trace_api.INVALID_SPAN, context_api.Context())
     span_key = next(iter(holding)) if isinstance(holding, dict) and len(holding) == 1 else None
-    _CARRYING = _Carrying(CarrierSpan, CarriedContext, span_key, attach, detach)
+    variable = _current_context_variable(context_api)
+    if variable is None:
+        _CARRYING = _Carrying(CarrierSpan, span_key, None, context_api.attach, context_api.detach)
+    else:
+        _CARRYING = _Carrying(CarrierSpan, span_key, variable, variable.set, variable.reset)
     return _CARRYING
 
 
-def _current_context_setters(context_api: Any) -> tuple[Any, Any]:
-    """``attach`` and ``detach`` of the API, or, when its runtime context is the
-    standard one (a context variable that ``attach`` sets and ``detach`` resets, as it
-    is unless ``OTEL_PYTHON_CONTEXT`` chooses another), that variable's own ``set``
-    and ``reset``: the same effect without two Python calls each way."""
+def _current_context_variable(context_api: Any) -> contextvars.ContextVar[Any] | None:
+    """The context variable that the API's ``attach`` sets and ``detach`` resets, when
+    its runtime context is the standard one that does only that (as it is unless
+    ``OTEL_PYTHON_CONTEXT`` chooses another); ``None`` otherwise. Setting it directly
+    has the same effect without two Python calls each way."""
     try:
         from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 
         runtime = context_api._RUNTIME_CONTEXT
     except (ImportError, AttributeError):
-        return context_api.attach, context_api.detach
+        return None
     variable = getattr(runtime, "_current_context", None)
     if type(runtime) is not ContextVarsRuntimeContext or not isinstance(
         variable, contextvars.ContextVar
     ):
-        return context_api.attach, context_api.detach
+        return None
     probe = context_api.Context()
     token = context_api.attach(probe)
     try:
         same = variable.get() is probe
     finally:
         context_api.detach(token)
-    if not same:
-        return context_api.attach, context_api.detach
-    return variable.set, variable.reset
+    return variable if same else None
 
 
 def _is_w3c(propagator: Any) -> bool:
@@ -246,9 +237,10 @@ class OtelTracing(Observer):
         self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
         self._root = self._context.Context()
         carrying = _carrying(self._context, self._trace)
-        self._carrier_span, self._carried = carrying.span, carrying.context
-        self._span_key = carrying.span_key
+        self._carrier_span, self._span_key = carrying.span, carrying.span_key
+        self._variable = carrying.variable
         self._attach, self._detach = carrying.attach, carrying.detach
+        self._context_type = self._context.Context
         self._producer_kind = self._trace.SpanKind.PRODUCER
         self._consumer_kind = self._trace.SpanKind.CONSUMER
         self._no_op_providers = (self._trace.ProxyTracerProvider, self._trace.NoOpTracerProvider)
@@ -304,7 +296,7 @@ class OtelTracing(Observer):
 
     def attempt(
         self, attempt: Attempt
-    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | Token[Any] | None:
         carrier = attempt.run.trace_carrier
         now = _monotonic()
         if now >= self._fresh_until:
@@ -318,8 +310,8 @@ class OtelTracing(Observer):
             return None
         if self._plain_unsampled:
             # The usual skipped attempt, decided by one match of a plain traceparent
-            # whose flag says "not sampled": its context made current around the
-            # handler is the whole scope, built without a Python call.
+            # whose flag says "not sampled": its context, current until the handler
+            # returns, is the whole scope, built and set without a Python call.
             header = carrier.get("traceparent")
             if (
                 header is not None
@@ -328,16 +320,24 @@ class OtelTracing(Observer):
             ):
                 span = _new(self._carrier_span)
                 span._header = header
-                return self._carried({self._span_key: span})  # type: ignore[no-any-return]
+                context = self._context_type({self._span_key: span})
+                variable = self._variable
+                return variable.set(context) if variable is not None else _Carried(self, context)
         if not self._recording:
             # No SDK: no span to start or end, only the stored context to make current.
-            return self._carried(self._creation(carrier)[0])  # type: ignore[no-any-return]
+            return self._hold(self._creation(carrier)[0])
         if self._skipping:
             creation = self._creation(carrier)
             if not creation[2]:
-                return self._carried(creation[0])  # type: ignore[no-any-return]
+                return self._hold(creation[0])
             return _Consumer(self, attempt, creation)
         return _Consumer(self, attempt)
+
+    def _hold(self, context: Any) -> Token[Any] | _Carried:
+        """``context`` made current until the handler returns: set now (the token the
+        runtime resets), or through the API's ``attach`` when the handler starts."""
+        variable = self._variable
+        return variable.set(context) if variable is not None else _Carried(self, context)
 
     def _refresh(self, now: float) -> None:
         """Find what the provider and propagator in use allow (see ``__init__``). The
@@ -372,7 +372,7 @@ class OtelTracing(Observer):
             if header is not None and _TRACEPARENT(header) is not None:
                 span = _new(self._carrier_span)
                 span._header = header
-                parent = self._carried({self._span_key: span})
+                parent = self._context_type({self._span_key: span})
                 return parent, span.get_span_context(), header[54] in _SAMPLED_FLAG
             # Any other: an invalid parent, say, is the propagator's business.
         cached = self._last_creation
@@ -550,6 +550,24 @@ class _Consumer:
             self._tracing._detach(self._token)
         if self._span is not None:
             self._tracing.finish(self._span, self._attempt)
+
+
+class _Carried:
+    """A run's stored context, current while its handler runs, for an attempt with no
+    span to open, through the API's ``attach`` and ``detach`` (when its runtime
+    context is not the standard context variable)."""
+
+    __slots__ = ("_context", "_token", "_tracing")
+
+    def __init__(self, tracing: OtelTracing, context: Any) -> None:
+        self._tracing = tracing
+        self._context = context
+
+    def __enter__(self) -> None:
+        self._token = self._tracing._attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        self._tracing._detach(self._token)
 
 
 def otel_tracing(

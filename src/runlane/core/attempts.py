@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import Token
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -473,11 +474,15 @@ class OpenAttempt:
         run = report.run
         observers = runner._observers
         handling: HandlerScope | None = None
+        token: Token[Any] | None = None
         if observers.hears_started:
             observers.started(report)
         if observers.wraps_attempts:
             scope = observers.attempt(report)
-            if isinstance(scope, HandlerScope):
+            if type(scope) is Token:
+                # A context variable the observer set: reset once the handler returns.
+                token = scope
+            elif isinstance(scope, HandlerScope):
                 # Around the handler only: the outcome settles as without observers.
                 handling = scope
                 handling.enter()
@@ -501,6 +506,11 @@ class OpenAttempt:
             finally:
                 if handling is not None:
                     handling.leave()
+                elif token is not None:
+                    try:
+                        token.var.reset(token)
+                    except (ValueError, RuntimeError):  # not this context's, or used
+                        observers.reset_failed()
         except BaseException:
             report.duration = time.perf_counter() - started
             await self._leave()
