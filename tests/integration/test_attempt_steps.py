@@ -321,3 +321,23 @@ async def test_an_attempt_token_beside_other_contexts_is_reset_in_their_order(
         # The plain context, entered after the token was set, is the innermost.
         assert SEEN_INSIDE[run.id] == f"other {run.id}"
         assert seen_after == [None]
+
+
+async def test_an_attempt_token_that_cannot_be_reset_is_logged_and_the_attempt_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An observer's own mistake (a token it already used) fails nothing."""
+
+    class UsedToken(Observer):
+        def attempt(self, attempt: Attempt) -> contextvars.Token[str | None]:
+            token = AROUND_HANDLER.set("used")
+            AROUND_HANDLER.reset(token)
+            return token
+
+    async with _reads_runtime(tmp_path / "used.db", UsedToken()) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status.value == "succeeded"
+    assert SEEN_INSIDE[run.id] is None
+    assert "observer UsedToken raised in attempt" in caplog.text
