@@ -25,6 +25,17 @@ calls ``ctx.progress`` ten times (with a message), as ``bench_observing.py
 progress`` does: set against the plain drain, the client's cost of ten reports per
 run.
 
+``sqlite-otel-off``, ``sqlite-otel-api`` and ``sqlite-otel10`` are the SQLite
+drain of runs triggered one by one (one producer span, so one sampling decision,
+each, as one per request; such a drain costs a few thousand instructions a run more
+than one of ``trigger_many``'s runs, so they are set against each other): without
+observers, with the OpenTelemetry observer and the API alone (no SDK), and with
+the setup the observability guide recommends, an SDK ``TracerProvider`` at
+``ParentBased(TraceIdRatioBased(0.1))`` exporting through a ``BatchSpanProcessor``
+to an exporter that discards the spans (the processor's queue and thread count; no
+network). Python's random numbers are seeded so that the SDK's trace ids sample
+exactly 200 of the 2,000 runs (checked).
+
 ``bench_features.py`` also counts, through this script's child, drains that this
 script's own list leaves out: ``sqlite-steps`` and ``pg-steps`` (tasks of ten 1 ms
 sleeps, the kind of task that reports progress; with ``-progress``, a report after
@@ -39,6 +50,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -65,11 +77,46 @@ WORKLOADS = {
     "pg-steps-progress": 3_000,
     "sqlite-priorities": 2_000,
     "pg-priorities": 3_000,
+    "sqlite-otel-off": 2_000,
+    "sqlite-otel-api": 2_000,
+    "sqlite-otel10": 2_000,
 }
+#: The recommended head-sampling ratio, and the seed of Python's random numbers with
+#: which the SDK's trace ids sample exactly that share of ``sqlite-otel10``'s runs.
+OTEL_RATIO = 0.1
+OTEL_SEED = 1
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
 # -- the child: one workload, instrumented around its timed part -----------------------
+
+
+def _tracing(workload: str) -> tuple[list[Any], Any]:
+    """The OpenTelemetry observer of an ``-otel`` workload (none for the others), and
+    its SDK tracer provider (``None`` without one)."""
+    if "-otel" not in workload or workload.endswith("otel-off"):
+        return [], None
+    from runlane.otel import otel_tracing
+
+    if workload.endswith("otel-api"):
+        return [otel_tracing()], None  # no SDK: the API's global no-op provider
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    class Discard(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(OTEL_RATIO)))
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    return [otel_tracing(tracer_provider=provider)], provider
 
 
 def _callgrind(state: str) -> None:
@@ -104,7 +151,8 @@ async def _child(workload: str, runs: int, target: str) -> None:
                 await ctx.progress(step / 10, message=f"step {step} of 10")
 
     lane = sqlite_lane(target) if workload.startswith("sqlite") else postgres_lane(target)
-    rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting, steps])
+    observers, provider = _tracing(workload)
+    rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting, steps], observers=observers)
     await rl.migrate()
     payloads = [{"n": n} for n in range(runs)]
     async with rl:
@@ -128,6 +176,23 @@ async def _child(workload: str, runs: int, target: str) -> None:
             _callgrind("on")
             await worker.run()
             _callgrind("off")
+            if worker.executed != runs:
+                raise SystemExit(f"executed {worker.executed} of {runs} runs")
+        elif "-otel" in workload:
+            random.seed(OTEL_SEED)
+            made = [await rl.trigger(noop, payload) for payload in payloads]
+            if provider is not None:
+                headers = [(run.trace_carrier or {}).get("traceparent", "") for run in made]
+                sampled = sum(int(header[-2:] or "0", 16) & 1 for header in headers)
+                if sampled != round(runs * OTEL_RATIO):
+                    raise SystemExit(f"sampled {sampled} of {runs} runs, not {OTEL_RATIO:.0%}")
+                provider.force_flush()  # the producer spans are exported before counting
+            worker = rl.worker(concurrency=10, mode=WorkerMode.DRAIN, handle_signals=False)
+            _callgrind("on")
+            await worker.run()
+            _callgrind("off")
+            if provider is not None:
+                provider.shutdown()
             if worker.executed != runs:
                 raise SystemExit(f"executed {worker.executed} of {runs} runs")
         elif workload.endswith(("drain", "progress")):
@@ -220,7 +285,15 @@ def main() -> None:
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for workload in ("sqlite-drain", "sqlite-progress", "sqlite-single", "sqlite-bulk"):
+        for workload in (
+            "sqlite-drain",
+            "sqlite-progress",
+            "sqlite-single",
+            "sqlite-bulk",
+            "sqlite-otel-off",
+            "sqlite-otel-api",
+            "sqlite-otel10",
+        ):
             total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
             counts[workload] = total / WORKLOADS[workload]
         if args.postgres:
@@ -234,13 +307,29 @@ def main() -> None:
         for lane in ("sqlite", "pg")
         if f"{lane}-progress" in counts
     }
+    # The OpenTelemetry observer, set against the same drain without it.
+    tracing = {
+        workload: counts[workload] / counts["sqlite-otel-off"] - 1
+        for workload in ("sqlite-otel-api", "sqlite-otel10")
+    }
     if args.json:
-        print(json.dumps({"instructions_per_run": counts, "progress_overhead": reports}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "instructions_per_run": counts,
+                    "progress_overhead": reports,
+                    "tracing_overhead": tracing,
+                },
+                indent=2,
+            )
+        )
         return
     for workload, per_run in counts.items():
         print(f"{workload:15} {per_run:>10,.0f} instructions per run")
     for lane, overhead in reports.items():
         print(f"{lane}: ten progress reports per run cost {overhead:+.1%} of a drain")
+    for workload, overhead in tracing.items():
+        print(f"{workload}: tracing costs {overhead:+.1%} of the same drain without it")
 
 
 if __name__ == "__main__":

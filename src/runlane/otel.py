@@ -32,11 +32,13 @@ cost of each choice.
 from __future__ import annotations
 
 import contextvars
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from contextvars import Token
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
 from runlane.types.errors import ErrorCode, RunlaneError
@@ -51,45 +53,116 @@ _PRODUCER: contextvars.ContextVar[Any] = contextvars.ContextVar("runlane_produce
 
 _FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LETTERED)
 
-#: A version-00 W3C traceparent with nothing around it (the form the W3C propagator
-#: writes); anything else goes through the propagator.
-_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-#: The same, valid (ids not all zeros) and not sampled (the flags' lowest bit clear).
+#: A valid (ids not all zeros) version-00 W3C traceparent with nothing around it
+#: (the form the W3C propagator writes); anything else goes through the propagator.
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}").fullmatch
+#: The same, not sampled (the flags' lowest bit clear): one match decides an attempt
+#: that starts no span.
 _UNSAMPLED_TRACEPARENT = re.compile(
     r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f][02468ace]"
 ).fullmatch
-_NO_TRACE = "0" * 32
-_NO_SPAN = "0" * 16
+#: The last hex digit of a traceparent whose flags say "sampled".
+_SAMPLED_FLAG = "13579bdf"
+#: Each outcome's attribute value, without ``Enum.value``'s Python call.
+_OUTCOME_VALUES = {outcome: outcome.value for outcome in AttemptOutcome}
 #: What a trigger gets from a tracer that records nothing, outside any trace.
 _NOTHING_PRODUCED: AbstractContextManager[Mapping[str, str] | None] = nullcontext(None)
+#: How long what was found of the global provider and propagator is trusted (their
+#: lookup reads the process environment): one set later is used within this time.
+_GLOBALS_TRUSTED_FOR = 1.0
+
+_monotonic = time.monotonic
+#: Builds an instance without calling ``__init__``: once per attempt, a Python call
+#: is a tenth of the whole cost of one that is skipped.
+_new = object.__new__
 
 
-def _carrier_span_type(api: Any) -> Any:
-    """A ``NonRecordingSpan`` made from a checked version-00 W3C ``traceparent``, whose
-    span context (the one the W3C propagator extracts: remote, no trace state) is
-    parsed when first asked for: an attempt that is not sampled rarely asks."""
+class _Carrying(NamedTuple):
+    """What a stored carrier's context is built and made current with, found once
+    per process from the OpenTelemetry API (imported only when tracing is set up)."""
 
-    class CarrierSpan(api.NonRecordingSpan):  # type: ignore[misc]
-        __slots__ = ("_header", "_parsed")
+    #: A non-recording span of a checked traceparent, parsed when first asked.
+    span: Any
+    #: The key under which a context holds its span (a ``Context`` is a dict), read
+    #: once through the API; ``None`` if it is not found so (the propagator then
+    #: reads every carrier).
+    span_key: Any
+    #: The context variable the API's ``attach`` sets and ``detach`` resets, when that
+    #: is all they do (``None`` otherwise).
+    variable: contextvars.ContextVar[Any] | None
+    #: Make a context current, and undo it: the API's ``attach`` and ``detach``, or
+    #: that variable's own ``set`` and ``reset``.
+    attach: Any
+    detach: Any
 
-        def __init__(self, header: str) -> None:  # no super(): _context is lazy
-            self._header = header
-            self._parsed: Any = None
 
-        @property
-        def _context(self) -> Any:
+_CARRYING: _Carrying | None = None
+
+
+def _carrying(context_api: Any, trace_api: Any) -> _Carrying:
+    """See :class:`_Carrying`; built on first use."""
+    global _CARRYING
+    if _CARRYING is not None:
+        return _CARRYING
+
+    class CarrierSpan(trace_api.NonRecordingSpan):  # type: ignore[misc]
+        """A ``NonRecordingSpan`` of a checked version-00 W3C ``traceparent``
+        (``_header``), built without ``__init__``; its span context (the one the W3C
+        propagator extracts: remote, no trace state) is parsed when first asked for:
+        an attempt that is not sampled rarely asks."""
+
+        __slots__ = ("_header",)
+        _parsed: Any = None
+
+        def get_span_context(self) -> Any:
             parsed = self._parsed
             if parsed is None:
                 header = self._header
-                parsed = self._parsed = api.SpanContext(
+                parsed = self._parsed = trace_api.SpanContext(
                     int(header[3:35], 16),
                     int(header[36:52], 16),
                     True,
-                    api.TraceFlags(int(header[53:], 16)),
+                    trace_api.TraceFlags(int(header[53:], 16)),
                 )
             return parsed
 
-    return CarrierSpan
+        @property
+        def _context(self) -> Any:  # what the API's own methods read (its repr)
+            return self.get_span_context()
+
+    holding = trace_api.set_span_in_context(trace_api.INVALID_SPAN, context_api.Context())
+    span_key = next(iter(holding)) if isinstance(holding, dict) and len(holding) == 1 else None
+    variable = _current_context_variable(context_api)
+    if variable is None:
+        _CARRYING = _Carrying(CarrierSpan, span_key, None, context_api.attach, context_api.detach)
+    else:
+        _CARRYING = _Carrying(CarrierSpan, span_key, variable, variable.set, variable.reset)
+    return _CARRYING
+
+
+def _current_context_variable(context_api: Any) -> contextvars.ContextVar[Any] | None:
+    """The context variable that the API's ``attach`` sets and ``detach`` resets, when
+    its runtime context is the standard one that does only that (as it is unless
+    ``OTEL_PYTHON_CONTEXT`` chooses another); ``None`` otherwise. Setting it directly
+    has the same effect without two Python calls each way."""
+    try:
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+        runtime = context_api._RUNTIME_CONTEXT
+    except (ImportError, AttributeError):
+        return None
+    variable = getattr(runtime, "_current_context", None)
+    if type(runtime) is not ContextVarsRuntimeContext or not isinstance(
+        variable, contextvars.ContextVar
+    ):
+        return None
+    probe = context_api.Context()
+    token = context_api.attach(probe)
+    try:
+        same = variable.get() is probe
+    finally:
+        context_api.detach(token)
+    return variable if same else None
 
 
 def _is_w3c(propagator: Any) -> bool:
@@ -159,26 +232,33 @@ class OtelTracing(Observer):
         self._provider = tracer_provider
         self._propagator = propagator
         self._skip_unsampled = skip_unsampled
-        self._sampled_by: Any = self  # the provider _skips was last found for (none yet)
-        self._skips_for_it = False
-        self._global_provider: Any = None
         self._tracer: Any = None
         self._environment = ""
         self._last_creation: tuple[dict[str, str], Any, Any, bool] | None = None
         self._root = self._context.Context()
-        self._attach, self._detach = self._context.attach, self._context.detach
-        self._checked: Any = None  # the propagator _standard was found for
-        self._standard = False
-        self._carrier_span = _carrier_span_type(self._trace)
-        #: The key under which a context holds its span, read once through the API
-        #: (a Context is a dict), so a carrier's context is built in one step.
-        holding = self._trace.set_span_in_context(self._trace.INVALID_SPAN, self._root)
-        self._span_key = next(iter(holding)) if isinstance(holding, dict) and holding else None
+        carrying = _carrying(self._context, self._trace)
+        self._carrier_span, self._span_key = carrying.span, carrying.span_key
+        self._variable = carrying.variable
+        self._attach, self._detach = carrying.attach, carrying.detach
+        self._context_type = self._context.Context
         self._producer_kind = self._trace.SpanKind.PRODUCER
-        self._no_op_providers = (self._trace.ProxyTracerProvider, self._trace.NoOpTracerProvider)
-        self._no_op_global = False
-        self._no_op_until = 0.0  # monotonic time to look the global provider up again
         self._consumer_kind = self._trace.SpanKind.CONSUMER
+        self._no_op_providers = (self._trace.ProxyTracerProvider, self._trace.NoOpTracerProvider)
+        # What the provider and propagator in use allow, found by _refresh: trusted
+        # until _fresh_until (monotonic time; for ever when neither is a global one).
+        self._fresh_until = -math.inf
+        self._global_provider: Any = None
+        self._sampled_by: Any = self  # the provider _drops_unsampled was found for
+        self._drops_unsampled = False
+        self._checked: Any = None  # the propagator _standard was found for
+        #: The propagator is the W3C one: a plain traceparent is read here.
+        self._standard = False
+        #: The provider records spans (it is not the API's no-op one).
+        self._recording = False
+        #: An attempt whose stored carrier was not sampled starts no span.
+        self._skipping = False
+        #: Both of the last two: such an attempt's plain traceparent decides it here.
+        self._plain_unsampled = False
 
     def attached(self, runtime: ObservedRuntime) -> None:
         self._environment = runtime.environment
@@ -200,7 +280,10 @@ class OtelTracing(Observer):
     def producing(
         self, task_id: str, queue: str, count: int
     ) -> AbstractContextManager[Mapping[str, str] | None]:
-        if self._no_op() and not self._trace.get_current_span().get_span_context().is_valid:
+        now = _monotonic()
+        if now >= self._fresh_until:
+            self._refresh(now)
+        if not self._recording and not self._trace.get_current_span().get_span_context().is_valid:
             # No SDK and no trace around the trigger: the span would be the invalid
             # current one and the carrier empty.
             return _NOTHING_PRODUCED
@@ -213,107 +296,85 @@ class OtelTracing(Observer):
 
     def attempt(
         self, attempt: Attempt
-    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | Token[Any] | None:
         carrier = attempt.run.trace_carrier
+        now = _monotonic()
+        if now >= self._fresh_until:
+            self._refresh(now)
         if not carrier:
-            if self._no_op():
-                # No SDK and no stored context: the API's tracer would hand back the
-                # current (invalid) span and there is no context to make current, so
-                # nothing would change; the attempt keeps the path without observers.
-                return None
-            return _Consumer(self, attempt)
-        if self._skip_unsampled or (self._skip_unsampled is None and self._skips()):
-            # The common skipped attempt first: a plain traceparent whose flag says "not
-            # sampled" needs only its context current, read without the propagator.
-            context = self._unsampled(carrier)
-            if context is not None:
-                return _Carried(self, context)
+            if self._recording:
+                return _Consumer(self, attempt)
+            # No SDK and no stored context: the API's tracer would hand back the
+            # current (invalid) span and there is no context to make current, so
+            # nothing would change; the attempt keeps the path without observers.
+            return None
+        if self._plain_unsampled:
+            # The usual skipped attempt, decided by one match of a plain traceparent
+            # whose flag says "not sampled": its context, current until the handler
+            # returns, is the whole scope, built and set without a Python call.
+            header = carrier.get("traceparent")
+            if (
+                header is not None
+                and len(carrier) == 1
+                and _UNSAMPLED_TRACEPARENT(header) is not None
+            ):
+                span = _new(self._carrier_span)
+                span._header = header
+                context = self._context_type({self._span_key: span})
+                variable = self._variable
+                return variable.set(context) if variable is not None else _Carried(self, context)
+        if not self._recording:
+            # No SDK: no span to start or end, only the stored context to make current.
+            return self._hold(self._creation(carrier)[0])
+        if self._skipping:
             creation = self._creation(carrier)
             if not creation[2]:
-                return _Carried(self, creation[0])
+                return self._hold(creation[0])
             return _Consumer(self, attempt, creation)
-        if self._no_op():
-            # No SDK: no span to start or end, only the stored context to make current.
-            return _Carried(self, self._creation(carrier)[0])
         return _Consumer(self, attempt)
 
-    def _no_op(self) -> bool:
-        """Whether the tracer provider records nothing: the API's own, with no SDK set
-        as the global one. The global one is looked up again at most once a second (the
-        lookup reads the process environment), so an SDK set later is seen within it."""
-        provider = self._provider
-        if provider is not None:
-            return type(provider) in self._no_op_providers
-        now = time.monotonic()
-        if now >= self._no_op_until:
-            self._global_provider = self._trace.get_tracer_provider()
-            self._no_op_global = type(self._global_provider) in self._no_op_providers
-            self._no_op_until = now + 1.0
-        return self._no_op_global
+    def _hold(self, context: Any) -> Token[Any] | _Carried:
+        """``context`` made current until the handler returns: set now (the token the
+        runtime resets), or through the API's ``attach`` when the handler starts."""
+        variable = self._variable
+        return variable.set(context) if variable is not None else _Carried(self, context)
 
-    def _skips(self) -> bool:
-        """Whether an unsampled carrier is skipped when ``skip_unsampled`` was left
-        unset: when the provider's sampler is sure to drop it (see
-        :func:`_drops_unsampled_remote_parents`), found once per provider."""
-        if self._skip_unsampled is not None:
-            return self._skip_unsampled
+    def _refresh(self, now: float) -> None:
+        """Find what the provider and propagator in use allow (see ``__init__``). The
+        global ones are looked up again at most once a :data:`_GLOBALS_TRUSTED_FOR`."""
         provider = self._provider
         if provider is None:
-            self._no_op()  # looks the global provider up again, at most once a second
-            provider = self._global_provider
+            provider = self._global_provider = self._trace.get_tracer_provider()
+        propagator = self._propagator or self._propagate.get_global_textmap()
         if provider is not self._sampled_by:
             self._sampled_by = provider
-            self._skips_for_it = _drops_unsampled_remote_parents(provider)
-        return self._skips_for_it
-
-    def _unsampled(self, carrier: Mapping[str, str]) -> Any:
-        """:meth:`_remote`'s context for an unsampled carrier, on the shortest path (one
-        pattern checks the whole header, sampled flag included); ``None`` where
-        :meth:`_remote` must decide."""
-        if len(carrier) != 1:
-            return None
-        header = carrier.get("traceparent")
-        if header is None or _UNSAMPLED_TRACEPARENT(header) is None:
-            return None
-        propagator = self._propagator or self._propagate.get_global_textmap()
+            self._drops_unsampled = _drops_unsampled_remote_parents(provider)
         if propagator is not self._checked:
-            self._checked, self._standard = propagator, _is_w3c(propagator)
-        if not self._standard or self._span_key is None:
-            return None
-        return self._context.Context({self._span_key: self._carrier_span(header)})
-
-    def _remote(self, carrier: Mapping[str, str]) -> tuple[Any, Any] | None:
-        """The context of a carrier holding only a version-00 W3C ``traceparent``, and
-        its span, when the propagator is the W3C one: the context the propagator would
-        extract, with the span context parsed only when first asked for. ``None`` for
-        any other carrier or propagator."""
-        if len(carrier) != 1:
-            return None
-        header = carrier.get("traceparent")
-        if header is None:
-            return None
-        propagator = self._propagator or self._propagate.get_global_textmap()
-        if propagator is not self._checked:
-            self._checked, self._standard = propagator, _is_w3c(propagator)
-        if (
-            not self._standard
-            or _TRACEPARENT.fullmatch(header) is None
-            or header.startswith(_NO_TRACE, 3)  # an invalid parent: the propagator's business
-            or header.startswith(_NO_SPAN, 36)
-        ):
-            return None
-        span = self._carrier_span(header)
-        if self._span_key is not None:
-            return self._context.Context({self._span_key: span}), span
-        return self._trace.set_span_in_context(span, self._root), span
+            self._checked = propagator
+            self._standard = self._span_key is not None and _is_w3c(propagator)
+        recording = type(provider) not in self._no_op_providers
+        skip = self._skip_unsampled
+        skipping = self._drops_unsampled if skip is None else skip
+        self._recording, self._skipping = recording, skipping
+        self._plain_unsampled = self._standard and (skipping or not recording)
+        lasting = self._provider is not None and self._propagator is not None
+        self._fresh_until = math.inf if lasting else now + _GLOBALS_TRUSTED_FOR
 
     def _creation(self, carrier: dict[str, str]) -> tuple[Any, Any, bool]:
         """The parent context, the creation's span context (``None`` if the carrier
-        cannot be parsed) and its sampled flag, for a stored carrier."""
-        remote = self._remote(carrier)
-        if remote is not None:
-            created = remote[1].get_span_context()
-            return remote[0], created, created.trace_flags.sampled
+        cannot be parsed) and its sampled flag, for a stored carrier.
+
+        A carrier holding only a valid version-00 W3C ``traceparent`` is read here
+        when the propagator is the W3C one: the context is the one the propagator
+        would extract, its span context parsed only when first asked for."""
+        if len(carrier) == 1 and self._standard:
+            header = carrier.get("traceparent")
+            if header is not None and _TRACEPARENT(header) is not None:
+                span = _new(self._carrier_span)
+                span._header = header
+                parent = self._context_type({self._span_key: span})
+                return parent, span.get_span_context(), header[54] in _SAMPLED_FLAG
+            # Any other: an invalid parent, say, is the propagator's business.
         cached = self._last_creation
         if cached is not None and cached[0] == carrier:
             return cached[1], cached[2], cached[3]
@@ -335,20 +396,21 @@ class OtelTracing(Observer):
         run's stored carrier) and the context to make current (``None``: the current
         one already is).
 
-        The span's attributes are given at creation, where a sampler sees them. With
-        ``skip_unsampled`` and a carrier whose trace was not sampled, there is no span
-        (``None``): the context is the carrier's own, so task code still runs in the
-        run's trace, not sampled, as a parent-based sampler would have decided. A
-        tracer that hands back the parent's own non-recording span (the API's no-op
-        tracer) has nothing to end, and the parent context is made current as it is.
-        ``creation`` is what the run's carrier was already found to hold, if it was.
+        The span's attributes are given at creation, where a sampler sees them. When
+        unsampled attempts are skipped and the carrier's trace was not sampled, there
+        is no span (``None``): the context is the carrier's own, so task code still
+        runs in the run's trace, not sampled, as a parent-based sampler would have
+        decided. A tracer that hands back the parent's own non-recording span (the
+        API's no-op tracer) has nothing to end, and the parent context is made current
+        as it is. ``creation`` is what the run's carrier was already found to hold, if
+        it was.
         """
         run = attempt.run
         parent: Any = None
         links: Sequence[Any] = ()
         if run.trace_carrier:
             parent, created, sampled = creation or self._creation(run.trace_carrier)
-            if not sampled and (self._skip_unsampled or self._skips()):
+            if not sampled and self._skipping:
                 return None, parent
             if created is not None:
                 links = (self._trace.Link(created),)
@@ -369,9 +431,15 @@ class OtelTracing(Observer):
                 "runlane.worker_id": attempt.worker_id,
             },
         )
-        if span is self._trace.get_current_span(parent):
+        key = self._span_key
+        if parent is None or key is None:
+            if span is self._trace.get_current_span(parent):
+                return None, parent
+            return span, self._trace.set_span_in_context(span, parent)
+        # What get_current_span and set_span_in_context do, each in one step.
+        if span is parent.get(key, self._trace.INVALID_SPAN):
             return None, parent
-        return span, self._trace.set_span_in_context(span, parent)
+        return span, self._context.Context({**parent, key: span})
 
     def finish(self, span: Any, attempt: Attempt) -> None:
         """Set the outcome (and the error of a failed attempt) and end ``span``."""
@@ -380,7 +448,7 @@ class OtelTracing(Observer):
             return
         outcome = attempt.outcome
         if outcome is not None:
-            span.set_attribute("runlane.outcome", outcome.value)
+            span.set_attribute("runlane.outcome", _OUTCOME_VALUES[outcome])
         if outcome in _FAILED:
             error = attempt.error
             failure = attempt.failure
@@ -434,7 +502,7 @@ class _Producer:
             f"trigger {self._task_id}", kind=tracing._producer_kind, attributes=attributes
         )
         current = tracing._trace.set_span_in_context(span)
-        self._token = tracing._context.attach(current)
+        self._token = tracing._attach(current)
         self._producer = _PRODUCER.set(span)
         # Injected whether or not the span is sampled: the carrier keeps the trace id
         # and the decision, so every attempt of the run follows it.
@@ -445,7 +513,7 @@ class _Producer:
     def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
         _PRODUCER.reset(self._producer)
         tracing = self._tracing
-        tracing._context.detach(self._token)
+        tracing._detach(self._token)
         span = self._span
         if isinstance(error, Exception) and span.is_recording():
             span.record_exception(error)
@@ -475,19 +543,19 @@ class _Consumer:
     async def __aenter__(self) -> None:
         tracing = self._tracing
         self._span, current = tracing.start(self._attempt, self._creation)
-        self._token = tracing._context.attach(current) if current is not None else None
+        self._token = tracing._attach(current) if current is not None else None
 
     async def __aexit__(self, *exc: object) -> None:
         if self._token is not None:
-            self._tracing._context.detach(self._token)
+            self._tracing._detach(self._token)
         if self._span is not None:
             self._tracing.finish(self._span, self._attempt)
 
 
 class _Carried:
     """A run's stored context, current while its handler runs, for an attempt with no
-    span to open (not sampled, or no SDK): a plain context manager, so the attempt
-    settles as it would without observers."""
+    span to open, through the API's ``attach`` and ``detach`` (when its runtime
+    context is not the standard context variable)."""
 
     __slots__ = ("_context", "_token", "_tracing")
 
@@ -507,7 +575,7 @@ def otel_tracing(
 ) -> OtelTracing:
     """An observer tracing triggers (PRODUCER) and attempts (CONSUMER) through the
     stored ``trace_carrier``; ``tracer_provider`` and ``propagator`` default to the
-    global ones, looked up when first needed.
+    global ones, looked up when first needed (and again at most once a second).
 
     Sampling is the tracer provider's: the decision made for the trigger is stored
     in the carrier, and a parent-based sampler (the SDK's default, and

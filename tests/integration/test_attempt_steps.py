@@ -243,3 +243,101 @@ async def test_with_an_async_attempt_context_beside_it_a_plain_one_is_held_to_th
         "exit",
         "exit plain",
     ]
+
+
+class SetsForHandler(Observer):
+    """The cheapest attempt context: a context variable set in ``attempt`` itself, its
+    token returned for the runtime to reset."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def attempt(self, attempt: Attempt) -> contextvars.Token[str | None]:
+        self.events.append("set")
+        return AROUND_HANDLER.set(f"token {attempt.run.id}")
+
+    def slots(self, busy: int, total: int) -> None:
+        self.events.append(f"slots {busy}")
+
+    def settled(self, attempt: Attempt) -> None:
+        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
+
+
+async def test_an_attempt_token_is_reset_when_the_handler_returns_and_the_batch_settles(
+    tmp_path: Path,
+) -> None:
+    """A token from ``attempt`` is reset as a plain context is left: task code saw the
+    value, the worker's context is as it was, and the outcome is written in the batch."""
+    events: list[str] = []
+    async with _reads_runtime(tmp_path / "token.db", SetsForHandler(events)) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
+        await worker.run()
+        assert worker.executed == 1
+        assert AROUND_HANDLER.get() is None
+        # execute_next runs the attempt in this very task: the token is reset in it.
+        again = await rl.trigger(reads, {})
+        assert (await rl.execute_next()) is not None
+        assert AROUND_HANDLER.get() is None
+    assert SEEN_INSIDE[run.id] == f"token {run.id}"
+    assert SEEN_INSIDE[again.id] == f"token {again.id}"
+    attempt = events[events.index("set") :]
+    assert [event for event in attempt if event != "slots 1"][:3] == [
+        "set",
+        "slots 0",
+        "settled succeeded",
+    ]
+
+
+@pytest.mark.parametrize("async_beside", [False, True], ids=["plain", "async"])
+async def test_an_attempt_token_beside_other_contexts_is_reset_in_their_order(
+    tmp_path: Path, async_beside: bool
+) -> None:
+    """Beside another observer's context, a token is held as a plain context is (to the
+    settle when an async context is there too) and reset in reverse order of entry."""
+    events: list[str] = []
+    other: Observer = Sequence() if async_beside else AroundHandler(events, "other")
+    if isinstance(other, Sequence):
+        other.events = events
+    seen_after: list[str | None] = []
+
+    class Checks(Observer):
+        def settled(self, attempt: Attempt) -> None:
+            seen_after.append(AROUND_HANDLER.get())
+
+    observers = (SetsForHandler(events), other, Checks())
+    async with _reads_runtime(tmp_path / "beside.db", *observers) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+        assert AROUND_HANDLER.get() is None
+    assert settled is not None and settled.status.value == "succeeded"
+    if async_beside:
+        # Held to the settle: still set when the outcome is reported.
+        assert SEEN_INSIDE[run.id] == f"token {run.id}"
+        assert seen_after == [f"token {run.id}"]
+    else:
+        # The plain context, entered after the token was set, is the innermost.
+        assert SEEN_INSIDE[run.id] == f"other {run.id}"
+        assert seen_after == [None]
+
+
+async def test_an_attempt_token_that_cannot_be_reset_is_logged_and_the_attempt_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An observer's own mistake (a token it already used) fails nothing."""
+
+    class UsedToken(Observer):
+        def attempt(self, attempt: Attempt) -> contextvars.Token[str | None]:
+            token = AROUND_HANDLER.set("used")
+            AROUND_HANDLER.reset(token)
+            return token
+
+    async with _reads_runtime(tmp_path / "used.db", UsedToken()) as rl:
+        await rl.migrate()
+        run = await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status.value == "succeeded"
+    assert SEEN_INSIDE[run.id] is None
+    assert "observer UsedToken raised in attempt" in caplog.text

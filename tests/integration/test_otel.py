@@ -4,6 +4,7 @@ on the same host or after an SQS hop into a Lambda handler (SDK in-memory export
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 import json
 import logging
@@ -534,7 +535,12 @@ async def test_without_an_sdk_a_run_with_no_carrier_gets_no_attempt_scope_or_car
         carried = await rl.trigger(seen, None, trace_carrier={"traceparent": UNSAMPLED})
         assert plain.trace_carrier is None
         assert tracing.attempt(Attempt(plain, "w")) is None
-        assert tracing.attempt(Attempt(carried, "w")) is not None
+        # The carried context, set as the hook returns: the runtime resets the token.
+        token = tracing.attempt(Attempt(carried, "w"))
+        assert isinstance(token, contextvars.Token)
+        assert trace.get_current_span().get_span_context().trace_id == int(UNSAMPLED[3:35], 16)
+        token.var.reset(token)
+        assert not trace.get_current_span().get_span_context().is_valid
         with TRACER.start_as_current_span("a request"):  # a trace to carry: a producer
             inside = await rl.trigger(seen, None)
         assert inside.trace_carrier is not None

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import Token
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -473,17 +474,21 @@ class OpenAttempt:
         run = report.run
         observers = runner._observers
         handling: HandlerScope | None = None
-        if observers:
+        token: Token[Any] | None = None
+        if observers.hears_started:
             observers.started(report)
-            if observers.wraps_attempts:
-                scope = observers.attempt(report)
-                if isinstance(scope, HandlerScope):
-                    # Around the handler only: the outcome settles as without observers.
-                    handling = scope
-                    handling.enter()
-                elif scope is not None:
-                    await scope.__aenter__()
-                    self._scope = scope
+        if observers.wraps_attempts:
+            scope = observers.attempt(report)
+            if type(scope) is Token:
+                # A context variable the observer set: reset once the handler returns.
+                token = scope
+            elif isinstance(scope, HandlerScope):
+                # Around the handler only: the outcome settles as without observers.
+                handling = scope
+                handling.enter()
+            elif scope is not None:
+                await scope.__aenter__()
+                self._scope = scope
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "run %s (%s) attempt %s started",
@@ -501,6 +506,11 @@ class OpenAttempt:
             finally:
                 if handling is not None:
                     handling.leave()
+                elif token is not None:
+                    try:
+                        token.var.reset(token)
+                    except (ValueError, RuntimeError):  # not this context's, or used
+                        observers.reset_failed()
         except BaseException:
             report.duration = time.perf_counter() - started
             await self._leave()
@@ -579,7 +589,7 @@ class OpenAttempt:
     def _tell_settled(self) -> None:
         """Observers hear ``settled`` (with no scope around the attempt to report it)."""
         observers = self._runner._observers
-        if observers and self.report.outcome is not None:
+        if observers.hears_settled and self.report.outcome is not None:
             observers.settled(self.report)
 
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextvars import Token
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -183,7 +184,7 @@ class Observer:
 
     def attempt(
         self, attempt: Attempt
-    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | None:
+    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | Token[Any] | None:
         """Wraps one attempt (worker, ``execute_next``, ``run_now``,
         ``execute_delivery``); it is entered in the context the handler runs in, so a
         context variable it sets is visible to task code (sync tasks included).
@@ -195,6 +196,12 @@ class Observer:
         written in a later batch, after the slot has moved on) and ``settled`` is
         called when it is. Use it for what needs no outcome, such as making a context
         current; it is cheaper.
+
+        Cheapest of all, for a context that is one context variable's value: set it
+        here and return the :class:`contextvars.Token` (``return variable.set(value)``).
+        The runtime resets it (``token.var.reset(token)``) where it would leave a
+        plain context manager, with no call into the observer: the variable holds the
+        value from this hook's return until the handler returns.
 
         Return ``None`` when there is nothing to wrap for this attempt: the attempt
         then settles as it does without observers, and ``settled`` is still called."""
@@ -236,7 +243,17 @@ class Observers:
     methods kept beside them.
     """
 
-    __slots__ = ("_bound", "_hooks", "_logged", "_runtime", "items", "wraps_attempts")
+    __slots__ = (
+        "_bound",
+        "_hooks",
+        "_logged",
+        "_runtime",
+        "hears_settled",
+        "hears_slots",
+        "hears_started",
+        "items",
+        "wraps_attempts",
+    )
 
     def __init__(self, runtime: ObservedRuntime, observers: Sequence[Observer] = ()) -> None:
         self.items: list[Observer] = []
@@ -248,8 +265,14 @@ class Observers:
         self._bound: dict[str, list[tuple[Observer, Callable[..., Any]]]] = {
             hook: [] for hook in HOOKS
         }
-        #: Whether any observer wraps attempts in a context (``attempt``).
+        #: Whether any observer wraps attempts in a context (``attempt``), hears their
+        #: start and their end (``started``, ``settled``) and a worker's slots
+        #: (``slots``): read on every attempt, where even a call to a hook that no
+        #: observer overrides would cost a Python call.
         self.wraps_attempts = False
+        self.hears_started = False
+        self.hears_settled = False
+        self.hears_slots = False
         for observer in observers:
             self.add(observer)
 
@@ -265,6 +288,9 @@ class Observers:
                 overriding.append(observer)
                 self._bound[hook].append((observer, getattr(observer, hook)))
         self.wraps_attempts = bool(self._hooks["attempt"])
+        self.hears_started = bool(self._hooks["started"])
+        self.hears_settled = bool(self._hooks["settled"])
+        self.hears_slots = bool(self._hooks["slots"])
         try:
             observer.attached(self._runtime)
         except Exception:
@@ -353,11 +379,13 @@ class Observers:
                 except Exception:
                     self.failed(observer, "producing")
 
-    def attempt(self, attempt: Attempt) -> AttemptScope | HandlerScope | None:
+    def attempt(self, attempt: Attempt) -> AttemptScope | HandlerScope | Token[Any] | None:
         """Every observer's ``attempt``: an :class:`AttemptScope` around the body when
         one of them returned an async context (``settled`` reported before leaving), a
         :class:`HandlerScope` around the handler call when all of them returned plain
-        ones, or ``None`` when none of them has a context for this attempt (each
+        ones, the :class:`~contextvars.Token` that the only observer returned (the
+        caller resets it once the handler returns; :meth:`reset_failed` if that
+        raises), or ``None`` when none of them has a context for this attempt (each
         returned ``None``, or raised, which is logged)."""
         hooked = self._bound["attempt"]
         if len(hooked) == 1:  # the usual case (a tracing observer), without the loop
@@ -367,8 +395,8 @@ class Observers:
             except Exception:
                 self.failed(observer, "attempt")
                 return None
-            if manager is None:
-                return None
+            if manager is None or type(manager) is Token:
+                return manager
             if hasattr(manager, "__aenter__"):
                 return AttemptScope(self, attempt, [(observer, manager)])
             return HandlerScope(self, [(observer, manager)])
@@ -380,6 +408,8 @@ class Observers:
             except Exception:
                 self.failed(observer, "attempt")
                 continue
+            if type(manager) is Token:
+                manager = _Resetting(manager)
             if manager is not None:
                 if not waits and hasattr(manager, "__aenter__"):
                     waits = True
@@ -392,6 +422,27 @@ class Observers:
         if waits:
             return AttemptScope(self, attempt, managers)
         return HandlerScope(self, managers)
+
+    def reset_failed(self) -> None:
+        """Log that resetting the token the only ``attempt`` observer returned raised
+        (once); the attempt carries on."""
+        self.failed(self._bound["attempt"][0][0], "attempt")
+
+
+class _Resetting:
+    """A token an observer's ``attempt`` returned, beside other observers' contexts:
+    left as they are, by resetting it (it was set when returned)."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self, token: Token[Any]) -> None:
+        self._token = token
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        self._token.var.reset(self._token)
 
 
 class AttemptScope:

@@ -128,7 +128,7 @@ class WorkerSlots:
         if buffer and self._buffer_filled is not None:
             self._buffer_filled.set()
         self._claim_batch = self._claim_batch_for(self.concurrency + self._ahead())
-        if self._observers and not _eager(loop):
+        if self._observers.hears_slots and not _eager(loop):
             self._observers.slots(len(holding), concurrency)
 
     def _begin(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
@@ -136,7 +136,7 @@ class WorkerSlots:
         self._holding.add(key)
         if _eager(loop):
             observers = self._observers
-            if observers:
+            if observers.hears_slots:
                 # Told now: the attempt may end before _start would tell its count.
                 observers.slots(len(self._holding), self.concurrency)
             task = _eager_task(self._execute(run, key), loop)
@@ -335,7 +335,7 @@ class WorkerSlots:
         if self._slot_freed is not None:
             self._slot_freed.set()
         observers = self._observers
-        if observers:
+        if observers.hears_slots:
             observers.slots(len(self._holding), self.concurrency)
 
     # -- claiming while settling (the batcher's ClaimHook) ---------------------------
