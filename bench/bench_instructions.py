@@ -30,6 +30,20 @@ script's own list leaves out: ``sqlite-steps`` and ``pg-steps`` (tasks of ten 1 
 sleeps, the kind of task that reports progress; with ``-progress``, a report after
 each step) and ``sqlite-priorities`` and ``pg-priorities`` (the plain drain's runs
 at priorities 0, 5 and 10 on a queue with a priority window).
+
+Progress under callgrind: the run is some 50 times slower in wall time, so an attempt
+lives that much longer than it does natively, and one that outlived
+``PROGRESS_INTERVAL`` (a second) would have its values written by the progress writer,
+storage calls a native drain never makes. The child counts the ``write_progress``
+calls of every counted drain and the parent reports them beside the count
+(``progress_writes``): with ten slots, a steps attempt lives a few tenths of a second
+under callgrind, and its drains make no such write, as natively (every attempt's last
+value rides on its settle). Only the writer's sweep timer fires more often (about a
+hundred times per 2,000 runs, natively ten): some hundred instructions per run.
+
+The steps drains sleep, so how their claims and settles group depends on timing: their
+counts move by a few percent from one run to the next (more on a loaded machine).
+Compare the medians of several runs there, not single counts.
 """
 
 from __future__ import annotations
@@ -67,6 +81,10 @@ WORKLOADS = {
     "pg-priorities": 3_000,
 }
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+_WRITES = re.compile(r"progress writes: (\d+) calls, (\d+) values")
+#: ``write_progress`` calls and values written in the counted part, by workload (its
+#: last count): the reports a drain stored on their own rather than with the settle.
+PROGRESS_WRITES: dict[str, tuple[int, int]] = {}
 
 
 # -- the child: one workload, instrumented around its timed part -----------------------
@@ -109,6 +127,7 @@ async def _child(workload: str, runs: int, target: str) -> None:
     payloads = [{"n": n} for n in range(runs)]
     async with rl:
         await rl.runs.list(limit=1)  # connections open before counting
+        writes = _count_progress_writes(rl.storage)
         if workload.endswith("priorities"):
             for first in range(0, runs, 500):  # batches of 500 in turns of 0, 5 and 10
                 chunk = payloads[first : first + 500]
@@ -160,6 +179,22 @@ async def _child(workload: str, runs: int, target: str) -> None:
             for payload in payloads:
                 await rl.trigger(noop, payload)
             _callgrind("off")
+    print(f"progress writes: {writes[0]} calls, {writes[1]} values", file=sys.stderr)
+
+
+def _count_progress_writes(storage: Any) -> list[int]:
+    """Count ``storage``'s ``write_progress`` calls and values from now on (a wrapper
+    that costs nothing until called): [calls, values]."""
+    counted = [0, 0]
+    write = storage.write_progress
+
+    async def counting(environment: str, writes: Any, now: Any) -> Any:
+        counted[0] += 1
+        counted[1] += len(writes)
+        return await write(environment, writes, now)
+
+    storage.write_progress = counting
+    return counted
 
 
 # -- the parent: one child per workload ------------------------------------------------
@@ -185,6 +220,9 @@ def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
     found = _COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"{workload} failed:\n{done.stderr[-2000:]}")
+    writes = _WRITES.search(done.stderr)
+    if writes is not None:
+        PROGRESS_WRITES[workload] = (int(writes.group(1)), int(writes.group(2)))
     return int(found.group(1))
 
 
@@ -234,13 +272,21 @@ def main() -> None:
         for lane in ("sqlite", "pg")
         if f"{lane}-progress" in counts
     }
+    writes = {
+        workload: {"calls": calls, "values": values}
+        for workload, (calls, values) in PROGRESS_WRITES.items()
+        if workload.endswith("progress")
+    }
     if args.json:
-        print(json.dumps({"instructions_per_run": counts, "progress_overhead": reports}, indent=2))
+        figures = {"instructions_per_run": counts, "progress_overhead": reports}
+        print(json.dumps({**figures, "progress_writes": writes}, indent=2))
         return
     for workload, per_run in counts.items():
         print(f"{workload:15} {per_run:>10,.0f} instructions per run")
     for lane, overhead in reports.items():
         print(f"{lane}: ten progress reports per run cost {overhead:+.1%} of a drain")
+    for workload, written in writes.items():
+        print(f"{workload}: {written['calls']} write_progress calls in the counted drain")
 
 
 if __name__ == "__main__":
