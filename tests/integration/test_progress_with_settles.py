@@ -4,6 +4,7 @@ write still in flight is waited for first, so it cannot land after the settle's 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from runlane import Context, Runlane, RunStatus, queue, sqlite_lane, task
-from runlane.core.progress import SWEEPS_PER_INTERVAL, AttemptProgress, ProgressWriter
+from runlane.core.progress import STORED, SWEEPS_PER_INTERVAL, AttemptProgress, ProgressWriter
 from runlane.model.progress import check_progress
 from runlane.model.transitions import Succeeded, settle_attempt
 from runlane.ports.storage import LeaseRequest
@@ -104,3 +105,14 @@ async def test_an_attempt_that_handed_nothing_to_the_writer_settles_its_last_rep
     for _ in range(SWEEPS_PER_INTERVAL + 1):
         writer._sweep()
     assert await rl.storage.get_progress(rl.environment, [run.id]) == {}
+
+
+async def test_what_a_report_returns_is_done_in_any_number_of_awaits(rl: Runlane) -> None:
+    run = await _leased(rl)
+    progress = AttemptProgress(ProgressWriter(rl.store), run)
+    returned = progress.offer(*check_progress(0.1))
+    assert returned is STORED and progress.queued is STORED
+    assert await returned is None
+    assert await returned is None
+    assert await asyncio.gather(returned, returned) == [None, None]
+    assert progress.last() is not None
