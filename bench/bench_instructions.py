@@ -8,6 +8,10 @@ drain, or the trigger calls), so two trees can be compared exactly::
     .venv/bin/python bench/bench_instructions.py                      # SQLite only
     .venv/bin/python bench/bench_instructions.py --postgres           # + PG workloads
     .venv/bin/python bench/bench_instructions.py --src /other/tree/src --postgres
+    .venv/bin/python bench/bench_instructions.py --workloads pg-steps,pg-steps-progress
+
+``--workloads`` counts the workloads named (any of the list below) instead, and
+``--repeat 5`` each of them five times in turns, reporting the medians.
 
 ``--src`` puts another checkout's ``src`` first on the child's path (the tree
 before a change, say). ``--postgres`` also counts, on a throwaway server (or
@@ -43,7 +47,7 @@ hundred times per 2,000 runs, natively ten): some hundred instructions per run.
 
 The steps drains sleep, so how their claims and settles group depends on timing: their
 counts move by a few percent from one run to the next (more on a loaded machine).
-Compare the medians of several runs there, not single counts.
+Compare the medians of several runs there (``--repeat``), not single counts.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -242,9 +247,25 @@ def _reset_postgres(dsn: str) -> None:
         conn.execute("DROP SCHEMA IF EXISTS runlane CASCADE")
 
 
+#: The workloads counted by default (``--postgres`` adds the PG ones).
+DEFAULT_SQLITE = ("sqlite-drain", "sqlite-progress", "sqlite-single", "sqlite-bulk")
+DEFAULT_PG = ("pg-drain", "pg-progress", "pg-bulk", "pg-single", "pg-claim")
+#: Ten progress reports per run, set against the same drain without them.
+PROGRESS_PAIRS = {
+    "sqlite": ("sqlite-progress", "sqlite-drain"),
+    "pg": ("pg-progress", "pg-drain"),
+    "sqlite-steps": ("sqlite-steps-progress", "sqlite-steps"),
+    "pg-steps": ("pg-steps-progress", "pg-steps"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", action="store_true", help="count the PG workloads too")
+    parser.add_argument("--workloads", help="comma-separated workloads instead of the default")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="count each workload this often (the median)"
+    )
     parser.add_argument("--src", help="a checkout's src folder to import runlane from")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -255,22 +276,33 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH")
-    counts: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.workloads:
+        chosen = [workload for workload in args.workloads.split(",") if workload]
+        unknown = sorted(set(chosen) - set(WORKLOADS))
+        if unknown:
+            raise SystemExit(f"unknown workloads: {', '.join(unknown)}")
+    else:
+        chosen = [*DEFAULT_SQLITE, *(DEFAULT_PG if args.postgres else ())]
+    samples: dict[str, list[float]] = {workload: [] for workload in chosen}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
-        for workload in ("sqlite-drain", "sqlite-progress", "sqlite-single", "sqlite-bulk"):
-            total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
-            counts[workload] = total / WORKLOADS[workload]
-        if args.postgres:
-            with _postgres_target() as dsn:
-                for workload in ("pg-drain", "pg-progress", "pg-bulk", "pg-single", "pg-claim"):
+        uses_pg = any(workload.startswith("pg") for workload in chosen)
+        dsn = stack.enter_context(_postgres_target()) if uses_pg else ""
+        # In turns, so that the machine's swings fall on every workload alike.
+        for turn in range(args.repeat):
+            for workload in chosen:
+                if workload.startswith("pg"):
                     _reset_postgres(dsn)
-                    counts[workload] = _count(workload, dsn, args.src, folder) / WORKLOADS[workload]
-    # Ten progress reports per run, set against the same drain without them.
+                    target = dsn
+                else:
+                    target = str(folder / f"{workload}-{turn}.sqlite")
+                total = _count(workload, target, args.src, folder)
+                samples[workload].append(total / WORKLOADS[workload])
+    counts = {workload: statistics.median(values) for workload, values in samples.items()}
     reports = {
-        lane: counts[f"{lane}-progress"] / counts[f"{lane}-drain"] - 1
-        for lane in ("sqlite", "pg")
-        if f"{lane}-progress" in counts
+        name: counts[reporting] / counts[plain] - 1
+        for name, (reporting, plain) in PROGRESS_PAIRS.items()
+        if reporting in counts and plain in counts
     }
     writes = {
         workload: {"calls": calls, "values": values}
@@ -279,12 +311,16 @@ def main() -> None:
     }
     if args.json:
         figures = {"instructions_per_run": counts, "progress_overhead": reports}
+        if args.repeat > 1:
+            figures["samples"] = samples
         print(json.dumps({**figures, "progress_writes": writes}, indent=2))
         return
     for workload, per_run in counts.items():
-        print(f"{workload:15} {per_run:>10,.0f} instructions per run")
-    for lane, overhead in reports.items():
-        print(f"{lane}: ten progress reports per run cost {overhead:+.1%} of a drain")
+        spread = samples[workload]
+        extra = f" (median of {len(spread)}: {min(spread):,.0f}-{max(spread):,.0f})"
+        print(f"{workload:22} {per_run:>10,.0f} instructions per run" + extra * (len(spread) > 1))
+    for name, overhead in reports.items():
+        print(f"{name}: ten progress reports per run cost {overhead:+.1%} of a drain")
     for workload, written in writes.items():
         print(f"{workload}: {written['calls']} write_progress calls in the counted drain")
 
