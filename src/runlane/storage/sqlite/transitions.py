@@ -116,9 +116,10 @@ def progress_json(progress: ProgressWrite, now_us: int) -> str:
 
     The fraction is finite (``check_progress``), so its ``repr`` is a JSON number;
     ``data_json`` is JSON text already."""
-    message = "null" if progress.message is None else _quote(progress.message)
-    data = progress.data_json or "null"
-    return f"[{progress.attempt},{progress.fraction!r},{message},{data},{now_us}]"
+    # Unpacked: a named tuple's fields are descriptors no attribute cache serves.
+    _, _, attempt, fraction, message, data_json = progress
+    quoted = "null" if message is None else _quote(message)
+    return f"[{attempt},{fraction!r},{quoted},{data_json or 'null'},{now_us}]"
 
 
 def transition_events(
