@@ -8,6 +8,10 @@ drain, or the trigger calls), so two trees can be compared exactly::
     .venv/bin/python bench/bench_instructions.py                      # SQLite only
     .venv/bin/python bench/bench_instructions.py --postgres           # + PG workloads
     .venv/bin/python bench/bench_instructions.py --src /other/tree/src --postgres
+    .venv/bin/python bench/bench_instructions.py --workloads pg-steps,pg-steps-progress
+
+``--workloads`` counts the workloads named (any of the list below) instead, and
+``--repeat 5`` each of them five times in turns, reporting the medians.
 
 ``--src`` puts another checkout's ``src`` first on the child's path (the tree
 before a change, say). ``--postgres`` also counts, on a throwaway server (or
@@ -41,6 +45,20 @@ script's own list leaves out: ``sqlite-steps`` and ``pg-steps`` (tasks of ten 1 
 sleeps, the kind of task that reports progress; with ``-progress``, a report after
 each step) and ``sqlite-priorities`` and ``pg-priorities`` (the plain drain's runs
 at priorities 0, 5 and 10 on a queue with a priority window).
+
+Progress under callgrind: the run is some 50 times slower in wall time, so an attempt
+lives that much longer than it does natively, and one that outlived
+``PROGRESS_INTERVAL`` (a second) would have its values written by the progress writer,
+storage calls a native drain never makes. The child counts the ``write_progress``
+calls of every counted drain and the parent reports them beside the count
+(``progress_writes``): with ten slots, a steps attempt lives a few tenths of a second
+under callgrind, and its drains make no such write, as natively (every attempt's last
+value rides on its settle). Only the writer's sweep timer fires more often (about a
+hundred times per 2,000 runs, natively ten): some hundred instructions per run.
+
+The steps drains sleep, so how their claims and settles group depends on timing: their
+counts move by a few percent from one run to the next (more on a loaded machine).
+Compare the medians of several runs there (``--repeat``), not single counts.
 """
 
 from __future__ import annotations
@@ -53,6 +71,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,6 +105,10 @@ WORKLOADS = {
 OTEL_RATIO = 0.1
 OTEL_SEED = 1
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+_WRITES = re.compile(r"progress writes: (\d+) calls, (\d+) values")
+#: ``write_progress`` calls and values written in the counted part, by workload (its
+#: last count): the reports a drain stored on their own rather than with the settle.
+PROGRESS_WRITES: dict[str, tuple[int, int]] = {}
 
 
 # -- the child: one workload, instrumented around its timed part -----------------------
@@ -157,6 +180,7 @@ async def _child(workload: str, runs: int, target: str) -> None:
     payloads = [{"n": n} for n in range(runs)]
     async with rl:
         await rl.runs.list(limit=1)  # connections open before counting
+        writes = _count_progress_writes(rl.storage)
         if workload.endswith("priorities"):
             for first in range(0, runs, 500):  # batches of 500 in turns of 0, 5 and 10
                 chunk = payloads[first : first + 500]
@@ -225,6 +249,22 @@ async def _child(workload: str, runs: int, target: str) -> None:
             for payload in payloads:
                 await rl.trigger(noop, payload)
             _callgrind("off")
+    print(f"progress writes: {writes[0]} calls, {writes[1]} values", file=sys.stderr)
+
+
+def _count_progress_writes(storage: Any) -> list[int]:
+    """Count ``storage``'s ``write_progress`` calls and values from now on (a wrapper
+    that costs nothing until called): [calls, values]."""
+    counted = [0, 0]
+    write = storage.write_progress
+
+    async def counting(environment: str, writes: Any, now: Any) -> Any:
+        counted[0] += 1
+        counted[1] += len(writes)
+        return await write(environment, writes, now)
+
+    storage.write_progress = counting
+    return counted
 
 
 # -- the parent: one child per workload ------------------------------------------------
@@ -250,6 +290,9 @@ def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
     found = _COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"{workload} failed:\n{done.stderr[-2000:]}")
+    writes = _WRITES.search(done.stderr)
+    if writes is not None:
+        PROGRESS_WRITES[workload] = (int(writes.group(1)), int(writes.group(2)))
     return int(found.group(1))
 
 
@@ -269,9 +312,33 @@ def _reset_postgres(dsn: str) -> None:
         conn.execute("DROP SCHEMA IF EXISTS runlane CASCADE")
 
 
+#: The workloads counted by default (``--postgres`` adds the PG ones).
+DEFAULT_SQLITE = (
+    "sqlite-drain",
+    "sqlite-progress",
+    "sqlite-single",
+    "sqlite-bulk",
+    "sqlite-otel-off",
+    "sqlite-otel-api",
+    "sqlite-otel10",
+)
+DEFAULT_PG = ("pg-drain", "pg-progress", "pg-bulk", "pg-single", "pg-claim")
+#: Ten progress reports per run, set against the same drain without them.
+PROGRESS_PAIRS = {
+    "sqlite": ("sqlite-progress", "sqlite-drain"),
+    "pg": ("pg-progress", "pg-drain"),
+    "sqlite-steps": ("sqlite-steps-progress", "sqlite-steps"),
+    "pg-steps": ("pg-steps-progress", "pg-steps"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", action="store_true", help="count the PG workloads too")
+    parser.add_argument("--workloads", help="comma-separated workloads instead of the default")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="count each workload this often (the median)"
+    )
     parser.add_argument("--src", help="a checkout's src folder to import runlane from")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -282,52 +349,63 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH")
-    counts: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.workloads:
+        chosen = [workload for workload in args.workloads.split(",") if workload]
+        unknown = sorted(set(chosen) - set(WORKLOADS))
+        if unknown:
+            raise SystemExit(f"unknown workloads: {', '.join(unknown)}")
+    else:
+        chosen = [*DEFAULT_SQLITE, *(DEFAULT_PG if args.postgres else ())]
+    samples: dict[str, list[float]] = {workload: [] for workload in chosen}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
-        for workload in (
-            "sqlite-drain",
-            "sqlite-progress",
-            "sqlite-single",
-            "sqlite-bulk",
-            "sqlite-otel-off",
-            "sqlite-otel-api",
-            "sqlite-otel10",
-        ):
-            total = _count(workload, str(folder / f"{workload}.sqlite"), args.src, folder)
-            counts[workload] = total / WORKLOADS[workload]
-        if args.postgres:
-            with _postgres_target() as dsn:
-                for workload in ("pg-drain", "pg-progress", "pg-bulk", "pg-single", "pg-claim"):
+        uses_pg = any(workload.startswith("pg") for workload in chosen)
+        dsn = stack.enter_context(_postgres_target()) if uses_pg else ""
+        # In turns, so that the machine's swings fall on every workload alike.
+        for turn in range(args.repeat):
+            for workload in chosen:
+                if workload.startswith("pg"):
                     _reset_postgres(dsn)
-                    counts[workload] = _count(workload, dsn, args.src, folder) / WORKLOADS[workload]
-    # Ten progress reports per run, set against the same drain without them.
+                    target = dsn
+                else:
+                    target = str(folder / f"{workload}-{turn}.sqlite")
+                total = _count(workload, target, args.src, folder)
+                samples[workload].append(total / WORKLOADS[workload])
+    counts = {workload: statistics.median(values) for workload, values in samples.items()}
     reports = {
-        lane: counts[f"{lane}-progress"] / counts[f"{lane}-drain"] - 1
-        for lane in ("sqlite", "pg")
-        if f"{lane}-progress" in counts
+        name: counts[reporting] / counts[plain] - 1
+        for name, (reporting, plain) in PROGRESS_PAIRS.items()
+        if reporting in counts and plain in counts
+    }
+    writes = {
+        workload: {"calls": calls, "values": values}
+        for workload, (calls, values) in PROGRESS_WRITES.items()
+        if workload.endswith("progress")
     }
     # The OpenTelemetry observer, set against the same drain without it.
     tracing = {
         workload: counts[workload] / counts["sqlite-otel-off"] - 1
         for workload in ("sqlite-otel-api", "sqlite-otel10")
+        if workload in counts and "sqlite-otel-off" in counts
     }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "instructions_per_run": counts,
-                    "progress_overhead": reports,
-                    "tracing_overhead": tracing,
-                },
-                indent=2,
-            )
-        )
+        figures = {
+            "instructions_per_run": counts,
+            "progress_overhead": reports,
+            "tracing_overhead": tracing,
+        }
+        if args.repeat > 1:
+            figures["samples"] = samples
+        print(json.dumps({**figures, "progress_writes": writes}, indent=2))
         return
     for workload, per_run in counts.items():
-        print(f"{workload:15} {per_run:>10,.0f} instructions per run")
-    for lane, overhead in reports.items():
-        print(f"{lane}: ten progress reports per run cost {overhead:+.1%} of a drain")
+        spread = samples[workload]
+        extra = f" (median of {len(spread)}: {min(spread):,.0f}-{max(spread):,.0f})"
+        print(f"{workload:22} {per_run:>10,.0f} instructions per run" + extra * (len(spread) > 1))
+    for name, overhead in reports.items():
+        print(f"{name}: ten progress reports per run cost {overhead:+.1%} of a drain")
+    for workload, written in writes.items():
+        print(f"{workload}: {written['calls']} write_progress calls in the counted drain")
     for workload, overhead in tracing.items():
         print(f"{workload}: tracing costs {overhead:+.1%} of the same drain without it")
 

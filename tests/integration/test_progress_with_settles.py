@@ -4,6 +4,7 @@ write still in flight is waited for first, so it cannot land after the settle's 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from runlane import Context, Runlane, RunStatus, queue, sqlite_lane, task
-from runlane.core.progress import AttemptProgress, ProgressWriter
+from runlane.core.progress import STORED, SWEEPS_PER_INTERVAL, AttemptProgress, ProgressWriter
 from runlane.model.progress import check_progress
 from runlane.model.transitions import Succeeded, settle_attempt
 from runlane.ports.storage import LeaseRequest
@@ -79,3 +80,39 @@ async def test_a_write_in_flight_lands_before_the_settle_that_carries_the_newer_
     finished = await rl.runs.get(run.id)
     assert finished.status is RunStatus.SUCCEEDED
     assert finished.progress is not None and finished.progress.fraction == 0.6
+
+
+async def test_an_attempt_that_handed_nothing_to_the_writer_settles_its_last_report(
+    rl: Runlane,
+) -> None:
+    run = await _leased(rl)
+    writer = ProgressWriter(rl.store)
+    progress = AttemptProgress(writer, run)
+    assert progress.last() is None
+    progress.offer(*check_progress(0.2))
+    progress.offer(*check_progress(0.4, message="most recent"))
+    assert progress.handed is None
+    last = progress.last()
+    assert last is not None
+    assert (last.run_id, last.attempt, last.fraction, last.message) == (
+        run.id,
+        1,
+        0.4,
+        "most recent",
+    )
+    # The writer holds the attempt no more: its interval passing writes nothing.
+    assert progress.queued is None
+    for _ in range(SWEEPS_PER_INTERVAL + 1):
+        writer._sweep()
+    assert await rl.storage.get_progress(rl.environment, [run.id]) == {}
+
+
+async def test_what_a_report_returns_is_done_in_any_number_of_awaits(rl: Runlane) -> None:
+    run = await _leased(rl)
+    progress = AttemptProgress(ProgressWriter(rl.store), run)
+    returned = progress.offer(*check_progress(0.1))
+    assert returned is STORED and progress.queued is STORED
+    assert await returned is None
+    assert await returned is None
+    assert await asyncio.gather(returned, returned) == [None, None]
+    assert progress.last() is not None

@@ -16,15 +16,32 @@ from runlane.model.progress import MAX_PROGRESS_MESSAGE_CHARS, check_progress
 
 
 class RecordingSink:
-    """A progress sink that keeps what it is offered."""
+    """A progress sink that keeps what it is offered (set as ``latest`` or passed to
+    ``offer``) and whether it was asked to queue a write."""
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.offered: list[tuple[float, str | None, str | None]] = []
+        self.queued: Awaitable[None] | None = None
+        self.queue_calls = 0
         self._done = done
 
-    def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
-        self.offered.append((fraction, message, data_json))
+    @property
+    def latest(self) -> tuple[float, str | None, str | None] | None:
+        return self.offered[-1] if self.offered else None
+
+    @latest.setter
+    def latest(self, report: tuple[float, str | None, str | None] | None) -> None:
+        assert report is not None
+        self.offered.append(report)
+
+    def queue(self) -> Awaitable[None]:
+        self.queue_calls += 1
+        self.queued = self._done
         return self._done
+
+    def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
+        self.latest = (fraction, message, data_json)
+        return self.queued or self.queue()
 
     def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         self.offered.append((fraction, message, data_json))
@@ -80,3 +97,7 @@ async def test_ctx_progress_takes_and_refuses_what_check_progress_does(
     assert sink.offered == [expected]
     assert returned is done
     assert await returned is None
+    assert sink.queue_calls == 1
+    # A second report while the write is queued queues nothing more.
+    assert ctx.progress(fraction, message=message, data=data) is done
+    assert sink.offered == [expected, expected] and sink.queue_calls == 1

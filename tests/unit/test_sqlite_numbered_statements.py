@@ -57,10 +57,7 @@ SETTLE = {
     "expected_sequence": 2, "lease_token": "t", "lease_expired_by": None,
     "settles_alone": 1, "succeeded_attempt": 1,
 }  # fmt: skip
-PROGRESS = {
-    "progress_attempt": 1, "progress_fraction": 1.0, "progress_message": "done",
-    "progress_data": '{"pages":4}',
-}  # fmt: skip
+PROGRESS = {"progress": '[1,1.0,"done",{"pages":4},5]'}
 
 
 @pytest.mark.parametrize(
@@ -100,9 +97,6 @@ def test_numbered_and_named_forms_change_the_same_rows(
 def test_the_settle_with_progress_is_the_plain_settle_and_the_progress_column() -> None:
     plain = QUERIES["apply_transition"]
     with_progress = QUERIES["apply_progress_transition"]
-    progress = (
-        ",\nprogress = json_array(:progress_attempt, :progress_fraction, :progress_message,"
-        "\njson(:progress_data), :now)\nWHERE "
-    )
+    progress = ",\nprogress = :progress\nWHERE "
     assert progress in with_progress
     assert with_progress.replace(progress, "\nWHERE ", 1) == plain

@@ -285,9 +285,13 @@ class AttemptRunner:
                     renewing = heartbeat.stop()
                     if renewing is not None:
                         await _cancelled(renewing)
-                    if progress.reported:
-                        # The last report goes with the outcome, in its transaction.
-                        unwritten = await progress.end()
+                    if progress.latest is not None:
+                        # The last report goes with the outcome, in its transaction. An
+                        # attempt that handed none to the writer (most: they end within
+                        # an interval) has no write to wait for, so no coroutine.
+                        unwritten = (
+                            progress.last() if progress.handed is None else await progress.end()
+                        )
         finally:
             if stop is not None:
                 # A long-lived worker signal must not keep one callback per past attempt.

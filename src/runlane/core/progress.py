@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import types
+from collections.abc import Awaitable, Generator, Sequence
 
 from runlane.core.store import StoreScope
 from runlane.types.errors import RunlaneError
@@ -40,6 +41,21 @@ SWEEPS_PER_INTERVAL = 4
 MAX_PROGRESS_BATCH = 500
 
 
+@types.coroutine
+def _stored() -> Generator[None, None, None]:
+    return
+    yield  # a generator, closed below before it ever runs
+
+
+#: What every ``ctx.progress`` call returns. Storing a report is only keeping it, so
+#: nothing waits: a generator-based coroutine that is already finished, which any
+#: number of awaits in any event loop finish at once with ``None``. Awaiting it costs
+#: less than awaiting a done future (which makes an iterator per await), and far less
+#: than a coroutine per call.
+STORED: Awaitable[None] = _stored()
+STORED.close()  # type: ignore[attr-defined]
+
+
 class ProgressWriter:
     """Writes attempts' latest progress, grouping what arrives while a write is in flight.
 
@@ -47,12 +63,6 @@ class ProgressWriter:
     waits :data:`SWEEPS_PER_INTERVAL` times an interval while any waits, so an attempt
     costs no timer of its own (most attempts end before their first value is due).
     """
-
-    #: What every ``ctx.progress`` call returns: a future that is already done, made on
-    #: the first report. Storing a report is only keeping it, so nothing waits, and
-    #: awaiting a done future runs no frame (a coroutine per call cost more than the
-    #: report; awaiting a Python-level awaitable, a tenth of that).
-    stored: asyncio.Future[None]
 
     def __init__(self, store: StoreScope) -> None:
         """Write into ``store``."""
@@ -66,15 +76,14 @@ class ProgressWriter:
         self._sweeps = 0
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def wait(self, attempt: AttemptProgress) -> None:
-        """Have ``attempt``'s latest value written once a whole interval has passed."""
+    def wait(self, attempt: AttemptProgress) -> Awaitable[None]:
+        """Have ``attempt``'s latest value written once a whole interval has passed;
+        :data:`STORED`, for ``ctx.progress`` to return."""
         self._waiting[attempt] = self._sweeps
         if self._sweeper is None:
             loop = asyncio.get_running_loop()
-            if not hasattr(self, "stored"):
-                self.stored = loop.create_future()
-                self.stored.set_result(None)
             self._sweeper = loop.call_later(PROGRESS_INTERVAL / SWEEPS_PER_INTERVAL, self._sweep)
+        return STORED
 
     def forget(self, attempt: AttemptProgress) -> None:
         """Stop waiting to write ``attempt``'s value (it ended)."""
@@ -132,13 +141,18 @@ class ProgressWriter:
 
 class AttemptProgress:
     """One attempt's reports: the latest value, written at most once a second while
-    the attempt runs, and the last one handed to the attempt's settle."""
+    the attempt runs, and the last one handed to the attempt's settle.
 
-    __slots__ = ("_latest", "_loop", "_run", "_submitted", "_waiting", "_writer", "_written")
+    It is the attempt's :class:`~runlane.model.context.ProgressSink`: ``ctx.progress``
+    sets :attr:`latest` itself and calls :meth:`queue` only when :attr:`queued` is
+    ``None`` (a method call per report cost a third of the report).
+    """
+
+    __slots__ = ("_loop", "_run", "_submitted", "_writer", "handed", "latest", "queued")
 
     #: The latest report's fields (a tuple made per report: ``end`` tells by identity
     #: whether the one its writer stored is still the latest).
-    _latest: tuple[float, str | None, str | None] | None
+    latest: tuple[float, str | None, str | None] | None
     _submitted: tuple[float, str | None, str | None] | None
 
     def __init__(self, writer: ProgressWriter, run: Run) -> None:
@@ -148,29 +162,32 @@ class AttemptProgress:
         self._writer = writer
         self._run = run
         self._loop = asyncio.get_running_loop()
-        self._latest = None
-        #: Whether the writer holds this attempt for a write when its interval is up.
-        self._waiting = False
-        #: The report last handed to the writer, and its write.
+        self.latest = None
+        #: While the writer holds this attempt for a write when its interval is up:
+        #: :data:`STORED`, which ``ctx.progress`` returns (``None`` otherwise).
+        self.queued: Awaitable[None] | None = None
+        #: The report last handed to the writer, and its write (:attr:`handed`).
         self._submitted = None
-        self._written: asyncio.Future[bool] | None = None
+        #: The write of the report last handed to the writer (the attempt outlived an
+        #: interval), or ``None`` while none was: :meth:`end` then waits for it, and
+        #: :meth:`last` may not stand in for :meth:`end`.
+        self.handed: asyncio.Future[bool] | None = None
 
     @property
     def reported(self) -> bool:
         """Whether the task reported anything in this attempt."""
-        return self._latest is not None
+        return self.latest is not None
 
-    def offer(
-        self, fraction: float, message: str | None, data_json: str | None
-    ) -> asyncio.Future[None]:
-        """Keep a checked report as the latest value; write it within the interval. The
-        writer's done future is what ``ctx.progress`` returns."""
-        self._latest = (fraction, message, data_json)
-        writer = self._writer
-        if not self._waiting:
-            self._waiting = True
-            writer.wait(self)
-        return writer.stored
+    def queue(self) -> Awaitable[None]:
+        """Have :attr:`latest` written within the interval; what ``ctx.progress`` returns."""
+        self.queued = queued = self._writer.wait(self)
+        return queued
+
+    def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
+        """Keep a checked report as the latest value; write it within the interval.
+        :data:`STORED` is what ``ctx.progress`` returns."""
+        self.latest = (fraction, message, data_json)
+        return self.queued or self.queue()
 
     def offer_threadsafe(self, fraction: float, message: str | None, data_json: str | None) -> None:
         """:meth:`offer` from a sync task's thread."""
@@ -181,11 +198,27 @@ class AttemptProgress:
 
     def write_latest(self) -> None:
         """Hand the latest value to the writer (its interval is up)."""
-        self._waiting = False
-        report = self._latest
+        self.queued = None
+        report = self.latest
         assert report is not None  # the writer holds an attempt only after a report
         self._submitted = report
-        self._written = self._writer.submit(self._write_of(report))
+        self.handed = self._writer.submit(self._write_of(report))
+
+    def last(self) -> ProgressWrite | None:
+        """Stop writing, once the handler is done, in an attempt that handed nothing to
+        the writer (:attr:`handed` is ``None``, as in most attempts, which end within an
+        interval): the last report for the attempt's settle to store, or ``None``
+        without one. Nothing to wait for, so no coroutine (nor any other call: this is
+        every reporting attempt's path)."""
+        if self.queued is not None:
+            self.queued = None
+            self._writer._waiting.pop(self, None)  # forget(self), inlined
+        report = self.latest
+        if report is None:
+            return None
+        run = self._run  # _write_of(report), inlined
+        fields = (run.id, run.lease.token, run.attempt) + report  # type: ignore[union-attr]  # noqa: RUF005
+        return _new_tuple(ProgressWrite, fields)
 
     async def end(self) -> ProgressWrite | None:
         """Stop writing, once the handler is done: the last report, for the attempt's
@@ -195,21 +228,22 @@ class AttemptProgress:
         A write still in flight is waited for first: whether it stored the last report
         decides whether the settle carries it.
         """
-        if self._waiting:
-            self._waiting = False
+        written = self.handed
+        if written is None:
+            return self.last()
+        if self.queued is not None:
+            self.queued = None
             self._writer.forget(self)
-        report = self._latest
-        if report is None:
+        report = self.latest
+        assert report is not None  # one was handed to the writer
+        stored = await asyncio.shield(written)
+        if stored and report is self._submitted:
             return None
-        written = self._written
-        if written is not None:
-            stored = await asyncio.shield(written)
-            if stored and report is self._submitted:
-                return None
         return self._write_of(report)
 
     def _write_of(self, report: tuple[float, str | None, str | None]) -> ProgressWrite:
         run = self._run
-        # The named tuple built from a plain one, skipping its Python-level __new__.
-        fields = (run.id, run.lease.token, run.attempt, *report)  # type: ignore[union-attr]
+        # The named tuple built from a plain one, skipping its Python-level __new__ (and
+        # concatenated: unpacking ``*report`` builds a list on the way).
+        fields = (run.id, run.lease.token, run.attempt) + report  # type: ignore[union-attr]  # noqa: RUF005
         return _new_tuple(ProgressWrite, fields)

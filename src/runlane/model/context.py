@@ -127,7 +127,24 @@ class Release:
 
 
 class ProgressSink(Protocol):
-    """Where a context's checked progress reports go (the attempt's reporter)."""
+    """Where a context's checked progress reports go (the attempt's reporter).
+
+    ``ctx.progress`` keeps the usual report by setting :attr:`latest` and returning
+    :attr:`queued`, calling :meth:`queue` only when that is ``None``: no call into the
+    sink per report (a call cost a third of a report). Other reports go to :meth:`offer`.
+    """
+
+    #: The latest report's fields, as :class:`~runlane.model.progress.ProgressReport`
+    #: has them (``None`` before the first).
+    latest: tuple[float, str | None, str | None] | None
+
+    @property
+    def queued(self) -> Awaitable[None] | None:
+        """What ``ctx.progress`` returns while the sink will store :attr:`latest`
+        without being told (an awaitable that is already done), else ``None``."""
+
+    def queue(self) -> Awaitable[None]:
+        """Store :attr:`latest` soon; return what :attr:`queued` now is."""
 
     def offer(self, fraction: float, message: str | None, data_json: str | None) -> Awaitable[None]:
         """Take a checked report (its fields, as :class:`~runlane.model.progress.ProgressReport`
@@ -222,7 +239,8 @@ class Context:
                 )
             )
         ):
-            return sink.offer(fraction, message, None)
+            sink.latest = (fraction, message, None)
+            return sink.queued or sink.queue()
         return sink.offer(*check_progress(fraction, message, data))
 
     def progress_sync(self, fraction: float, message: str | None = None, data: Any = None) -> None:

@@ -3,6 +3,7 @@ attempt carries), then append its events."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,11 @@ from runlane.storage.sql.implied import implied_success_attempt, started_event_d
 from runlane.storage.sqlite.dependencies import settle_dependents
 from runlane.storage.sqlite.params import event_row
 from runlane.storage.sqlite.queries import NUMBERED, QUERIES
+from runlane.types.records import ProgressWrite
 from runlane.types.runs import CLAIMABLE_STATUSES, RunEventType
+
+#: A string as JSON text (the encoder's fast path for a ``str``).
+_quote = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def apply_transitions(
@@ -101,11 +106,20 @@ def transition_params(environment: str, transition: Transition, now_us: int) -> 
     progress = transition.progress
     if progress is not None:
         # apply_progress_transition's: the settled attempt's last progress.
-        params["progress_attempt"] = progress.attempt
-        params["progress_fraction"] = progress.fraction
-        params["progress_message"] = progress.message
-        params["progress_data"] = progress.data_json
+        params["progress"] = progress_json(progress, now_us)
     return params
+
+
+def progress_json(progress: ProgressWrite, now_us: int) -> str:
+    """The ``progress`` column's value for a settle that carries ``progress``: migration
+    017's JSON array of the attempt, fraction, message, data and time of the value.
+
+    The fraction is finite (``check_progress``), so its ``repr`` is a JSON number;
+    ``data_json`` is JSON text already."""
+    # Unpacked: a named tuple's fields are descriptors no attribute cache serves.
+    _, _, attempt, fraction, message, data_json = progress
+    quoted = "null" if message is None else _quote(message)
+    return f"[{attempt},{fraction!r},{quoted},{data_json or 'null'},{now_us}]"
 
 
 def transition_events(
