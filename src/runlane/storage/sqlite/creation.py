@@ -68,7 +68,45 @@ def create_runs(
     a run whose id exists fails the call with ``STORAGE_CONFLICT`` (in a transaction of
     its own, nothing of it is kept)."""
     try:
-        return _create_runs(db, environment, runs, now, lease, connection, outbox_claimed_until)
+        now_us = to_micros(now)
+        claimed_until = micros_or_none(outbox_claimed_until)
+        outcomes: list[CreateOutcome] = []
+        if connection is None and lease is None and len(runs) == 1:
+            new = runs[0]
+            if (
+                is_plain(new)
+                and not new.request_delivery
+                and type(new) is NewRun
+                and new.rate_key is None
+            ):
+                # A lone trigger: one row and nothing else (run.created is implied by it),
+                # so one autocommitted statement.
+                insert = NUMBERED["insert_plain_run"]
+                db.write_one(
+                    insert.sql, insert.values(insert_params(environment, new, now_us, None, None))
+                )
+                return [
+                    CreateOutcome(run_from_new(environment, new, from_micros(now_us)), created=True)
+                ]
+        token = new_token() if lease is not None else None
+        with db.transaction(connection) as cur:
+            if any(new.rate_key is not None for new in runs):
+                ensure_rate_key_triggers(cur)
+            if any(isinstance(new, NewWaitingRun) for new in runs):
+                # Dependencies are rare: such calls go row by row.
+                return [
+                    create_waiting_run(cur, environment, new, now_us)
+                    if isinstance(new, NewWaitingRun)
+                    else create_run(cur, environment, new, now_us, lease, token, claimed_until)
+                    for new in runs
+                ]
+            if lease is None and all(is_plain(new) for new in runs):
+                return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
+            for new in runs:
+                outcomes.append(
+                    create_run(cur, environment, new, now_us, lease, token, claimed_until)
+                )
+        return outcomes
     except sqlite3.IntegrityError as error:
         # Keys and singletons are looked up before their rows are written, so the
         # constraint broken is a taken id.
@@ -76,54 +114,6 @@ def create_runs(
             ErrorCode.STORAGE_CONFLICT,
             f"a run's id exists already ({error}); nothing was created.",
         ) from error
-
-
-def _create_runs(
-    db: SqliteConnection,
-    environment: str,
-    runs: Sequence[NewRun],
-    now: datetime,
-    lease: LeaseRequest | None,
-    connection: sqlite3.Connection | None,
-    outbox_claimed_until: datetime | None,
-) -> list[CreateOutcome]:
-    now_us = to_micros(now)
-    claimed_until = micros_or_none(outbox_claimed_until)
-    outcomes: list[CreateOutcome] = []
-    if connection is None and lease is None and len(runs) == 1:
-        new = runs[0]
-        if (
-            is_plain(new)
-            and not new.request_delivery
-            and type(new) is NewRun
-            and new.rate_key is None
-        ):
-            # A lone trigger: one row and nothing else (run.created is implied by it),
-            # so one autocommitted statement.
-            insert = NUMBERED["insert_plain_run"]
-            db.write_one(
-                insert.sql, insert.values(insert_params(environment, new, now_us, None, None))
-            )
-            return [
-                CreateOutcome(run_from_new(environment, new, from_micros(now_us)), created=True)
-            ]
-    token = new_token() if lease is not None else None
-    with db.transaction(connection) as cur:
-        if any(new.rate_key is not None for new in runs):
-            ensure_rate_key_triggers(cur)
-        if any(isinstance(new, NewWaitingRun) for new in runs):
-            # Dependencies are rare: such calls go row by row.
-            return [
-                create_waiting_run(cur, environment, new, now_us)
-                if isinstance(new, NewWaitingRun)
-                else create_run(cur, environment, new, now_us, lease, token, claimed_until)
-                for new in runs
-            ]
-        if lease is None and all(is_plain(new) for new in runs):
-            return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
-        for new in runs:
-            outcomes.append(create_run(cur, environment, new, now_us, lease, token, claimed_until))
-    return outcomes
 
 
 def create_run_batch(
