@@ -19,7 +19,7 @@ from tests.support import stored_history
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
-from runlane.types.clock import from_micros
+from runlane.types.clock import from_micros, to_micros
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_MIGRATIONS = [
@@ -41,6 +41,7 @@ ALL_MIGRATIONS = [
     "016_rate_keys",
     "017_implied_attempt_events",
     "018_progress_on_runs",
+    "019_cheaper_rate_key_trigger",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -509,3 +510,46 @@ async def test_version_18_moves_stored_progress_onto_the_runs_and_drops_its_tabl
             "SELECT to_regclass(%s)", (f'"{schema}".runlane_run_progress',)
         ).fetchone()
     assert found == (None,)
+
+
+async def test_version_19_tests_only_the_rate_key_on_insert_and_keyed_runs_still_wait(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 18, "queued-at-18")
+    assert await rl.migrate() == ALL_MIGRATIONS[18:]
+    keyed = Runlane(
+        lane=postgres_lane(postgres_dsn, schema=schema),
+        queues=[queue("main", default=True, rate_limit="5/s", rate_limit_by="key")],
+        tasks=[noop],
+        environment="migrations",
+    )
+    runs = sql.Identifier(schema, "runlane_runs")
+    limits = sql.Identifier(schema, "runlane_rate_limits")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        definition = conn.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgname = %s AND tgrelid = %s::regclass",
+            ("runlane_rate_key_run_created", f'"{schema}".runlane_runs'),
+        ).fetchone()
+        assert definition is not None and "WHEN ((new.rate_key IS NOT NULL))" in definition[0]
+        # A keyed run written leased (not waiting) leaves its partition alone.
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (environment, id, task_id, queue, status, payload, run_at, "
+                "first_run_at, created_at, updated_at, event_sequence, source, rate_key) VALUES "
+                "('migrations', 'leased-at-19', 'noop', 'main', 'running', 'null', 1, 1, 1, 1, "
+                "1, '{{\"type\": \"trigger\"}}', 'tenant-0')"
+            ).format(runs)
+        )
+    async with keyed:
+        done = await keyed.execute_next()
+        assert done is not None and done.id == "queued-at-18"
+        later = await keyed.trigger(noop, None, rate_key="tenant-1")
+        with psycopg.connect(postgres_dsn) as conn:
+            partitions = conn.execute(
+                sql.SQL("SELECT rate_key, due_at FROM {} ORDER BY rate_key").format(limits)
+            ).fetchall()
+        assert "tenant-0" not in [key for key, _ in partitions]
+        assert ("tenant-1", to_micros(later.run_at)) in partitions
+        assert await keyed.execute_next() is not None
+        assert (await keyed.runs.get(later.id)).status.value == "succeeded"
