@@ -30,6 +30,7 @@ round trip with one commit.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from runlane.model.rate_limiting import (
     tolerance,
 )
 from runlane.ports.storage import QueuePolicy
+from runlane.storage.postgres.bare import BareStatement
 from runlane.storage.postgres.sessions import (
     AsyncSession,
     DriverConnection,
@@ -261,14 +263,27 @@ async def _claim_keyed(
         "concurrency_limit": policy.concurrency_limit,
     }
     conn = session.conn
-    async with conn.cursor() as locks, conn.cursor(row_factory=dict_row) as claim:
+    lock_keys = _numbered(q["lock_rate_keyed_keys"])
+    claim_runs = _numbered(q["claim_rate_keyed_runs"])
+    async with (
+        psycopg.AsyncRawCursor(conn) as locks,
+        psycopg.AsyncRawCursor(conn, row_factory=dict_row) as claim,
+    ):
         # Both statements go out together, read back at the pipeline's one Sync. The key
         # locks come first, so that the claim's snapshot (the next statement's) sees
         # every decision on those keys committed before them.
         async with conn.pipeline():
-            await locks.execute(q["lock_rate_keyed_keys"], one, prepare=True)
-            await claim.execute(q["claim_rate_keyed_runs"], one, prepare=True)
+            await locks.execute(lock_keys.text, [one[n] for n in lock_keys.params], prepare=True)
+            await claim.execute(claim_runs.text, [one[n] for n in claim_runs.params], prepare=True)
         return await claim.fetchall()
+
+
+@functools.lru_cache(maxsize=16)
+def _numbered(query: str) -> BareStatement:
+    """``query`` with ``$n`` placeholders, converted once: the keyed claim is longer
+    than the 4,096 bytes of a statement whose conversion psycopg caches, so a cursor
+    would convert it afresh on every claim (a raw cursor takes ``$n`` as it is)."""
+    return BareStatement.from_query("rate_keyed", query)
 
 
 async def claim_run(
