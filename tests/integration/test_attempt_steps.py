@@ -36,11 +36,21 @@ async def waits(payload: Any, ctx: Context) -> None:
     await asyncio.sleep(30)
 
 
-class Sequence(Observer):
-    """Records the order in which the hooks of one worker's attempts fire."""
+class Recorder(Observer):
+    """Records in ``events`` the busy slots and the outcomes it hears."""
 
-    def __init__(self) -> None:
-        self.events: list[str] = []
+    def __init__(self, events: list[str] | None = None) -> None:
+        self.events: list[str] = [] if events is None else events
+
+    def slots(self, busy: int, total: int) -> None:
+        self.events.append(f"slots {busy}")
+
+    def settled(self, attempt: Attempt) -> None:
+        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
+
+
+class Sequence(Recorder):
+    """Records the order in which the hooks of one worker's attempts fire."""
 
     def started(self, attempt: Attempt) -> None:
         self.events.append("started")
@@ -52,12 +62,6 @@ class Sequence(Observer):
             yield
         finally:
             self.events.append("exit")
-
-    def slots(self, busy: int, total: int) -> None:
-        self.events.append(f"slots {busy}")
-
-    def settled(self, attempt: Attempt) -> None:
-        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
 
 
 def _runtime(path: Path, observer: Observer) -> Runlane:
@@ -137,11 +141,11 @@ async def reads(payload: Any, ctx: Context) -> None:
     SEEN_INSIDE[ctx.run_id] = AROUND_HANDLER.get()
 
 
-class AroundHandler(Observer):
+class AroundHandler(Recorder):
     """A plain (sync) attempt context: it sets a context variable for the handler only."""
 
     def __init__(self, events: list[str], name: str = "plain", fail: str = "") -> None:
-        self.events = events
+        super().__init__(events)
         self.name = name
         self.fail = fail
 
@@ -158,12 +162,6 @@ class AroundHandler(Observer):
             self.events.append(f"exit {self.name}")
             if self.fail == "exit":
                 raise RuntimeError("observer exit fails")
-
-    def slots(self, busy: int, total: int) -> None:
-        self.events.append(f"slots {busy}")
-
-    def settled(self, attempt: Attempt) -> None:
-        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
 
 
 def _reads_runtime(path: Path, *observers: Observer) -> Runlane:
@@ -228,8 +226,7 @@ async def test_with_an_async_attempt_context_beside_it_a_plain_one_is_held_to_th
     """One observer's async context keeps the attempt open until its outcome is written;
     the plain context of another is entered and left with it, in order."""
     events: list[str] = []
-    sequence = Sequence()
-    sequence.events = events
+    sequence = Sequence(events)
     async with _reads_runtime(tmp_path / "mixed.db", AroundHandler(events), sequence) as rl:
         await rl.migrate()
         run = await rl.trigger(reads, {})
@@ -245,22 +242,13 @@ async def test_with_an_async_attempt_context_beside_it_a_plain_one_is_held_to_th
     ]
 
 
-class SetsForHandler(Observer):
+class SetsForHandler(Recorder):
     """The cheapest attempt context: a context variable set in ``attempt`` itself, its
     token returned for the runtime to reset."""
-
-    def __init__(self, events: list[str]) -> None:
-        self.events = events
 
     def attempt(self, attempt: Attempt) -> contextvars.Token[str | None]:
         self.events.append("set")
         return AROUND_HANDLER.set(f"token {attempt.run.id}")
-
-    def slots(self, busy: int, total: int) -> None:
-        self.events.append(f"slots {busy}")
-
-    def settled(self, attempt: Attempt) -> None:
-        self.events.append(f"settled {attempt.outcome.value if attempt.outcome else None}")
 
 
 async def test_an_attempt_token_is_reset_when_the_handler_returns_and_the_batch_settles(
@@ -297,9 +285,7 @@ async def test_an_attempt_token_beside_other_contexts_is_reset_in_their_order(
     """Beside another observer's context, a token is held as a plain context is (to the
     settle when an async context is there too) and reset in reverse order of entry."""
     events: list[str] = []
-    other: Observer = Sequence() if async_beside else AroundHandler(events, "other")
-    if isinstance(other, Sequence):
-        other.events = events
+    other = Sequence(events) if async_beside else AroundHandler(events, "other")
     seen_after: list[str | None] = []
 
     class Checks(Observer):

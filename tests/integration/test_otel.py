@@ -25,7 +25,9 @@ from runlane import (
     Attempt,
     Context,
     ManualClock,
+    Observer,
     RetryPolicy,
+    Run,
     Runlane,
     RunlaneError,
     RunStatus,
@@ -306,6 +308,17 @@ async def seen(payload: Any, ctx: Context) -> None:
     SEEN[ctx.run_id] = trace.get_current_span().get_span_context()
 
 
+async def trigger_and_execute(folder: Path, tracing: Observer, carrier: dict[str, str]) -> Run:
+    """Trigger one ``seen`` run carrying ``carrier`` and execute it, observed by ``tracing``."""
+    async with Runlane(
+        lane=sqlite_lane(folder / "o.db"), queues=[MAIN], tasks=[seen], observers=[tracing]
+    ) as rl:
+        await rl.migrate()
+        run = await rl.trigger(seen, None, trace_carrier=carrier)
+        await rl.execute_next()
+    return run
+
+
 @pytest.mark.parametrize("skip_unsampled", [False, True])
 async def test_attempts_follow_the_sampling_decision_made_at_the_trigger(
     tmp_path: Path, skip_unsampled: bool
@@ -478,15 +491,8 @@ async def test_an_unusable_traceparent_starts_a_new_trace_even_with_skip_unsampl
     """A traceparent the propagator rejects is no decision: the attempt is a root, and
     the sampler (here: always) records it."""
     provider, recorded = sampled_provider(ALWAYS_ON)
-    async with Runlane(
-        lane=sqlite_lane(tmp_path / "o.db"),
-        queues=[MAIN],
-        tasks=[seen],
-        observers=[otel_tracing(provider, None, skip_unsampled=True)],
-    ) as rl:
-        await rl.migrate()
-        run = await rl.trigger(seen, None, trace_carrier={"traceparent": header})
-        await rl.execute_next()
+    tracing = otel_tracing(provider, None, skip_unsampled=True)
+    run = await trigger_and_execute(tmp_path, tracing, {"traceparent": header})
     (execute,) = named(recorded.get_finished_spans(), "execute otel.seen")
     assert execute.parent is None and list(execute.links) == []
     assert SEEN[run.id] == execute.context and execute.context.trace_id != int(UNSAMPLED[3:35], 16)
@@ -637,15 +643,8 @@ async def test_left_unset_skip_unsampled_follows_a_sampler_sure_to_drop_the_atte
     remote parent): task code then runs in the carrier's own span; otherwise the SDK
     starts a child span (a new span id), recorded or not as its sampler decides."""
     provider, recorded = sampled_provider(sampler)
-    async with Runlane(
-        lane=sqlite_lane(tmp_path / "o.db"),
-        queues=[MAIN],
-        tasks=[seen],
-        observers=[otel_tracing(provider, PROPAGATOR, skip_unsampled=skip_unsampled)],
-    ) as rl:
-        await rl.migrate()
-        run = await rl.trigger(seen, None, trace_carrier={"traceparent": UNSAMPLED})
-        await rl.execute_next()
+    tracing = otel_tracing(provider, PROPAGATOR, skip_unsampled=skip_unsampled)
+    run = await trigger_and_execute(tmp_path, tracing, {"traceparent": UNSAMPLED})
     trace_id, span_id, _ = traceparent(run)
     assert SEEN[run.id].trace_id == trace_id
     assert (SEEN[run.id].span_id == span_id) is skipped

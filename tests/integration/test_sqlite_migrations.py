@@ -50,18 +50,26 @@ def _migrate_up_to(path: Path, version: int, monkeypatch: pytest.MonkeyPatch) ->
         conn.close()
 
 
+def _store_queued_run(conn: sqlite3.Connection, run_id: str, *, first_run_at: bool = False) -> None:
+    """Store a queued ``noop`` run with the columns an older release wrote (from version
+    13, ``first_run_at`` too)."""
+    columns = "run_at, first_run_at" if first_run_at else "run_at"
+    values = "1, 1" if first_run_at else "1"
+    conn.execute(
+        "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+        f"{columns}, created_at, updated_at, event_sequence, source) VALUES "
+        f"('upgrade', ?, 'noop', 'main', 'queued', 'null', {values}, 1, 1, 1, ?)",
+        (run_id, '{"type": "trigger"}'),
+    )
+
+
 async def test_a_file_at_version_6_is_upgraded_on_open_and_its_runs_keep_working(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
     _migrate_up_to(path, 6, monkeypatch)
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, created_at, updated_at, event_sequence, source) VALUES "
-            "('upgrade', 'old-run', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, "
-            '\'{"type": "trigger"}\')'
-        )
+        _store_queued_run(conn, "old-run")
     assert _applied(path) == [1, 2, 3, 4, 5, 6]
     rl = _runtime(path)
     async with rl:
@@ -254,12 +262,7 @@ async def test_version_14_adds_priorities_and_an_older_files_runs_keep_their_pla
     path = tmp_path / "old.db"
     _migrate_up_to(path, 13, monkeypatch)
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
-            "('upgrade', 'queued-at-13', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
-            '\'{"type": "trigger"}\')'
-        )
+        _store_queued_run(conn, "queued-at-13", first_run_at=True)
     conn.close()
     rl = _runtime(path)
     async with rl:
@@ -279,12 +282,7 @@ async def test_version_15_adds_rate_keys_and_a_queue_keyed_after_it_starts_its_o
     path = tmp_path / "old.db"
     _migrate_up_to(path, 14, monkeypatch)
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, first_run_at, created_at, updated_at, event_sequence, source) VALUES "
-            "('upgrade', 'queued-at-14', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
-            '\'{"type": "trigger"}\')'
-        )
+        _store_queued_run(conn, "queued-at-14", first_run_at=True)
     conn.close()
     keyed = Runlane(
         lane=sqlite_lane(path),
@@ -334,12 +332,7 @@ async def test_version_17_moves_stored_progress_onto_the_runs_and_drops_its_tabl
     path = tmp_path / "v16.db"
     _migrate_up_to(path, 16, monkeypatch)
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
-            "run_at, created_at, updated_at, event_sequence, source) VALUES "
-            "('upgrade', 'reported', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, "
-            '\'{"type": "trigger"}\')'
-        )
+        _store_queued_run(conn, "reported")
         conn.executemany(
             "INSERT INTO runlane_run_progress VALUES (?, ?, ?, ?, ?, ?, ?)",
             [

@@ -49,7 +49,7 @@ async def test_the_loop_runs_while_a_synced_commit_waits_for_the_disk(
 
     assert await db.transact(write, overlap=True) == "written"
     # NORMAL commits inline, so the loop had no turn; FULL commits in the thread.
-    assert ran == (["loop"] if db._commit_off_loop else [])
+    assert ran == (["loop"] if db._synchronous == "FULL" else [])
     assert _stored(db) == [1]
     ran.clear()
     assert await db.transact(write) == "written"

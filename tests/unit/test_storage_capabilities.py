@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from runlane import Context, ErrorCode, Lane, Runlane, RunlaneError, RunStatus, queue, task
-from runlane.ports.storage import StorageCapabilities
+from runlane.ports.storage import (
+    CreatesLoneRuns,
+    CreatesRunBatches,
+    SettlesAndClaims,
+    StorageCapabilities,
+    StreamsRuns,
+)
+from runlane.storage.postgres import PostgresStorage
 from runlane.storage.sqlite import SqliteStorage
 
 main = queue("main", default=True)
@@ -56,3 +63,20 @@ async def test_pruning_needs_prunes_runs_and_deletes_nothing(rl: Runlane) -> Non
 
 async def test_resetting_a_key_needs_enforces_idempotency(rl: Runlane) -> None:
     await _refused(rl.idempotency_keys.reset(noop, "k"), "enforces_idempotency")
+
+
+@pytest.mark.parametrize(
+    ("driver", "offered"),
+    [
+        (SqliteStorage, {SettlesAndClaims, CreatesRunBatches}),
+        (PostgresStorage, {SettlesAndClaims, CreatesLoneRuns, StreamsRuns}),
+    ],
+    ids=["sqlite", "postgres"],
+)
+def test_the_built_in_drivers_offer_their_optional_operations(
+    driver: type, offered: set[type]
+) -> None:
+    # The conformance suite skips an optional operation's tests on a driver without it:
+    # a built-in driver that lost one must fail here, not go quietly skipped there.
+    optional = {SettlesAndClaims, CreatesRunBatches, CreatesLoneRuns, StreamsRuns}
+    assert {protocol for protocol in optional if issubclass(driver, protocol)} == offered

@@ -37,6 +37,7 @@ from runlane.testing.conformance.storage import (
     key_wakeups,
     leadership,
     leases,
+    lone_runs,
     methods,
     methods_dependencies,
     methods_maintenance,
@@ -72,6 +73,7 @@ from runlane.testing.conformance.storage.implied_events import *  # noqa: F403
 from runlane.testing.conformance.storage.key_wakeups import *  # noqa: F403
 from runlane.testing.conformance.storage.leadership import *  # noqa: F403
 from runlane.testing.conformance.storage.leases import *  # noqa: F403
+from runlane.testing.conformance.storage.lone_runs import *  # noqa: F403
 from runlane.testing.conformance.storage.methods import *  # noqa: F403
 from runlane.testing.conformance.storage.methods_dependencies import *  # noqa: F403
 from runlane.testing.conformance.storage.methods_maintenance import *  # noqa: F403
@@ -109,6 +111,7 @@ _MODULES = (
     outbox,
     methods,
     run_batches,
+    lone_runs,
     methods_maintenance,
     observing_methods,
     methods_dependencies,
