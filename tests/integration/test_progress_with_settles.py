@@ -49,7 +49,7 @@ async def test_the_settle_carries_the_last_report_unless_its_own_write_stored_it
 ) -> None:
     run = await _leased(rl)
     progress = AttemptProgress(ProgressWriter(rl.store), run)
-    assert not progress.reported and await progress.end() is None
+    assert progress.latest is None and await progress.end() is None
     progress.offer(*check_progress(0.25, message="a quarter"))
     progress.write_latest()  # its interval is up: written while the attempt runs
     assert await progress.end() is None  # stored already: the settle carries nothing

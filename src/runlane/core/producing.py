@@ -116,17 +116,22 @@ class TriggerPlan:
         )
 
     @property
-    def batchable(self) -> bool:
-        """Whether the runs differ only in id and payload: no keys, no dependencies, no
-        delivery request, no rate key taken from the payload (what
-        :class:`~runlane.ports.storage.CreatesRunBatches` takes)."""
+    def uniform(self) -> bool:
+        """Whether nothing but the id and the payload differs between the runs: no
+        idempotency or singleton key, no dependencies, no rate key taken from the
+        payload (a delivery request, shared by all, may be there)."""
         return (
             type(self) is TriggerPlan
             and self.idempotency_key is None
             and self.singleton_key is None
-            and not self.request_delivery
             and not callable(self.rate_key)
         )
+
+    @property
+    def batchable(self) -> bool:
+        """Whether the runs differ only in id and payload and request no delivery (what
+        :class:`~runlane.ports.storage.CreatesRunBatches` takes)."""
+        return self.uniform and not self.request_delivery
 
     def batch(self, prepared: Prepared, start: int, stop: int) -> NewRunBatch:
         """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh
@@ -162,12 +167,7 @@ class TriggerPlan:
     def build(self, prepared: Prepared, start: int, stop: int) -> list[NewRun]:
         """The runs of the payloads ``start:stop`` :meth:`prepare` accepted, with fresh ids."""
         ids = new_run_id.many(stop - start)
-        if (
-            type(self) is TriggerPlan
-            and self.idempotency_key is None
-            and self.singleton_key is None
-            and not callable(self.rate_key)
-        ):
+        if self.uniform:
             # Nothing differs but the id and the payload: the shared fields are read
             # once, and each run is built in order (NewRun's fields, positionally).
             task_id, queue, status, run_at, source = (

@@ -173,11 +173,6 @@ class AttemptProgress:
         #: :meth:`last` may not stand in for :meth:`end`.
         self.handed: asyncio.Future[bool] | None = None
 
-    @property
-    def reported(self) -> bool:
-        """Whether the task reported anything in this attempt."""
-        return self.latest is not None
-
     def queue(self) -> Awaitable[None]:
         """Have :attr:`latest` written within the interval; what ``ctx.progress`` returns."""
         self.queued = queued = self._writer.wait(self)

@@ -48,12 +48,16 @@ CLAIM_AHEAD_HORIZON = 0.05
 HOLD_TIME_WEIGHT = 0.1
 
 
+#: Whether tasks can start eagerly (Python 3.12+): decided once, not per attempt.
+_EAGER_START = sys.version_info >= (3, 12)
+
+
 def _eager(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether attempts start eagerly (Python 3.12+, no task factory of the app's):
     an attempt runs at once up to its first real wait, so a handler that never waits
     is done, and its outcome handed to the settle batch, without a turn of the loop
     for a task of its own."""
-    return sys.version_info >= (3, 12) and loop.get_task_factory() is None
+    return _EAGER_START and loop.get_task_factory() is None
 
 
 def _eager_task(
@@ -134,7 +138,8 @@ class WorkerSlots:
     def _begin(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         key = (run.id, run.attempt)
         self._holding.add(key)
-        if _eager(loop):
+        # _eager(loop), inlined: this runs per attempt started.
+        if _EAGER_START and loop.get_task_factory() is None:
             observers = self._observers
             if observers.hears_slots:
                 # Told now: the attempt may end before _start would tell its count.
