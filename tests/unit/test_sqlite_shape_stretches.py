@@ -5,12 +5,30 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from runlane.storage.sqlite.params import same_shape, shape_end
+from runlane.storage.sqlite.params import shape_end
 from runlane.types.records import NewRun
 from runlane.types.runs import RunSource, RunStatus
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 BASE = NewRun("r0", "t", "q", RunStatus.QUEUED, {}, "{}", NOW, RunSource())
+
+
+def same_shape(a: NewRun, b: NewRun) -> bool:
+    """The reference shape_end must agree with: ``a`` and ``b`` differ at most in id and
+    payload (keys aside)."""
+    return (
+        a.task_id == b.task_id
+        and a.queue == b.queue
+        and a.status is b.status
+        and a.run_at == b.run_at
+        and a.source == b.source
+        and a.concurrency_key == b.concurrency_key
+        and a.rate_key == b.rate_key
+        and a.trace_carrier == b.trace_carrier
+        and a.request_delivery == b.request_delivery
+        and a.priority_offset == b.priority_offset
+        and a.priority == b.priority
+    )
 
 
 def _naive_end(runs: list[NewRun], start: int) -> int:

@@ -260,22 +260,12 @@ class SqliteConnection:
     def _running(self) -> ThreadPoolExecutor:
         executor = self._executor
         if executor is None:
-            raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                "SQLite storage is not open.",
-                meta={"open": False},
-                retryable=True,
-            )
+            raise _not_open()
         return executor
 
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise RunlaneError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                "SQLite storage is not open.",
-                meta={"open": False},
-                retryable=True,
-            )
+            raise _not_open()
         return self._conn
 
     def _run_patiently(self, fn: Callable[[], T]) -> T:
@@ -317,6 +307,15 @@ async def _outlive_cancellation(future: asyncio.Future[None]) -> None:
     if cancelled is not None:
         raise cancelled
     future.result()
+
+
+def _not_open() -> RunlaneError:
+    return RunlaneError(
+        ErrorCode.STORAGE_UNAVAILABLE,
+        "SQLite storage is not open.",
+        meta={"open": False},
+        retryable=True,
+    )
 
 
 def _unavailable(error: sqlite3.Error, path: str) -> RunlaneError:

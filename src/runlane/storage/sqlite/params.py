@@ -53,28 +53,11 @@ def _run(environment: str, new: NewRun, run_at: datetime, now: datetime) -> Run:
     )
 
 
-def same_shape(a: NewRun, b: NewRun) -> bool:
-    """Whether ``a`` and ``b`` differ at most in id and payload (keys aside)."""
-    # The runs of one call share these very objects: identity answers first, without
-    # the dataclass and datetime comparisons.
-    return (
-        a.task_id == b.task_id
-        and a.queue == b.queue
-        and a.status is b.status
-        and (a.run_at is b.run_at or a.run_at == b.run_at)
-        and (a.source is b.source or a.source == b.source)
-        and a.concurrency_key == b.concurrency_key
-        and a.rate_key == b.rate_key
-        and (a.trace_carrier is b.trace_carrier or a.trace_carrier == b.trace_carrier)
-        and a.request_delivery == b.request_delivery
-        and a.priority_offset == b.priority_offset
-        and a.priority == b.priority
-    )
-
-
 def shape_end(runs: Sequence[NewRun], start: int) -> int:
     """The end of the stretch of ``runs`` from ``start`` that has the shape of
-    ``runs[start]`` (:func:`same_shape`, with the first run's fields read once)."""
+    ``runs[start]``: runs that differ at most in id and payload (keys aside)."""
+    # The runs of one call share these very objects: identity answers first, without
+    # the dataclass and datetime comparisons. The first run's fields are read once.
     first = runs[start]
     task_id, queue, status, run_at = first.task_id, first.queue, first.status, first.run_at
     source, concurrency_key, rate_key = first.source, first.concurrency_key, first.rate_key
@@ -136,7 +119,7 @@ def plain_batch(
     environment: str, runs: Sequence[NewRun], now_us: int
 ) -> tuple[dict[str, Any], list[Run]]:
     """:func:`batch_params` of ``runs`` (plain, queued or scheduled, of one shape: see
-    :func:`same_shape`)."""
+    :func:`shape_end`)."""
     first = runs[0]
     batch = NewRunBatch(
         [new.id for new in runs],
