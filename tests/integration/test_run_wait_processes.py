@@ -81,6 +81,7 @@ async def test_a_postgres_waiter_whose_listening_connection_is_cut_keeps_waiting
     postgres_dsn: str, environment: str
 ) -> None:
     app = worker_app.build_runtime(postgres_dsn, environment)
+    await app.migrate()  # not left to an earlier test: this one may run first or alone
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(worker_app.LOG_TABLE)
     async with app, _with_workers(postgres_dsn, environment):
