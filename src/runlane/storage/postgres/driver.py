@@ -62,6 +62,7 @@ from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.listing import list_params
 from runlane.storage.postgres.params import (
+    LISTENERS_LOCK_KEY,
     WORK_CHANNEL,
     creation_batch,
     lease_params,
@@ -254,7 +255,9 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
 
     def _work_listener(self) -> WorkListener:
         if self._listener is None:
-            self._listener = WorkListener(self._db.connect_listener, WORK_CHANNEL)
+            self._listener = WorkListener(
+                self._db.connect_listener, WORK_CHANNEL, LISTENERS_LOCK_KEY
+            )
         return self._listener
 
     # -- plumbing ------------------------------------------------------------------
