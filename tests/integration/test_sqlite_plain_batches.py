@@ -137,3 +137,63 @@ async def test_a_batch_with_a_taken_id_inside_a_callers_transaction_undoes_only_
         assert sorted(run.id for run in listed.data) == ["a", "b"]
     finally:
         await storage.close()
+
+
+@pytest.mark.parametrize("size", [0, 2, 9])
+@pytest.mark.parametrize("keyed", [False, True])
+async def test_create_runs_with_a_taken_id_inside_a_callers_transaction_undoes_only_itself(
+    tmp_path: Path, size: int, keyed: bool
+) -> None:
+    """Written row by row (a few runs, or keyed ones) or in one statement, a call that
+    fails on a taken id leaves none of its runs in the caller's transaction, whose own
+    writes go on."""
+    path = tmp_path / "app.db"
+    storage = sqlite_lane(str(path)).storage
+    await storage.migrate()
+    await storage.open()
+
+    def new(run_id: str, key: str) -> NewRun:
+        run = NewRun(run_id, "t", "main", RunStatus.QUEUED, {}, "{}", NOW, RunSource())
+        return dataclasses.replace(run, idempotency_key=key) if keyed else run
+
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("CREATE TABLE orders (id TEXT)")
+            await storage.create_runs("env", [new("taken", "first")], NOW, connection=conn)
+            # A new key each (no run to return instead), the last one's id taken.
+            again = [new(f"new-{n}", f"k-{n}") for n in range(size)] + [new("taken", "last")]
+            with pytest.raises(RunlaneError) as refused:
+                await storage.create_runs("env", again, NOW, connection=conn)
+            assert refused.value.code is ErrorCode.STORAGE_CONFLICT
+            assert conn.in_transaction
+            conn.execute("INSERT INTO orders VALUES ('o-1')")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        listed = await storage.list_runs("env", RunFilter(), 20, None)
+        assert [run.id for run in listed.data] == ["taken"]
+        with sqlite3.connect(path) as db:
+            assert db.execute("SELECT id FROM orders").fetchall() == [("o-1",)]
+    finally:
+        await storage.close()
+
+
+async def test_a_keyed_trigger_inside_a_callers_transaction_reads_its_key_back(
+    tmp_path: Path,
+) -> None:
+    """A key is looked up on the caller's connection, whatever its row factory."""
+    path = tmp_path / "app.db"
+    async with Runlane(lane=sqlite_lane(str(path)), queues=[main], tasks=[noop]) as rl:
+        await rl.migrate()
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            first = await rl.trigger(noop, {"n": 1}, idempotency_key="order-1", connection=conn)
+            again = await rl.trigger(noop, {"n": 1}, idempotency_key="order-1", connection=conn)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        assert again.id == first.id
+        assert await rl.runs.get(first.id) == first

@@ -18,6 +18,7 @@ larger, commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -230,19 +231,32 @@ class SqliteConnection:
 
     @contextmanager
     def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Cursor]:
-        """A cursor in a new IMMEDIATE transaction, or in ``conn``'s open one (the caller's)."""
+        """A cursor in a new IMMEDIATE transaction, or in ``conn``'s open one (the
+        caller's) under a savepoint: a call that fails there leaves none of its own
+        writes behind, and the caller's transaction goes on."""
         own = conn is None
         conn = conn or self._require()
+        nested = not own and conn.in_transaction
         cur = conn.cursor()
+        # Rows read by name, as on our own connections (the caller's has its own factory).
+        cur.row_factory = sqlite3.Row
         try:
             if own:
                 cur.execute("BEGIN IMMEDIATE")
+            elif nested:
+                cur.execute("SAVEPOINT runlane_write")
             yield cur
             if own:
                 cur.execute("COMMIT")
+            elif nested:
+                cur.execute("RELEASE runlane_write")
         except BaseException as error:
             if own and conn.in_transaction:
                 conn.rollback()
+            elif nested and conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    cur.execute("ROLLBACK TO runlane_write")
+                    cur.execute("RELEASE runlane_write")
             self._raise_storage_error(error)
             raise
         finally:

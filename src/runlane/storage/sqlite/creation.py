@@ -65,8 +65,8 @@ def create_runs(
     outbox_claimed_until: datetime | None,
 ) -> list[CreateOutcome]:
     """Create ``runs`` in a transaction of their own, or in ``connection``'s open one;
-    a run whose id exists fails the call with ``STORAGE_CONFLICT`` (in a transaction of
-    its own, nothing of it is kept)."""
+    a run whose id exists fails the call with ``STORAGE_CONFLICT``, and nothing of it
+    is kept (in a caller's transaction, its savepoint is rolled back)."""
     try:
         now_us = to_micros(now)
         claimed_until = micros_or_none(outbox_claimed_until)
