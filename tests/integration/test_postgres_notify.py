@@ -12,7 +12,6 @@ import pytest
 
 from runlane import Context, Runlane, RunStatus, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
-from runlane.storage.postgres.params import LISTENERS_LOCK_KEY, WORK_CHANNEL
 from runlane.testing import wait_for_status
 
 
@@ -29,10 +28,10 @@ async def runtime(postgres_dsn: str, environment: str) -> AsyncIterator[Factory]
     """Runtimes on the shared database (separate pools, like separate processes)."""
     opened: list[Runlane] = []
 
-    def build(env: str | None = None, concurrency_limit: int | None = None) -> Runlane:
+    def build(env: str | None = None) -> Runlane:
         rl = Runlane(
             lane=postgres_lane(postgres_dsn),
-            queues=[queue("main", default=True, concurrency_limit=concurrency_limit)],
+            queues=[queue("main", default=True)],
             tasks=[ping],
             environment=env or environment,
         )
@@ -138,130 +137,5 @@ async def test_a_burst_of_triggers_wakes_an_idle_worker_for_every_run(runtime: F
         for run in runs:
             await wait_for_status(producer, run.id, RunStatus.SUCCEEDED, within=3)
     finally:
-        await worker.stop()
-        await asyncio.wait_for(running, 5)
-
-
-# -- notifying only while someone listens ------------------------------------------------
-
-
-def _unregistered_listener(dsn: str) -> psycopg.Connection[Any]:
-    """A connection listening on the work channel without holding the listeners' lock
-    (as a release before that lock did): it hears only what triggers still send."""
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute(f"LISTEN {WORK_CHANNEL}")
-    return conn
-
-
-def _heard(conn: psycopg.Connection[Any], environment: str, within: float) -> int:
-    return sum(n.payload == environment for n in conn.notifies(timeout=within, stop_after=10))
-
-
-async def _until_nobody_listens(dsn: str) -> None:
-    """Until the server has ended a closed listener's backend (its locks go with it)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for _ in range(100):
-            with conn.transaction():
-                free = conn.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s)", (LISTENERS_LOCK_KEY,)
-                ).fetchone()
-            if free == (True,):
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError("a closed listener still holds the listeners' lock")
-
-
-async def test_a_lone_trigger_notifies_only_while_a_work_listener_is_connected(
-    runtime: Factory, postgres_dsn: str
-) -> None:
-    producer, waiter = runtime(), runtime()
-    with _unregistered_listener(postgres_dsn) as spy:
-        await producer.trigger(ping, None)
-        assert _heard(spy, producer.environment, 0.5) == 0
-        assert await _storage(waiter).listen_for_pauses(waiter.environment, 5) is True
-        await producer.trigger(ping, None)
-        assert _heard(spy, producer.environment, 5) == 1
-        # Its connection gone, nobody listens: the next trigger is silent again.
-        await waiter.close()
-        await _until_nobody_listens(postgres_dsn)
-        await producer.trigger(ping, None)
-        assert _heard(spy, producer.environment, 0.5) == 0
-    assert len((await producer.runs.list()).data) == 3
-
-
-async def test_listening_waits_for_the_triggers_that_found_nobody_listening(
-    runtime: Factory, postgres_dsn: str
-) -> None:
-    """A trigger that sent nothing holds the listeners' lock until it commits; a listener
-    starts only after that, so the claim that follows sees the run. While the listener
-    waits, other triggers cannot take the lock: they notify."""
-    waiter = runtime()
-    with (
-        psycopg.connect(postgres_dsn, autocommit=True) as silent,
-        psycopg.connect(postgres_dsn, autocommit=True) as other,
-    ):
-        with silent.transaction():
-            taken = silent.execute(
-                "SELECT pg_try_advisory_xact_lock(%s)", (LISTENERS_LOCK_KEY,)
-            ).fetchone()
-            assert taken == (True,)
-            starting = asyncio.ensure_future(
-                _storage(waiter).listen_for_pauses(waiter.environment, 10)
-            )
-            await asyncio.sleep(0.5)
-            assert not starting.done()
-            assert other.execute(
-                "SELECT pg_try_advisory_xact_lock(%s)", (LISTENERS_LOCK_KEY,)
-            ).fetchone() == (False,)
-        assert await asyncio.wait_for(starting, 5) is True
-        assert other.execute(
-            "SELECT pg_try_advisory_xact_lock(%s)", (LISTENERS_LOCK_KEY,)
-        ).fetchone() == (False,)
-
-
-async def test_a_listener_that_cannot_get_the_lock_in_time_polls_and_tries_again(
-    runtime: Factory, postgres_dsn: str
-) -> None:
-    waiter = runtime()
-    storage = _storage(waiter)
-    with psycopg.connect(postgres_dsn, autocommit=True) as silent:
-        with silent.transaction():
-            silent.execute("SELECT pg_advisory_xact_lock(%s)", (LISTENERS_LOCK_KEY,))
-            started = time.monotonic()
-            assert await storage.listen_for_pauses(waiter.environment, 0.3) is False
-            assert time.monotonic() - started < 3
-        # The next attempt waits for the reconnection backoff, then succeeds.
-        await asyncio.sleep(0.5)
-        assert await storage.listen_for_pauses(waiter.environment, 5) is True
-
-
-async def test_runs_triggered_while_a_worker_starts_listening_start_without_a_poll(
-    runtime: Factory,
-) -> None:
-    """Lone triggers back to back from another process, before, while and after an idle
-    worker starts listening (its poll interval far away): every run starts promptly,
-    including those that found nobody listening. The queue is bounded, so no run is
-    handed to the worker standing by: each wakeup is a notification or a claim."""
-    consumer, producer = runtime(concurrency_limit=100), runtime(concurrency_limit=100)
-    stop = asyncio.Event()
-    triggered: list[str] = []
-
-    async def produce() -> None:
-        while not stop.is_set():
-            triggered.append((await producer.trigger(ping, None)).id)
-            await asyncio.sleep(0.002)
-
-    producing = asyncio.create_task(produce())
-    await asyncio.sleep(0.3)
-    worker = consumer.worker(concurrency=4, poll_interval="60s", handle_signals=False)
-    running = asyncio.create_task(worker.run())
-    try:
-        await asyncio.sleep(1.5)
-        stop.set()
-        await producing
-        for run_id in triggered:
-            await wait_for_status(producer, run_id, RunStatus.SUCCEEDED, within=5)
-    finally:
-        stop.set()
         await worker.stop()
         await asyncio.wait_for(running, 5)

@@ -62,7 +62,6 @@ from runlane.storage.postgres.leadership import MaintenanceLeadership
 from runlane.storage.postgres.listener import WorkListener
 from runlane.storage.postgres.listing import list_params
 from runlane.storage.postgres.params import (
-    LISTENERS_LOCK_KEY,
     WORK_CHANNEL,
     creation_batch,
     lease_params,
@@ -255,9 +254,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
 
     def _work_listener(self) -> WorkListener:
         if self._listener is None:
-            self._listener = WorkListener(
-                self._db.connect_listener, WORK_CHANNEL, LISTENERS_LOCK_KEY
-            )
+            self._listener = WorkListener(self._db.connect_listener, WORK_CHANNEL)
         return self._listener
 
     # -- plumbing ------------------------------------------------------------------

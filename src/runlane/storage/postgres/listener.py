@@ -5,13 +5,6 @@ due run (in their transaction, so a rolled-back trigger wakes nobody). This is
 only a hint: workers still poll on their interval, which also covers whatever
 was announced while the listening connection was down or not yet made.
 
-A lone trigger notifies only while some work listener is connected: each
-listening connection holds an advisory lock (the listeners' key) shared, and a
-trigger that can take it exclusively instead sends nothing and holds it until its
-commit. Before it listens, a connection waits for that shared lock, that is for
-every trigger that found nobody listening to commit, so the claim a worker makes
-once listening sees their runs; from then on every trigger notifies.
-
 The same connection hears hand-offs (see :mod:`runlane.storage.postgres.standby`):
 each time it connects it listens on a channel of its own as well and takes a
 session advisory lock, which it holds for as long as it lives. Workers of this
@@ -72,12 +65,9 @@ class HandoffAddress:
 class WorkListener:
     """Waits for work notifications on ``channel``; reconnects lazily when the link breaks."""
 
-    def __init__(self, connect: Connect, channel: str, listeners_key: int | None = None) -> None:
-        """Listen on ``channel`` on connections ``connect`` makes; while listening, hold
-        ``listeners_key`` shared if given (the work channel's: triggers notify only then)."""
+    def __init__(self, connect: Connect, channel: str) -> None:
         self._connect = connect
         self._channel = channel
-        self._listeners_key = listeners_key
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
@@ -158,19 +148,6 @@ class WorkListener:
             try:
                 self._conn = await asyncio.wait_for(self._connect(), max(within, 0.1))
                 await self._conn.execute("SELECT pg_advisory_lock(%s)", (address.lock_key,))
-                # Wait for the lone triggers that found nobody listening to commit (each
-                # holds the listeners' key until then, and notified nobody), so the claim
-                # after start() sees their runs; new triggers notify while this waits in
-                # the lock's queue. A trigger holds the key for one autocommitted
-                # statement: the timeout only guards against a server that stalls.
-                if self._listeners_key is not None:
-                    await self._conn.execute(
-                        "SELECT set_config('lock_timeout', %s, false)",
-                        (f"{max(within, 0.1) * 1000:.0f}ms",),
-                    )
-                    await self._conn.execute(
-                        "SELECT pg_advisory_lock_shared(%s)", (self._listeners_key,)
-                    )
                 for channel in (self._channel, address.channel):
                     await self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             except (psycopg.Error, OSError, TimeoutError) as error:

@@ -27,12 +27,6 @@ from runlane.types.slot_init import slot_init
 
 #: The NOTIFY channel; its payload is the environment that got due work.
 WORK_CHANNEL = "runlane_work"
-#: The advisory lock every work listener's connection holds shared while it listens on
-#: :data:`WORK_CHANNEL` (as its channel, it is one for the whole database). A lone
-#: trigger notifies only when it cannot take this lock exclusively: while nobody
-#: listens, a notification costs the server more than the insert's indexes do and
-#: makes concurrent commits wait for each other, for nobody (see listener.py).
-LISTENERS_LOCK_KEY = 0x52_4C_57_4F_52_4B_4C_53  # "RLWORKLS"
 
 
 @slot_init
@@ -339,7 +333,6 @@ def lone_params(environment: str, new: NewRun, now_us: int) -> dict[str, Any]:
         "environment": environment,
         "now": now_us,
         "channel": WORK_CHANNEL,
-        "listeners_key": LISTENERS_LOCK_KEY,
         "id": new.id,
         "task_id": new.task_id,
         "queue": new.queue,

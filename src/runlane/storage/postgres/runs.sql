@@ -94,12 +94,9 @@ WITH inserted AS (
     )
     RETURNING status, run_at
 )
--- Wakes the listeners, if any: with nobody holding the listeners' lock shared, this
--- trigger takes it until its commit instead (listener.py says why that is safe).
 SELECT pg_notify(%(channel)s, %(environment)s)
 FROM inserted
-WHERE status = 'queued' AND run_at <= %(now)s
-  AND NOT pg_try_advisory_xact_lock(%(listeners_key)s::bigint);
+WHERE status = 'queued' AND run_at <= %(now)s;
 
 -- name: insert_run_handoff
 -- insert_run for a run due now without a concurrency key: when a live worker stands
@@ -159,11 +156,11 @@ handed AS (
     FROM inserted i
     WHERE i.lease_owner IS NOT NULL
 )
--- Not handed off: wake the environment's listeners, if any, as insert_run does (the
--- run is due: the driver sends this statement only for runs due now).
+-- Not handed off: wake the environment's listeners (the run is due: the driver sends
+-- this statement only for runs due now).
 SELECT pg_notify(%(channel)s, %(environment)s), NULL::text, NULL::text, NULL::bigint
 FROM inserted
-WHERE lease_owner IS NULL AND NOT pg_try_advisory_xact_lock(%(listeners_key)s::bigint)
+WHERE lease_owner IS NULL
 UNION ALL
 -- A notification holds at most 8,000 bytes: a larger run goes by its id alone, and
 -- the worker reads it.
