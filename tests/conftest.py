@@ -87,3 +87,48 @@ def lane_factory(driver: str, tmp_path: Path, request: pytest.FixtureRequest) ->
         return lambda: sqlite_lane(path)
     dsn = request.getfixturevalue("postgres_dsn")
     return lambda: postgres_lane(dsn)
+
+
+#: Set by the eager stage of ``./dev test`` (the worker's tests on Python 3.12+).
+EAGER_STAGE = os.environ.get("RUNLANE_TEST_EAGER_STAGE") == "1"
+
+
+class EagerGuards:
+    """In the eager stage, the ``eager_start`` tests must pass: a skip, or none run at
+    all, fails the session, so the stage cannot go green without the eager path.
+
+    Counted from the reports (on the controller under pytest-xdist, which gets every
+    worker's), not from the items, which a controller does not run."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.skipped: list[str] = []
+        self.failure = ""
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "eager_start" not in report.keywords:
+            return
+        if report.skipped:
+            self.skipped.append(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(session.config, "workerinput"):
+            return  # a pytest-xdist worker: the controller decides
+        if self.skipped:
+            self.failure = f"eager_start tests were skipped: {', '.join(self.skipped)}"
+        elif not self.passed:
+            self.failure = "no eager_start test passed"
+        if self.failure:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.failure:
+            terminalreporter.write_sep("=", "eager stage failed", red=True)
+            terminalreporter.write_line(self.failure)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if EAGER_STAGE:
+        config.pluginmanager.register(EagerGuards(), "runlane-eager-guards")
