@@ -63,7 +63,7 @@ from runlane.ports.storage import TracksDependencies
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, ProgressWrite, QueuePolicy
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from runlane.types.runs import Run, RunFailure, RunStatus
+from runlane.types.runs import Run, RunFailure, RunStatus, stored_trace_carrier
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -619,7 +619,7 @@ def _prepare(
         attempt=run.attempt,
         signal=signal,
         scheduled_for=run.source.occurs_at,
-        trace_carrier=run.trace_carrier,
+        trace_carrier=stored_trace_carrier(run),  # decoded if the task reads it
         heartbeat=heartbeat.beat,
         worker_id=lease.owner,
         progress=progress,
