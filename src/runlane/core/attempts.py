@@ -482,7 +482,18 @@ class OpenAttempt:
         if observers.hears_started:
             observers.started(report)
         if observers.wraps_attempts:
-            scope = observers.attempt(report)
+            hook = observers.sole_attempt
+            if hook is None:
+                scope: Any = observers.attempt(report)
+            else:
+                # The usual case (one tracing observer), called here: a Python call less.
+                try:
+                    scope = hook(report)
+                except Exception:
+                    observers.sole_attempt_failed()
+                    scope = None
+                if scope is not None and type(scope) is not Token:
+                    scope = observers.sole_scope(report, scope)
             if type(scope) is Token:
                 # A context variable the observer set: reset once the handler returns.
                 token = scope
@@ -514,7 +525,7 @@ class OpenAttempt:
                     try:
                         token.var.reset(token)
                     except (ValueError, RuntimeError):  # not this context's, or used
-                        observers.reset_failed()
+                        observers.sole_attempt_failed()
         except BaseException:
             report.duration = time.perf_counter() - started
             await self._leave()
