@@ -308,7 +308,7 @@ class OtelTracing(Observer):
             # stored text (a SQL driver's run, never decoded for it) or of the carrier.
             if type(stored) is str:
                 header = stored[-57:-2] if _STORED_TRACEPARENT(stored) is not None else None
-            elif len(stored) == 1:
+            elif type(stored) is dict and len(stored) == 1:
                 header = stored.get("traceparent")
                 if header is not None and _TRACEPARENT(header) is None:
                     header = None
@@ -326,7 +326,8 @@ class OtelTracing(Observer):
                         return variable.set(context)
                     return _Carried(self, context)
                 return _Consumer(self, attempt, (context, span.get_span_context(), True))
-        carrier = run.trace_carrier if type(stored) is str else stored
+        # Stored text (or bytes) is decoded here, by the read.
+        carrier = stored if stored is None or type(stored) is dict else run.trace_carrier
         if not carrier:
             if self._recording:
                 return _Consumer(self, attempt)
