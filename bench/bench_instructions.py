@@ -38,7 +38,9 @@ the setup the observability guide recommends, an SDK ``TracerProvider`` at
 ``ParentBased(TraceIdRatioBased(0.1))`` exporting through a ``BatchSpanProcessor``
 to an exporter that discards the spans (the processor's queue and thread count; no
 network). Python's random numbers are seeded so that the SDK's trace ids sample
-exactly 200 of the 2,000 runs (checked).
+exactly 200 of the 2,000 runs (checked). ``--otel-ratio 0`` and ``--otel-ratio 1``
+sample none and all of them: set against ``sqlite-otel-off``, the cost of an
+unsampled and of a sampled attempt.
 
 ``bench_features.py`` also counts, through this script's child, drains that this
 script's own list leaves out: ``sqlite-steps`` and ``pg-steps`` (tasks of ten 1 ms
@@ -114,9 +116,9 @@ PROGRESS_WRITES: dict[str, tuple[int, int]] = {}
 # -- the child: one workload, instrumented around its timed part -----------------------
 
 
-def _tracing(workload: str) -> tuple[list[Any], Any]:
+def _tracing(workload: str, ratio: float) -> tuple[list[Any], Any]:
     """The OpenTelemetry observer of an ``-otel`` workload (none for the others), and
-    its SDK tracer provider (``None`` without one)."""
+    its SDK tracer provider (``None`` without one), sampling at ``ratio``."""
     if "-otel" not in workload or workload.endswith("otel-off"):
         return [], None
     from runlane.otel import otel_tracing
@@ -137,7 +139,7 @@ def _tracing(workload: str) -> tuple[list[Any], Any]:
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(OTEL_RATIO)))
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
     provider.add_span_processor(BatchSpanProcessor(Discard()))
     return [otel_tracing(tracer_provider=provider)], provider
 
@@ -147,7 +149,7 @@ def _callgrind(state: str) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def _child(workload: str, runs: int, target: str) -> None:
+async def _child(workload: str, runs: int, target: str, ratio: float = OTEL_RATIO) -> None:
     from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, sqlite_lane, task
     from runlane.ports.storage import LeaseRequest
 
@@ -174,7 +176,7 @@ async def _child(workload: str, runs: int, target: str) -> None:
                 await ctx.progress(step / 10, message=f"step {step} of 10")
 
     lane = sqlite_lane(target) if workload.startswith("sqlite") else postgres_lane(target)
-    observers, provider = _tracing(workload)
+    observers, provider = _tracing(workload, ratio)
     rl = Runlane(lane=lane, queues=[main], tasks=[noop, reporting, steps], observers=observers)
     await rl.migrate()
     payloads = [{"n": n} for n in range(runs)]
@@ -208,8 +210,8 @@ async def _child(workload: str, runs: int, target: str) -> None:
             if provider is not None:
                 headers = [(run.trace_carrier or {}).get("traceparent", "") for run in made]
                 sampled = sum(int(header[-2:] or "0", 16) & 1 for header in headers)
-                if sampled != round(runs * OTEL_RATIO):
-                    raise SystemExit(f"sampled {sampled} of {runs} runs, not {OTEL_RATIO:.0%}")
+                if sampled != round(runs * ratio):
+                    raise SystemExit(f"sampled {sampled} of {runs} runs, not {ratio:.0%}")
                 provider.force_flush()  # the producer spans are exported before counting
             worker = rl.worker(concurrency=10, mode=WorkerMode.DRAIN, handle_signals=False)
             _callgrind("on")
@@ -270,7 +272,9 @@ def _count_progress_writes(storage: Any) -> list[int]:
 # -- the parent: one child per workload ------------------------------------------------
 
 
-def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
+def _count(
+    workload: str, target: str, src: str | None, folder: Path, ratio: float = OTEL_RATIO
+) -> int:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -285,6 +289,8 @@ def _count(workload: str, target: str, src: str | None, folder: Path) -> int:
         workload,
         "--target",
         target,
+        "--otel-ratio",
+        str(ratio),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     found = _COLLECTED.search(done.stderr)
@@ -340,12 +346,20 @@ def main() -> None:
         "--repeat", type=int, default=1, help="count each workload this often (the median)"
     )
     parser.add_argument("--src", help="a checkout's src folder to import runlane from")
+    parser.add_argument(
+        "--otel-ratio",
+        type=float,
+        choices=(0.0, OTEL_RATIO, 1.0),
+        default=OTEL_RATIO,
+        help="sqlite-otel10's sampling ratio: 0 and 1 count an unsampled and a sampled "
+        "attempt (the seed samples exactly a tenth of the runs at the default)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(_child(args.child, WORKLOADS[args.child], args.target))
+        asyncio.run(_child(args.child, WORKLOADS[args.child], args.target, args.otel_ratio))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH")
@@ -369,7 +383,7 @@ def main() -> None:
                     target = dsn
                 else:
                     target = str(folder / f"{workload}-{turn}.sqlite")
-                total = _count(workload, target, args.src, folder)
+                total = _count(workload, target, args.src, folder, args.otel_ratio)
                 samples[workload].append(total / WORKLOADS[workload])
     counts = {workload: statistics.median(values) for workload, values in samples.items()}
     reports = {

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runlane import Attempt, AttemptOutcome, Observer, Run, __version__
 from runlane.types.errors import ErrorCode, RunlaneError
+from runlane.types.runs import stored_trace_carrier as _stored_carrier
 
 if TYPE_CHECKING:
     from runlane.core.observing import ObservedRuntime
@@ -56,10 +57,10 @@ _FAILED = (AttemptOutcome.FAILED, AttemptOutcome.RETRIED, AttemptOutcome.DEAD_LE
 #: A valid (ids not all zeros) version-00 W3C traceparent with nothing around it
 #: (the form the W3C propagator writes); anything else goes through the propagator.
 _TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}").fullmatch
-#: The same, not sampled (the flags' lowest bit clear): one match decides an attempt
-#: that starts no span.
-_UNSAMPLED_TRACEPARENT = re.compile(
-    r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f][02468ace]"
+#: A stored carrier's JSON text that holds only such a traceparent (compact, as the SQL
+#: drivers write it, or as PostgreSQL prints jsonb); the header is its ``[-57:-2]``.
+_STORED_TRACEPARENT = re.compile(
+    r'\{"traceparent": ?"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"\}'
 ).fullmatch
 #: The last hex digit of a traceparent whose flags say "sampled".
 _SAMPLED_FLAG = "13579bdf"
@@ -297,10 +298,36 @@ class OtelTracing(Observer):
     def attempt(
         self, attempt: Attempt
     ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | Token[Any] | None:
-        carrier = attempt.run.trace_carrier
+        run = attempt.run
+        stored: Any = _stored_carrier(run)
         now = _monotonic()
         if now >= self._fresh_until:
             self._refresh(now)
+        if self._plain_unsampled and stored:
+            # The usual attempt: a valid traceparent alone, found by one match of the
+            # stored text (a SQL driver's run, never decoded for it) or of the carrier.
+            if type(stored) is str:
+                header = stored[-57:-2] if _STORED_TRACEPARENT(stored) is not None else None
+            elif type(stored) is dict and len(stored) == 1:
+                header = stored.get("traceparent")
+                if header is not None and _TRACEPARENT(header) is None:
+                    header = None
+            else:
+                header = None
+            if header is not None:
+                span = _new(self._carrier_span)
+                span._header = header
+                context = self._context_type({self._span_key: span})
+                if header[54] not in _SAMPLED_FLAG or not self._recording:
+                    # Not sampled (or no SDK): its context, current until the handler
+                    # returns, is the whole scope, built and set without a Python call.
+                    variable = self._variable
+                    if variable is not None:
+                        return variable.set(context)
+                    return _Carried(self, context)
+                return _Consumer(self, attempt, (context, span.get_span_context(), True))
+        # Stored text (or bytes) is decoded here, by the read.
+        carrier = stored if stored is None or type(stored) is dict else run.trace_carrier
         if not carrier:
             if self._recording:
                 return _Consumer(self, attempt)
@@ -308,21 +335,6 @@ class OtelTracing(Observer):
             # current (invalid) span and there is no context to make current, so
             # nothing would change; the attempt keeps the path without observers.
             return None
-        if self._plain_unsampled:
-            # The usual skipped attempt, decided by one match of a plain traceparent
-            # whose flag says "not sampled": its context, current until the handler
-            # returns, is the whole scope, built and set without a Python call.
-            header = carrier.get("traceparent")
-            if (
-                header is not None
-                and len(carrier) == 1
-                and _UNSAMPLED_TRACEPARENT(header) is not None
-            ):
-                span = _new(self._carrier_span)
-                span._header = header
-                context = self._context_type({self._span_key: span})
-                variable = self._variable
-                return variable.set(context) if variable is not None else _Carried(self, context)
         if not self._recording:
             # No SDK: no span to start or end, only the stored context to make current.
             return self._hold(self._creation(carrier)[0])
@@ -408,8 +420,10 @@ class OtelTracing(Observer):
         run = attempt.run
         parent: Any = None
         links: Sequence[Any] = ()
-        if run.trace_carrier:
-            parent, created, sampled = creation or self._creation(run.trace_carrier)
+        if creation is None and run.trace_carrier:
+            creation = self._creation(run.trace_carrier)
+        if creation is not None:
+            parent, created, sampled = creation
             if not sampled and self._skipping:
                 return None, parent
             if created is not None:

@@ -327,3 +327,25 @@ async def test_an_attempt_token_that_cannot_be_reset_is_logged_and_the_attempt_g
     assert settled is not None and settled.status.value == "succeeded"
     assert SEEN_INSIDE[run.id] is None
     assert "observer UsedToken raised in attempt" in caplog.text
+
+
+async def test_the_only_attempt_observer_that_raises_is_logged_once_and_attempts_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one observer wrapping attempts is called by the attempt itself, isolated as
+    every hook is: its error is logged once and the attempts run without a scope."""
+
+    class Raising(Recorder):
+        def attempt(self, attempt: Attempt) -> None:
+            raise RuntimeError("attempt hook fails")
+
+    events: list[str] = []
+    async with _reads_runtime(tmp_path / "raising.db", Raising(events)) as rl:
+        await rl.migrate()
+        for _ in range(2):
+            run = await rl.trigger(reads, {})
+            settled = await rl.execute_next()
+            assert settled is not None and settled.status.value == "succeeded"
+            assert SEEN_INSIDE[run.id] is None
+    assert caplog.text.count("observer Raising raised in attempt") == 1
+    assert events == ["settled succeeded", "settled succeeded"]

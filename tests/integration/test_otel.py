@@ -476,6 +476,38 @@ async def test_an_unsampled_run_makes_current_exactly_what_the_propagator_extrac
     assert [span.name for span in recorded.get_finished_spans()] == ["trigger otel.seen_baggage"]
 
 
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["compact", "jsonb"])
+@pytest.mark.parametrize("flags", ["00", "01"], ids=["unsampled", "sampled"])
+def test_a_stored_carriers_text_is_read_without_decoding_it(
+    separators: tuple[str, str], flags: str
+) -> None:
+    """A run as the SQL drivers build it holds its carrier's JSON text (compact, or as
+    PostgreSQL prints jsonb): an unsampled attempt makes the context the propagator
+    would extract current and leaves the text undecoded; a sampled one opens a span."""
+    from datetime import UTC, datetime
+
+    from runlane.types.runs import stored_trace_carrier
+
+    carrier = {"traceparent": UNSAMPLED[:-2] + flags}
+    text = json.dumps(carrier, separators=separators)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    run = Run("r1", "default", "otel.seen", "main", RunStatus.RUNNING, None, 1, 0, now, now,
+              now, 2, trace_carrier=text)  # fmt: skip
+    provider, _ = sampled_provider(ParentBased(ALWAYS_ON))
+    scope = otel_tracing(provider, PROPAGATOR).attempt(Attempt(run, "w1"))
+    if flags == "01":
+        assert scope is not None and hasattr(scope, "__aenter__")
+        return
+    assert isinstance(scope, contextvars.Token)
+    try:
+        current = trace.get_current_span().get_span_context()
+    finally:
+        scope.var.reset(scope)
+    assert current == trace.get_current_span(PROPAGATOR.extract(carrier)).get_span_context()
+    assert stored_trace_carrier(run) == text
+    assert run.trace_carrier == carrier
+
+
 @pytest.mark.parametrize(
     "header",
     [

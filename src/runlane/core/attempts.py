@@ -63,7 +63,7 @@ from runlane.ports.storage import TracksDependencies
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, ProgressWrite, QueuePolicy
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from runlane.types.runs import Run, RunFailure, RunStatus
+from runlane.types.runs import Run, RunFailure, RunStatus, stored_trace_carrier
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -482,7 +482,18 @@ class OpenAttempt:
         if observers.hears_started:
             observers.started(report)
         if observers.wraps_attempts:
-            scope = observers.attempt(report)
+            hook = observers.sole_attempt
+            if hook is None:
+                scope: Any = observers.attempt(report)
+            else:
+                # The usual case (one tracing observer), called here: a Python call less.
+                try:
+                    scope = hook(report)
+                except Exception:
+                    observers.sole_attempt_failed()
+                    scope = None
+                if scope is not None and type(scope) is not Token:
+                    scope = observers.sole_scope(report, scope)
             if type(scope) is Token:
                 # A context variable the observer set: reset once the handler returns.
                 token = scope
@@ -514,7 +525,7 @@ class OpenAttempt:
                     try:
                         token.var.reset(token)
                     except (ValueError, RuntimeError):  # not this context's, or used
-                        observers.reset_failed()
+                        observers.sole_attempt_failed()
         except BaseException:
             report.duration = time.perf_counter() - started
             await self._leave()
@@ -619,7 +630,7 @@ def _prepare(
         attempt=run.attempt,
         signal=signal,
         scheduled_for=run.source.occurs_at,
-        trace_carrier=run.trace_carrier,
+        trace_carrier=stored_trace_carrier(run),  # decoded if the task reads it
         heartbeat=heartbeat.beat,
         worker_id=lease.owner,
         progress=progress,

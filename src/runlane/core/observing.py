@@ -252,6 +252,7 @@ class Observers:
         "hears_slots",
         "hears_started",
         "items",
+        "sole_attempt",
         "wraps_attempts",
     )
 
@@ -270,6 +271,10 @@ class Observers:
         #: (``slots``): read on every attempt, where even a call to a hook that no
         #: observer overrides would cost a Python call.
         self.wraps_attempts = False
+        #: The ``attempt`` hook (bound) of the one observer that overrides it, or
+        #: ``None`` with none or several: the runtime calls it itself (see
+        #: :meth:`sole_scope`), a Python call less per attempt than :meth:`attempt`.
+        self.sole_attempt: Callable[[Attempt], Any] | None = None
         self.hears_started = False
         self.hears_settled = False
         self.hears_slots = False
@@ -288,6 +293,8 @@ class Observers:
                 overriding.append(observer)
                 self._bound[hook].append((observer, getattr(observer, hook)))
         self.wraps_attempts = bool(self._hooks["attempt"])
+        hooked = self._bound["attempt"]
+        self.sole_attempt = hooked[0][1] if len(hooked) == 1 else None
         self.hears_started = bool(self._hooks["started"])
         self.hears_settled = bool(self._hooks["settled"])
         self.hears_slots = bool(self._hooks["slots"])
@@ -379,27 +386,14 @@ class Observers:
                 except Exception:
                     self.failed(observer, "producing")
 
-    def attempt(self, attempt: Attempt) -> AttemptScope | HandlerScope | Token[Any] | None:
-        """Every observer's ``attempt``: an :class:`AttemptScope` around the body when
+    def attempt(self, attempt: Attempt) -> AttemptScope | HandlerScope | None:
+        """Every observer's ``attempt`` (with several; with one, the runtime calls
+        :attr:`sole_attempt` itself): an :class:`AttemptScope` around the body when
         one of them returned an async context (``settled`` reported before leaving), a
         :class:`HandlerScope` around the handler call when all of them returned plain
-        ones, the :class:`~contextvars.Token` that the only observer returned (the
-        caller resets it once the handler returns; :meth:`reset_failed` if that
-        raises), or ``None`` when none of them has a context for this attempt (each
-        returned ``None``, or raised, which is logged)."""
+        ones or tokens, or ``None`` when none of them has a context for this attempt
+        (each returned ``None``, or raised, which is logged)."""
         hooked = self._bound["attempt"]
-        if len(hooked) == 1:  # the usual case (a tracing observer), without the loop
-            observer, bound = hooked[0]
-            try:
-                manager = bound(attempt)
-            except Exception:
-                self.failed(observer, "attempt")
-                return None
-            if manager is None or type(manager) is Token:
-                return manager
-            if hasattr(manager, "__aenter__"):
-                return AttemptScope(self, attempt, [(observer, manager)])
-            return HandlerScope(self, [(observer, manager)])
         managers: list[tuple[Observer, Any]] | None = None
         waits = False
         for observer, bound in hooked:
@@ -423,9 +417,18 @@ class Observers:
             return AttemptScope(self, attempt, managers)
         return HandlerScope(self, managers)
 
-    def reset_failed(self) -> None:
-        """Log that resetting the token the only ``attempt`` observer returned raised
-        (once); the attempt carries on."""
+    def sole_scope(self, attempt: Attempt, manager: Any) -> AttemptScope | HandlerScope:
+        """The scope of the context manager :attr:`sole_attempt` returned for
+        ``attempt``: an :class:`AttemptScope` for an async one, else a
+        :class:`HandlerScope`."""
+        observer = self._bound["attempt"][0][0]
+        if hasattr(manager, "__aenter__"):
+            return AttemptScope(self, attempt, [(observer, manager)])
+        return HandlerScope(self, [(observer, manager)])
+
+    def sole_attempt_failed(self) -> None:
+        """Log that :attr:`sole_attempt` raised, or that resetting the token it returned
+        did (once); the attempt carries on."""
         self.failed(self._bound["attempt"][0][0], "attempt")
 
 

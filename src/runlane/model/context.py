@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from runlane.model.progress import MAX_PROGRESS_MESSAGE_CHARS, check_progress
+from runlane.types.carriers import load_carrier
 from runlane.types.durations import Duration, parse_duration
 from runlane.types.errors import ErrorCode, RunlaneError
 from runlane.types.runs import Run
@@ -168,7 +169,7 @@ class Context:
         attempt: int,
         signal: Signal,
         scheduled_for: datetime | None,
-        trace_carrier: dict[str, str] | None,
+        trace_carrier: dict[str, str] | str | None,
         heartbeat: Callable[[], Awaitable[None]],
         worker_id: str,
         progress: ProgressSink | None = None,
@@ -180,7 +181,7 @@ class Context:
         self.attempt = attempt
         self.signal = signal
         self.scheduled_for = scheduled_for
-        self.trace_carrier = trace_carrier
+        self._trace_carrier: Any = trace_carrier
         self.worker_id = worker_id
         self._heartbeat = heartbeat
         self._progress = progress
@@ -190,6 +191,19 @@ class Context:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+
+    @property
+    def trace_carrier(self) -> dict[str, str] | None:
+        """The run's stored trace carrier (decoded when first read: see
+        ``Run.trace_carrier``)."""
+        carrier = self._trace_carrier
+        if type(carrier) is str or type(carrier) is bytes:
+            carrier = self._trace_carrier = load_carrier(carrier)
+        return carrier  # type: ignore[no-any-return]
+
+    @trace_carrier.setter
+    def trace_carrier(self, carrier: dict[str, str] | None) -> None:
+        self._trace_carrier = carrier
 
     def is_cancellation_requested(self) -> bool:
         """Whether an operator asked to cancel this run."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from runlane.types.errors import configuration_error
+from runlane.types.json_text import load_json
 from runlane.types.storable_text import unstorable
 
 #: The most bytes (UTF-8 keys plus values) a trace carrier may hold; W3C trace context
@@ -36,3 +38,12 @@ def validate_trace_carrier(carrier: Mapping[str, str] | None) -> dict[str, str] 
             limit=MAX_TRACE_CARRIER_BYTES,
         )
     return dict(carrier)
+
+
+def load_carrier(text: str | bytes) -> Any:
+    """Decode a stored trace carrier; one that cannot be read is dropped (``None``):
+    a carrier is advisory, never fatal."""
+    try:
+        return load_json(text)
+    except (ValueError, RecursionError):
+        return None

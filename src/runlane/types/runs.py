@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from runlane.types.carriers import load_carrier
 from runlane.types.slot_init import slot_init
 
 JsonValue = Any
@@ -258,6 +260,43 @@ class Run:
     def is_terminal(self) -> bool:
         """Whether the run has finished for good."""
         return self.status.is_terminal
+
+
+#: ``Run.trace_carrier``'s own slot, behind :class:`_CarrierDecodedOnRead`.
+_CARRIER_SLOT: Any = Run.__dict__["trace_carrier"]
+
+stored_trace_carrier: Callable[[Run], dict[str, str] | str | None] = _CARRIER_SLOT.__get__
+"""What a run's ``trace_carrier`` slot holds: the carrier, or the JSON text a SQL driver
+read it as and nobody has decoded yet (see :class:`_CarrierDecodedOnRead`)."""
+
+
+class _CarrierDecodedOnRead:
+    """``Run.trace_carrier``, in front of its slot: the SQL drivers put the carrier's
+    stored JSON text there, and the first read decodes it (a carrier that cannot be
+    decoded reads as ``None``) and keeps the mapping in its place. Every read, and so
+    equality, ``replace``, ``repr`` and pickling, sees the mapping.
+
+    A traced worker needs nothing of an unsampled run's carrier but one match of that
+    text (``runlane.otel``); decoding it for every claimed run cost about 5,000
+    instructions, 1.2 % of a no-op attempt (``bench/bench_instructions.py``).
+    """
+
+    __slots__ = ()
+
+    def __get__(self, run: Run | None, owner: type | None = None) -> Any:
+        if run is None:
+            return self
+        value = _CARRIER_SLOT.__get__(run)
+        if type(value) is str or type(value) is bytes:
+            value = load_carrier(value)
+            _CARRIER_SLOT.__set__(run, value)
+        return value
+
+    def __set__(self, run: Run, value: Any) -> None:
+        _CARRIER_SLOT.__set__(run, value)
+
+
+setattr(Run, "trace_carrier", _CarrierDecodedOnRead())  # noqa: B010 (not a plain field store)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any
 
 from runlane.ports.storage import OutboxMessage, QueuePause, ScheduleState
-from runlane.storage.sql.encoding import load_carrier, load_json, load_payload
+from runlane.storage.sql.encoding import load_json, load_payload
 from runlane.storage.sql.implied import started_event_data
 from runlane.types.clock import from_micros
 from runlane.types.runs import (
@@ -172,7 +172,7 @@ class RunDecoder:
             idempotency_key,
             singleton_key,
             concurrency_key,
-            load_carrier(carrier) if carrier is not None else None,
+            carrier,  # its JSON text, decoded when first read (see Run.trace_carrier)
             lease,
             cancel_reason,
             partition_key,
