@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +23,19 @@ from runlane.types.records import NewRun, NewRunBatch
 from runlane.types.runs import RunSource, RunStatus
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@contextmanager
+def _callers_transaction(path: Path) -> Iterator[sqlite3.Connection]:
+    """An application's own connection to the file, inside a transaction it began."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+    finally:
+        conn.close()
+
+
 AWKWARD: list[Any] = [
     {"note": 'tab\t nl\n quote" backslash\\ slash/ ü \u2028 \U0001f600 \x1f'},
     {"floats": [1e16, 1.5e-300, -0.0, 0.1, 1e100], "big": 10**30, "neg": -(2**63)},
@@ -94,15 +109,11 @@ async def test_trigger_many_inside_a_callers_transaction_keeps_its_fate(
     path = tmp_path / "app.db"
     async with Runlane(lane=sqlite_lane(str(path)), queues=[main], tasks=[noop]) as rl:
         await rl.migrate()
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with _callers_transaction(path) as conn:
             conn.execute("CREATE TABLE orders (id TEXT)")
             runs = await rl.trigger_many(noop, [{"n": n} for n in range(1500)], connection=conn)
             assert len(runs) == 1500
             conn.execute("COMMIT" if commit else "ROLLBACK")
-        finally:
-            conn.close()
         with sqlite3.connect(path) as db:
             (count,) = db.execute("SELECT count(*) FROM runlane_runs").fetchone()
         assert count == (1500 if commit else 0)
@@ -123,16 +134,12 @@ async def test_a_batch_with_a_taken_id_inside_a_callers_transaction_undoes_only_
             ["a", "b"], [{}, {}], ["{}", "{}"], "t", "main", RunStatus.QUEUED, NOW, RunSource()
         )
         again = dataclasses.replace(first, ids=["c", "a"])
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with _callers_transaction(path) as conn:
             await batches.create_run_batch("env", first, NOW, connection=conn)
             with pytest.raises(RunlaneError) as refused:
                 await batches.create_run_batch("env", again, NOW, connection=conn)
             assert refused.value.code is ErrorCode.STORAGE_CONFLICT
             conn.execute("COMMIT")
-        finally:
-            conn.close()
         listed = await storage.list_runs("env", RunFilter(), 10, None)
         assert sorted(run.id for run in listed.data) == ["a", "b"]
     finally:
@@ -157,9 +164,7 @@ async def test_create_runs_with_a_taken_id_inside_a_callers_transaction_undoes_o
         return dataclasses.replace(run, idempotency_key=key) if keyed else run
 
     try:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with _callers_transaction(path) as conn:
             conn.execute("CREATE TABLE orders (id TEXT)")
             await storage.create_runs("env", [new("taken", "first")], NOW, connection=conn)
             # A new key each (no run to return instead), the last one's id taken.
@@ -170,8 +175,6 @@ async def test_create_runs_with_a_taken_id_inside_a_callers_transaction_undoes_o
             assert conn.in_transaction
             conn.execute("INSERT INTO orders VALUES ('o-1')")
             conn.execute("COMMIT")
-        finally:
-            conn.close()
         listed = await storage.list_runs("env", RunFilter(), 20, None)
         assert [run.id for run in listed.data] == ["taken"]
         with sqlite3.connect(path) as db:
@@ -187,13 +190,9 @@ async def test_a_keyed_trigger_inside_a_callers_transaction_reads_its_key_back(
     path = tmp_path / "app.db"
     async with Runlane(lane=sqlite_lane(str(path)), queues=[main], tasks=[noop]) as rl:
         await rl.migrate()
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with _callers_transaction(path) as conn:
             first = await rl.trigger(noop, {"n": 1}, idempotency_key="order-1", connection=conn)
             again = await rl.trigger(noop, {"n": 1}, idempotency_key="order-1", connection=conn)
             conn.execute("COMMIT")
-        finally:
-            conn.close()
         assert again.id == first.id
         assert await rl.runs.get(first.id) == first
