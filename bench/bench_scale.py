@@ -19,7 +19,9 @@ One run of this script measures, on one server:
    the empty table (the schema of step 1, still there) and the filled one, so that
    a swing of the shared machine's load falls on both (which goes first alternates);
    the ratio filled/empty of the pooled samples (the goal is at most 1.5x), and the
-   sequential scans of the large tables meanwhile (none is expected);
+   sequential scans of the large tables meanwhile (none is expected); then, in
+   turns too, ``rl.queue_stats()`` on both (what a metrics scrape and the
+   dashboard's overview read; no goal: it counts every run, finished ones too);
 4. **sizes** of every table holding rows (heap, indexes, total), also per million
    runs in the table;
 5. **pruning**: ``rl.runs.prune`` of the finished runs older than 27 days (the
@@ -87,6 +89,8 @@ DEFAULT_SAMPLE = 1_000
 DEFAULT_CLAIMS = 500
 DEFAULT_TRIGGERS = 1_000
 WARMUP = 20
+#: ``rl.queue_stats()`` calls per table and round (after the claim and trigger turns).
+STATS_CALLS = 3
 #: The finished runs' updated_at spread evenly over this many days before now.
 SPREAD_DAYS = 30
 #: Pruning takes the finished runs older than this: the oldest tenth of the spread.
@@ -161,6 +165,17 @@ async def trigger_times(rl: Runlane, triggers: int) -> list[float]:
         took = time.perf_counter() - started
         if n >= WARMUP:
             timings.append(took)
+    return timings
+
+
+async def stats_times(rl: Runlane, calls: int) -> list[float]:
+    """Seconds of each of ``calls`` ``rl.queue_stats()`` calls (what a metrics scrape or
+    the dashboard's overview reads: counts per queue and status, finished ones too)."""
+    timings: list[float] = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await rl.queue_stats()
+        timings.append(time.perf_counter() - started)
     return timings
 
 
@@ -513,6 +528,19 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         result["seq_scans_during_timings"] = {
             table: scans_after[table] - scans_before.get(table, 0) for table in scans_after
         }
+        # After the scan count: counting every status reads the whole table.
+        _log("queue_stats, empty and filled in turns")
+        for turn in range(args.rounds):
+            pair = (("empty", small), ("filled", rl))
+            for name, runtime in pair if turn % 2 == 0 else pair[::-1]:
+                samples[name].setdefault("queue_stats", [])
+                samples[name]["queue_stats"] += await stats_times(runtime, STATS_CALLS)
+        for name in ("empty", "filled"):
+            result[name]["queue_stats"] = _ms(samples[name]["queue_stats"])
+        result["ratio"]["queue_stats_median"] = (
+            result["filled"]["queue_stats"]["median_ms"]
+            / result["empty"]["queue_stats"]["median_ms"]
+        )
         _log("prune")
         result["prune"] = prune_result = await prune(rl)
         _log(f"pruned: {json.dumps(prune_result)}")
@@ -561,6 +589,12 @@ def _print(result: dict[str, Any]) -> None:
             f"({result['ratio'][f'{call}_median']:.2f}x), p95 {empty['p95_ms']:.2f} -> "
             f"{filled['p95_ms']:.2f} ms ({result['ratio'][f'{call}_p95']:.2f}x)   goal <= 1.5x"
         )
+    empty, filled = result["empty"]["queue_stats"], result["filled"]["queue_stats"]
+    print(
+        f"{'stats':8} median {empty['median_ms']:.2f} -> {filled['median_ms']:.2f} ms "
+        f"({result['ratio']['queue_stats_median']:.2f}x)   no goal: rl.queue_stats() counts "
+        "every run of the environment, finished ones too"
+    )
     scans = ", ".join(f"{t} {n}" for t, n in result["seq_scans_during_timings"].items())
     print(f"sequential scans of the large tables during the timings: {scans}")
     prune = result["prune"]
