@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from runlane import ErrorCode, RunlaneError, RunStatus
+from runlane import ErrorCode, RunlaneError
 from runlane.ports.storage import CreatesLoneRuns, RunFilter, Storage
-from runlane.testing.conformance.storage.methods import NOW, create_named, new_run
-from runlane.types.runs import RunSource, RunSourceType
+from runlane.testing.conformance.storage.methods import (
+    EVERY_PLAIN_OPTION,
+    NOW,
+    create_named,
+    new_run,
+)
 
 
 def _creates_lone_runs(storage: Storage) -> CreatesLoneRuns:
@@ -27,15 +31,7 @@ def _creates_lone_runs(storage: Storage) -> CreatesLoneRuns:
     [
         {},
         {"payload": "a string", "payload_json": '"a string"'},
-        {
-            "status": RunStatus.SCHEDULED,
-            "run_at": NOW + timedelta(hours=1),
-            "concurrency_key": "tenant-1",
-            "trace_carrier": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
-            "priority": 5,
-            "priority_offset": 5_000_000,
-            "source": RunSource(RunSourceType.RERUN, run_id="parent"),
-        },
+        EVERY_PLAIN_OPTION,
         # Not a plain row: a driver may take its general path for it.
         {"idempotency_key": "k", "idempotency_expires_at": NOW + timedelta(hours=1)},
     ],

@@ -28,9 +28,22 @@ from runlane.ports.storage import (
     Storage,
     Transition,
 )
-from runlane.types.runs import RunEventType, RunSource
+from runlane.types.runs import RunEventType, RunSource, RunSourceType
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+#: A trace carrier as the W3C propagator writes it (sampled).
+CARRIER = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+#: Every option a plain run (no key, dependency, rate key or delivery request) may
+#: carry, each away from its default: new_run(..., **EVERY_PLAIN_OPTION).
+EVERY_PLAIN_OPTION: dict[str, Any] = {
+    "status": RunStatus.SCHEDULED,
+    "run_at": NOW + timedelta(hours=1),
+    "concurrency_key": "tenant-1",
+    "trace_carrier": CARRIER,
+    "priority": 5,
+    "priority_offset": 5_000_000,
+    "source": RunSource(RunSourceType.RERUN, run_id="parent"),
+}
 LEASE = LeaseRequest("worker-1", NOW + timedelta(minutes=5))
 QUEUE = QueuePolicy("main")
 
@@ -120,7 +133,7 @@ async def test_create_runs_of_mixed_shapes_stores_each_run_as_returned_with_its_
     # text that needs escaping: each is stored exactly as the outcome says, in order.
     later = NOW + timedelta(hours=1)
     text = 'say "hi" \\ é ☃ \u2028 tab\t'
-    carrier = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    carrier = CARRIER
     escaped = {"s": text}
     shapes: list[tuple[int, dict[str, Any]]] = [
         (12, {"payload": escaped, "payload_json": json.dumps(escaped, ensure_ascii=False)}),

@@ -14,8 +14,8 @@ import pytest
 
 from runlane import ErrorCode, RunlaneError, RunStatus
 from runlane.ports.storage import CreatesRunBatches, NewRunBatch, RunFilter, Storage
-from runlane.testing.conformance.storage.methods import NOW, new_run
-from runlane.types.runs import RunEventType, RunSource, RunSourceType
+from runlane.testing.conformance.storage.methods import EVERY_PLAIN_OPTION, NOW, new_run
+from runlane.types.runs import RunEventType, RunSource
 
 
 def _creates_batches(storage: Storage) -> CreatesRunBatches:
@@ -53,15 +53,7 @@ PAYLOADS: list[Any] = [
     "shared",
     [
         {},
-        {
-            "status": RunStatus.SCHEDULED,
-            "run_at": NOW + timedelta(hours=1),
-            "concurrency_key": "tenant-1",
-            "trace_carrier": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
-            "priority": 5,
-            "priority_offset": 5_000_000,
-            "source": RunSource(RunSourceType.RERUN, run_id="parent"),
-        },
+        EVERY_PLAIN_OPTION,
     ],
 )
 async def test_a_run_batch_stores_what_create_runs_stores_for_the_same_runs(
