@@ -238,8 +238,9 @@ class SqliteConnection:
         conn = conn or self._require()
         nested = not own and conn.in_transaction
         cur = conn.cursor()
-        # Rows read by name, as on our own connections (the caller's has its own factory).
-        cur.row_factory = sqlite3.Row
+        if not own:
+            # Rows read by name, as on our own connections (the caller's has its own).
+            cur.row_factory = sqlite3.Row
         try:
             if own:
                 cur.execute("BEGIN IMMEDIATE")
