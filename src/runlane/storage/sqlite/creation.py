@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 
 from runlane.model.capacity import owner_holds
@@ -68,71 +67,50 @@ def create_runs(
     """Create ``runs`` in a transaction of their own, or in ``connection``'s open one;
     a run whose id exists fails the call with ``STORAGE_CONFLICT``, and nothing of it
     is kept (in a caller's transaction, its savepoint is rolled back)."""
-    # Keys and singletons are looked up before their rows are written, so the
-    # constraint a failed insert broke is a taken id.
-    with _taken_ids_refused("a run's id exists already"):
-        return _create_runs(db, environment, runs, now, lease, connection, outbox_claimed_until)
-
-
-def _create_runs(
-    db: SqliteConnection,
-    environment: str,
-    runs: Sequence[NewRun],
-    now: datetime,
-    lease: LeaseRequest | None,
-    connection: sqlite3.Connection | None,
-    outbox_claimed_until: datetime | None,
-) -> list[CreateOutcome]:
-    now_us = to_micros(now)
-    claimed_until = micros_or_none(outbox_claimed_until)
-    outcomes: list[CreateOutcome] = []
-    if connection is None and lease is None and len(runs) == 1:
-        new = runs[0]
-        if (
-            is_plain(new)
-            and not new.request_delivery
-            and type(new) is NewRun
-            and new.rate_key is None
-        ):
-            # A lone trigger: one row and nothing else (run.created is implied by it),
-            # so one autocommitted statement.
-            insert = NUMBERED["insert_plain_run"]
-            db.write_one(
-                insert.sql, insert.values(insert_params(environment, new, now_us, None, None))
-            )
-            return [
-                CreateOutcome(run_from_new(environment, new, from_micros(now_us)), created=True)
-            ]
-    token = new_token() if lease is not None else None
-    with db.transaction(connection) as cur:
-        if any(new.rate_key is not None for new in runs):
-            ensure_rate_key_triggers(cur)
-        if any(isinstance(new, NewWaitingRun) for new in runs):
-            # Dependencies are rare: such calls go row by row.
-            return [
-                create_waiting_run(cur, environment, new, now_us)
-                if isinstance(new, NewWaitingRun)
-                else create_run(cur, environment, new, now_us, lease, token, claimed_until)
-                for new in runs
-            ]
-        if lease is None and all(is_plain(new) for new in runs):
-            return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
-        for new in runs:
-            outcomes.append(create_run(cur, environment, new, now_us, lease, token, claimed_until))
-    return outcomes
-
-
-@contextmanager
-def _taken_ids_refused(what: str) -> Iterator[None]:
-    """Raise ``STORAGE_CONFLICT`` (saying ``what``) for the unique constraint a plain
-    insert can break, a taken run id; the write was undone whole (its own transaction,
-    or its savepoint in a caller's)."""
     try:
-        yield
+        now_us = to_micros(now)
+        claimed_until = micros_or_none(outbox_claimed_until)
+        outcomes: list[CreateOutcome] = []
+        if connection is None and lease is None and len(runs) == 1:
+            new = runs[0]
+            if (
+                is_plain(new)
+                and not new.request_delivery
+                and type(new) is NewRun
+                and new.rate_key is None
+            ):
+                # A lone trigger: one row and nothing else (run.created is implied by it),
+                # so one autocommitted statement.
+                insert = NUMBERED["insert_plain_run"]
+                db.write_one(
+                    insert.sql, insert.values(insert_params(environment, new, now_us, None, None))
+                )
+                return [
+                    CreateOutcome(run_from_new(environment, new, from_micros(now_us)), created=True)
+                ]
+        token = new_token() if lease is not None else None
+        with db.transaction(connection) as cur:
+            if any(new.rate_key is not None for new in runs):
+                ensure_rate_key_triggers(cur)
+            if any(isinstance(new, NewWaitingRun) for new in runs):
+                # Dependencies are rare: such calls go row by row.
+                return [
+                    create_waiting_run(cur, environment, new, now_us)
+                    if isinstance(new, NewWaitingRun)
+                    else create_run(cur, environment, new, now_us, lease, token, claimed_until)
+                    for new in runs
+                ]
+            if lease is None and all(is_plain(new) for new in runs):
+                return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
+            for new in runs:
+                outcomes.append(
+                    create_run(cur, environment, new, now_us, lease, token, claimed_until)
+                )
+        return outcomes
     except sqlite3.IntegrityError as error:
-        raise RunlaneError(
-            ErrorCode.STORAGE_CONFLICT, f"{what} ({error}); nothing was created."
-        ) from error
+        # Keys and singletons are looked up before their rows are written, so the
+        # constraint broken is a taken id.
+        raise _taken_id(error, "a run's id exists already") from error
 
 
 def create_run_batch(
@@ -148,14 +126,23 @@ def create_run_batch(
     if not batch.ids:
         return []
     run_params, created = batch_params(environment, batch, to_micros(now))
-    with (
-        _taken_ids_refused("a run of the batch has an id that exists"),
-        db.transaction(connection) as cur,
-    ):
-        if batch.rate_key is not None:
-            ensure_rate_key_triggers(cur)
-        cur.execute(QUERIES[plain_statement(run_params["rows"])], run_params)
+    try:
+        with db.transaction(connection) as cur:
+            if batch.rate_key is not None:
+                ensure_rate_key_triggers(cur)
+            cur.execute(QUERIES[plain_statement(run_params["rows"])], run_params)
+    except sqlite3.IntegrityError as error:
+        # The one constraint a plain run can break: its id is taken (the statement is
+        # undone whole, in a caller's transaction too).
+        raise _taken_id(error, "a run of the batch has an id that exists") from error
     return created
+
+
+def _taken_id(error: sqlite3.IntegrityError, what: str) -> RunlaneError:
+    """The ``STORAGE_CONFLICT`` of a write that met a taken run id (``what`` says which):
+    the write was undone whole (its own transaction, or its savepoint in a caller's).
+    Raised from an ``except`` clause: a ``try`` costs the common path nothing."""
+    return RunlaneError(ErrorCode.STORAGE_CONFLICT, f"{what} ({error}); nothing was created.")
 
 
 def create_members(
