@@ -88,7 +88,7 @@ def postgres_lane(
     if not isinstance(dsn, str) or not dsn:
         raise configuration_error("postgres_lane needs a connection string.")
     _check_options(PostgresStorage, options, "postgres_lane")
-    storage = PostgresStorage(dsn, **options)
+    storage = PostgresStorage(dsn, deliveries=transport is not None, **options)
     return Lane(
         storage,
         transport,

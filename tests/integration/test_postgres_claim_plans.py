@@ -146,3 +146,48 @@ def test_a_keys_claim_reads_its_runs_in_claim_order_from_its_index(
     assert "Index Scan using runlane_runs_rate_claim_order" in plan, plan
     assert "Sort" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
     assert "(run_at - priority_offset) <=" in plan, plan
+
+
+def _generic_plan(
+    filled: tuple[psycopg.Connection[tuple[object, ...]], str],
+    query: str,
+    values: dict[str, str],
+) -> str:
+    """EXPLAIN of the plan the driver's prepared statement ends up with: a generic one."""
+    conn, schema = filled
+    statement = QUERY_TEMPLATES[query].replace("{schema}", schema)
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)[sb]", number, statement).strip().rstrip(";")
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE probe AS {prepared}")
+        rows = conn.execute(f"EXPLAIN EXECUTE probe({', '.join(values[n] for n in names)})")
+        plan = "\n".join(str(row[0]) for row in rows)
+        conn.execute("DEALLOCATE probe")
+    print(f"\n{query}:\n{plan}")
+    return plan
+
+
+def test_a_capacity_lock_looks_for_a_due_run_in_claim_order_up_to_the_horizon(
+    filled: tuple,  # type: ignore[type-arg]
+) -> None:
+    values = {
+        "environment": "'e'",
+        "queues": "'{q3,q4}'",
+        "now": str(NOW),
+        "horizon": str(NOW + 300_000_000),
+        "wait": "false",
+        "lock_prefix": "'c:'",
+    }
+    plan = _generic_plan(filled, "lock_capacity", values)
+    assert "Index Scan using runlane_runs_claim_order" in plan or (
+        "Index Only Scan using runlane_runs_claim_order" in plan
+    ), plan
+    assert "Seq Scan on runlane_runs" not in plan and "Bitmap" not in plan, plan
+    assert "(run_at - priority_offset) <=" in plan, plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -42,6 +43,7 @@ ALL_MIGRATIONS = [
     "017_implied_attempt_events",
     "018_progress_on_runs",
     "019_cheaper_rate_key_trigger",
+    "020_fewer_indexes_per_run",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -553,3 +555,49 @@ async def test_version_19_tests_only_the_rate_key_on_insert_and_keyed_runs_still
         assert ("tenant-1", to_micros(later.run_at)) in partitions
         assert await keyed.execute_next() is not None
         assert (await keyed.runs.get(later.id)).status.value == "succeeded"
+
+
+def _indexes(dsn: str, schema: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes "
+            "WHERE schemaname = %s AND tablename = 'runlane_runs'",
+            (schema,),
+        ).fetchall()
+    return {name: definition.replace(f'"{schema}".', "") for name, definition in rows}
+
+
+async def test_version_20_drops_two_run_indexes_and_a_transport_lane_keeps_its_delivery_index(
+    postgres_dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 19, "queued-at-19")
+    before = _indexes(postgres_dsn, schema)
+    assert {"runlane_runs_claimable", "runlane_runs_undelivered"} <= before.keys()
+    # A lane without a transport (rl's) migrates: neither index is left.
+    assert await rl.migrate() == ALL_MIGRATIONS[19:]
+    after = _indexes(postgres_dsn, schema)
+    assert before.keys() - after.keys() == {"runlane_runs_claimable", "runlane_runs_undelivered"}
+    async with rl:
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-19"
+    # A lane with a transport warns of the schema until it migrates, which puts the
+    # delivery index back as it was (and reports no migration: none was applied).
+    transported = PostgresStorage(postgres_dsn, schema=schema, deliveries=True)
+    with caplog.at_level(logging.WARNING, logger="runlane.postgres"):
+        await transported.open()
+        await transported.close()
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "runlane_runs_undelivered" in r.getMessage()
+    ]
+    assert "runlane migrate" in warning
+    caplog.clear()
+    assert await transported.migrate() == []
+    restored = _indexes(postgres_dsn, schema)
+    assert restored == {k: v for k, v in before.items() if k != "runlane_runs_claimable"}
+    # The lane without a transport leaves it alone from then on.
+    assert await rl.migrate() == []
+    assert _indexes(postgres_dsn, schema) == restored
+    with caplog.at_level(logging.WARNING, logger="runlane.postgres"):
+        await transported.open()
+        await transported.close()
+    assert not [r for r in caplog.records if "runlane_runs_undelivered" in r.getMessage()]

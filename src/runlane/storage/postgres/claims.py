@@ -112,7 +112,13 @@ async def claim_due_runs(
         if limits and len(rows) < limit:
             locked = await session.fetch(
                 q["lock_capacity"],
-                {**params, "queues": sorted(limits), "wait": False, "lock_prefix": lock_prefix},
+                {
+                    **params,
+                    "queues": sorted(limits),
+                    "wait": False,
+                    "lock_prefix": lock_prefix,
+                    "horizon": horizon,
+                },
             )
             names = [row["name"] for row in locked]
         if names:
@@ -125,6 +131,7 @@ async def claim_due_runs(
                     "queues": names,
                     "limits": [limits[n] for n in names],
                     "limit": limit - len(rows),
+                    "horizon": horizon,
                 },
             )
         if unbounded and len(rows) < limit:
@@ -167,6 +174,7 @@ async def _claim_with_tokens(
             "queues": sorted(p.name for p in rated),
             "wait": wait,
             "lock_prefix": lock_prefix,
+            "horizon": claim_horizon(params["now"], widest_priority_window(rated)),
         },
     )
     held = {row["name"] for row in locked}
@@ -314,7 +322,13 @@ async def claim_run(
         await session.fetch(q["lock_run_key"], params)
         await session.fetch(
             q["lock_capacity"],
-            {**params, "queues": [run_queue], "wait": True, "lock_prefix": lock_prefix},
+            {
+                **params,
+                "queues": [run_queue],
+                "wait": True,
+                "lock_prefix": lock_prefix,
+                "horizon": claim_horizon(params["now"], queue.priority_window),
+            },
         )
         (occupied,) = await session.fetch(
             q["occupied_capacity"], {**params, "queue": run_queue, "concurrency_key": key}
@@ -344,7 +358,13 @@ async def _claim_run_with_token(
         await session.fetch(q["lock_run_key"], params)
         await session.fetch(
             q["lock_capacity"],
-            {**params, "queues": [queue.name], "wait": True, "lock_prefix": lock_prefix},
+            {
+                **params,
+                "queues": [queue.name],
+                "wait": True,
+                "lock_prefix": lock_prefix,
+                "horizon": claim_horizon(params["now"], queue.priority_window),
+            },
         )
         state = {"environment": params["environment"], "queue": queue.name}
         key = current[0]["rate_key"] if queue.rate_keyed else None

@@ -80,12 +80,15 @@ WITH candidates AS (
         GROUP BY r.queue, coalesce(r.concurrency_key, '')
     ),
     eligible AS (
+        -- runlane_runs_claim_order up to the horizon (now plus the widest priority
+        -- window of the queues: no due run's claim time is later).
         SELECT r.id, r.queue, r.run_at - r.priority_offset AS claim_at,
                coalesce(r.concurrency_key, '') AS part, limits.lim
         FROM {schema}.runlane_runs r
         JOIN limits ON limits.name = r.queue
         WHERE r.environment = %(environment)s
           AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+          AND r.run_at - r.priority_offset <= %(horizon)s
           AND r.run_at <= %(now)s
           AND r.partition_key IS NULL
         UNION ALL
@@ -250,7 +253,9 @@ SELECT target.id, target.blocked FROM target JOIN cleared ON cleared.id = target
 -- name: lock_capacity
 -- Serialise capacity decisions on bounded queues until the transaction ends, in
 -- the (sorted) order given. Without waiting, queues another process is deciding on
--- (or without due runs) are skipped. The queues locked come back.
+-- (or without due runs) are skipped. The queues locked come back. A due run is
+-- looked for in runlane_runs_claim_order up to the horizon (now plus the widest
+-- priority window of the queues), which ends the read however many runs wait later.
 SELECT q.name
 FROM unnest(%(queues)b::text[]) AS q(name)
 WHERE CASE
@@ -259,6 +264,7 @@ WHERE CASE
             SELECT 1 FROM {schema}.runlane_runs r
             WHERE r.environment = %(environment)s AND r.queue = q.name
               AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND r.run_at - r.priority_offset <= %(horizon)s
               AND r.run_at <= %(now)s
         )
         AND pg_try_advisory_xact_lock(hashtextextended(%(lock_prefix)s || q.name, 0))

@@ -13,6 +13,7 @@ missing or older schema and asks for ``runlane migrate``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -116,6 +117,9 @@ POSTGRES_CAPABILITIES = StorageCapabilities(
 )
 
 
+logger = logging.getLogger("runlane.postgres")
+
+
 class PostgresStorage(HandOffCalls, SqlStorageBase):
     """Storage in one PostgreSQL schema. Build it through :func:`runlane.postgres_lane`.
 
@@ -140,7 +144,13 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         application_name: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+        deliveries: bool = True,
     ) -> None:
+        """``deliveries``: the lane wakes workers through a transport, so tick requests
+        deliveries and the schema keeps the index those requests read (``postgres_lane``
+        passes whether it has a transport; :meth:`migrate` creates the index, and
+        :meth:`open` warns on a schema without it). Without one, no run writes that index."""
+        self._deliveries = deliveries
         self._db = PostgresConnection(
             dsn,
             schema=schema,
@@ -204,6 +214,18 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             async with await self._db.connect() as conn:
                 try:
                     await versioning.check_version(conn, self._q, self.schema, self._db.target.meta)
+                    if self._deliveries and not await versioning.has_delivery_index(
+                        conn, self._q, self.schema
+                    ):
+                        # Not refused: the runs are served, only tick's requests for
+                        # deliveries read every waiting run of the queues instead.
+                        logger.warning(
+                            "the runlane schema %r lacks %s, which a lane with a transport "
+                            "needs (a lane without one migrated it): run `runlane migrate` "
+                            "(or `await rl.migrate()`) with the lane that has the transport",
+                            self.schema,
+                            versioning.DELIVERY_INDEX_NAME,
+                        )
                     await self._time.read(conn)
                 except psycopg.Error as error:
                     raise self._db.error(error) from None
@@ -229,7 +251,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         async with await self._db.connect() as conn:
             try:
                 return await versioning.apply_migrations(
-                    conn, self._q, self.schema, self._migrations
+                    conn, self._q, self.schema, self._migrations, deliveries=self._deliveries
                 )
             except psycopg.Error as error:
                 raise self._db.error(error) from None

@@ -21,15 +21,29 @@ MIGRATIONS: list[Migration] = load_migrations("runlane.storage.postgres.migratio
 #: The schema version this code needs.
 SCHEMA_VERSION = max(version for version, _, _ in MIGRATIONS)
 
+#: The index of tick's requests for deliveries (``undelivered_runs``), which
+#: :func:`apply_migrations` creates for a lane with a transport (migration 020 took it
+#: out of the schema: without a transport no run needs it, and each pending run would
+#: write an entry to it). Once created it stays.
+DELIVERY_INDEX = """
+CREATE INDEX IF NOT EXISTS runlane_runs_undelivered
+    ON {schema}.runlane_runs (environment, queue, run_at, id)
+    WHERE delivery_requested_at IS NULL
+      AND status IN ('queued', 'scheduled', 'retrying', 'released')
+"""
+DELIVERY_INDEX_NAME = "runlane_runs_undelivered"
+
 
 async def apply_migrations(
     conn: psycopg.AsyncConnection[Any], q: Mapping[str, str], schema: str,
-    migrations: Sequence[Migration],
+    migrations: Sequence[Migration], *, deliveries: bool,
 ) -> list[str]:  # fmt: skip
     """Apply what is missing in one transaction; concurrent callers wait for each other.
 
     The advisory lock is taken first, so a second process sees the first one's
-    work once it gets the lock and applies nothing.
+    work once it gets the lock and applies nothing. ``deliveries`` (the lane has a
+    transport): the delivery index too, when it is missing (not a migration: not
+    among the names returned, as on SQLite).
     """
     applied: list[str] = []
     async with conn.transaction():
@@ -49,7 +63,21 @@ async def apply_migrations(
                 {"version": version, "name": name, "applied_at": to_micros(datetime.now(UTC))},
             )
             applied.append(f"{version:03d}_{name}")
+        if deliveries and not await has_delivery_index(conn, q, schema):
+            # Checked first: CREATE INDEX IF NOT EXISTS would take the table's share
+            # lock, waiting for every writer, only to find the index there.
+            await conn.execute(DELIVERY_INDEX.replace("{schema}", f'"{schema}"').encode())
     return applied
+
+
+async def has_delivery_index(
+    conn: psycopg.AsyncConnection[Any], q: Mapping[str, str], schema: str
+) -> bool:
+    """Whether the schema holds :data:`DELIVERY_INDEX` (see :meth:`PostgresStorage.open`)."""
+    name = f'"{schema}".{DELIVERY_INDEX_NAME}'
+    cur = await conn.execute(q["delivery_index_present"], {"name": name})
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 async def check_version(

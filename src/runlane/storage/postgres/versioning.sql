@@ -24,3 +24,7 @@ VALUES (%(version)s, %(name)s, %(applied_at)s);
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM {schema}.runlane_migrations;
+
+-- name: delivery_index_present
+-- Whether the schema holds runlane_runs_undelivered (versioning.DELIVERY_INDEX).
+SELECT to_regclass(%(name)s) IS NOT NULL AS present;
