@@ -572,16 +572,17 @@ async def test_version_20_drops_two_run_indexes_and_a_transport_lane_keeps_its_d
 ) -> None:
     rl = await _queued_run_at_version(postgres_dsn, schema, 19, "queued-at-19")
     before = _indexes(postgres_dsn, schema)
-    assert {"runlane_runs_claimable", "runlane_runs_undelivered"} <= before.keys()
-    # A lane without a transport (rl's) migrates: neither index is left.
+    gone = {"runlane_runs_claimable", "runlane_runs_undelivered", "runlane_runs_reserved"}
+    assert gone <= before.keys()
+    # A lane without a transport (rl's) migrates: none of the three is left.
     assert await rl.migrate() == ALL_MIGRATIONS[19:]
     after = _indexes(postgres_dsn, schema)
-    assert before.keys() - after.keys() == {"runlane_runs_claimable", "runlane_runs_undelivered"}
+    assert before.keys() - after.keys() == gone
     async with rl:
         done = await rl.execute_next()
         assert done is not None and done.id == "queued-at-19"
     # A lane with a transport warns of the schema until it migrates, which puts the
-    # delivery index back as it was (and reports no migration: none was applied).
+    # delivery indexes back as they were (and reports no migration: none was applied).
     transported = PostgresStorage(postgres_dsn, schema=schema, deliveries=True)
     with caplog.at_level(logging.WARNING, logger="runlane.postgres"):
         await transported.open()

@@ -214,17 +214,20 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
             async with await self._db.connect() as conn:
                 try:
                     await versioning.check_version(conn, self._q, self.schema, self._db.target.meta)
-                    if self._deliveries and not await versioning.has_delivery_index(
-                        conn, self._q, self.schema
-                    ):
-                        # Not refused: the runs are served, only tick's requests for
-                        # deliveries read every waiting run of the queues instead.
+                    missing = (
+                        await versioning.missing_delivery_indexes(conn, self._q, self.schema)
+                        if self._deliveries
+                        else []
+                    )
+                    if missing:
+                        # Not refused: the runs are served, only tick reads every
+                        # waiting run of the queues for its requests instead.
                         logger.warning(
                             "the runlane schema %r lacks %s, which a lane with a transport "
                             "needs (a lane without one migrated it): run `runlane migrate` "
                             "(or `await rl.migrate()`) with the lane that has the transport",
                             self.schema,
-                            versioning.DELIVERY_INDEX_NAME,
+                            " and ".join(missing),
                         )
                     await self._time.read(conn)
                 except psycopg.Error as error:

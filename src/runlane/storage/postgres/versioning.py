@@ -21,17 +21,24 @@ MIGRATIONS: list[Migration] = load_migrations("runlane.storage.postgres.migratio
 #: The schema version this code needs.
 SCHEMA_VERSION = max(version for version, _, _ in MIGRATIONS)
 
-#: The index of tick's requests for deliveries (``undelivered_runs``), which
-#: :func:`apply_migrations` creates for a lane with a transport (migration 020 took it
-#: out of the schema: without a transport no run needs it, and each pending run would
-#: write an entry to it). Once created it stays.
-DELIVERY_INDEX = """
+#: The indexes of a lane with a transport, which :func:`apply_migrations` creates for
+#: such a lane (migration 020 took them out of the schema: without a transport no run
+#: needs them, yet each write of a run paid for them). ``undelivered``: tick's
+#: requests for deliveries (``undelivered_runs``), an entry per waiting run;
+#: ``reserved``: the dispatch reservations tick expires. Once created they stay.
+DELIVERY_INDEXES: dict[str, str] = {
+    "runlane_runs_undelivered": """
 CREATE INDEX IF NOT EXISTS runlane_runs_undelivered
     ON {schema}.runlane_runs (environment, queue, run_at, id)
     WHERE delivery_requested_at IS NULL
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
-"""
-DELIVERY_INDEX_NAME = "runlane_runs_undelivered"
+""",
+    "runlane_runs_reserved": """
+CREATE INDEX IF NOT EXISTS runlane_runs_reserved
+    ON {schema}.runlane_runs (environment, reserved_until)
+    WHERE reserved_until IS NOT NULL
+""",
+}
 
 
 async def apply_migrations(
@@ -63,21 +70,25 @@ async def apply_migrations(
                 {"version": version, "name": name, "applied_at": to_micros(datetime.now(UTC))},
             )
             applied.append(f"{version:03d}_{name}")
-        if deliveries and not await has_delivery_index(conn, q, schema):
-            # Checked first: CREATE INDEX IF NOT EXISTS would take the table's share
-            # lock, waiting for every writer, only to find the index there.
-            await conn.execute(DELIVERY_INDEX.replace("{schema}", f'"{schema}"').encode())
+        if deliveries:
+            # Each checked first: CREATE INDEX IF NOT EXISTS would take the table's
+            # share lock, waiting for every writer, only to find the index there.
+            for name in await missing_delivery_indexes(conn, q, schema):
+                await conn.execute(DELIVERY_INDEXES[name].replace("{schema}", f'"{schema}"'))
     return applied
 
 
-async def has_delivery_index(
+async def missing_delivery_indexes(
     conn: psycopg.AsyncConnection[Any], q: Mapping[str, str], schema: str
-) -> bool:
-    """Whether the schema holds :data:`DELIVERY_INDEX` (see :meth:`PostgresStorage.open`)."""
-    name = f'"{schema}".{DELIVERY_INDEX_NAME}'
-    cur = await conn.execute(q["delivery_index_present"], {"name": name})
-    row = await cur.fetchone()
-    return bool(row and row[0])
+) -> list[str]:
+    """The :data:`DELIVERY_INDEXES` the schema lacks (see :meth:`PostgresStorage.open`)."""
+    missing = []
+    for name in DELIVERY_INDEXES:
+        cur = await conn.execute(q["delivery_index_present"], {"name": f'"{schema}".{name}'})
+        row = await cur.fetchone()
+        if not (row and row[0]):
+            missing.append(name)
+    return missing
 
 
 async def check_version(

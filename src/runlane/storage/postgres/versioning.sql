@@ -26,5 +26,5 @@ VALUES (%(version)s, %(name)s, %(applied_at)s);
 SELECT coalesce(max(version), 0) AS version FROM {schema}.runlane_migrations;
 
 -- name: delivery_index_present
--- Whether the schema holds runlane_runs_undelivered (versioning.DELIVERY_INDEX).
+-- Whether the schema holds an index (one of versioning.DELIVERY_INDEXES).
 SELECT to_regclass(%(name)s) IS NOT NULL AS present;

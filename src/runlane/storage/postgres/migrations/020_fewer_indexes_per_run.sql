@@ -1,6 +1,6 @@
 -- Every index of runlane_runs costs each write of a run, and a lone trigger most:
 -- PostgreSQL opens every index and compiles its predicate for each statement, and
--- a plain pending run entered four of them. Two go:
+-- a plain pending run entered four of them. Three go:
 --
 -- runlane_runs_claimable (queue, run_at) held the same rows as runlane_runs_claim_order
 -- (migration 015) in due-time order. The claims read claim order since 015; the
@@ -9,10 +9,13 @@
 -- (now plus the widest priority window: no due run's claim time is later), as the
 -- unbounded claim does.
 --
--- runlane_runs_undelivered serves only lanes with a transport (tick's requests for
--- deliveries), yet every pending run of every lane wrote an entry to it. The schema
--- no longer holds it: migrate() creates it when the lane has a transport
--- (versioning.DELIVERY_INDEX), and a lane with a transport warns when it opens
--- without it. Once created it stays, as on SQLite (its migration 010).
+-- runlane_runs_undelivered and runlane_runs_reserved serve only lanes with a
+-- transport (tick's requests for deliveries, and the dispatch reservations it
+-- expires), yet every write of a run of any lane paid for them, and every waiting
+-- run wrote an entry to the first. The schema no longer holds them: migrate()
+-- creates them when the lane has a transport (versioning.DELIVERY_INDEXES), and a
+-- lane with a transport warns when it opens without them. Once created they stay,
+-- as on SQLite (its migration 010).
 DROP INDEX IF EXISTS {schema}.runlane_runs_claimable;
 DROP INDEX IF EXISTS {schema}.runlane_runs_undelivered;
+DROP INDEX IF EXISTS {schema}.runlane_runs_reserved;
