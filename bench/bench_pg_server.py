@@ -12,6 +12,7 @@ not enter a count::
     .venv/bin/python bench/bench_pg_server.py              # where a lone trigger's time goes
     .venv/bin/python bench/bench_pg_server.py --drain      # and a drain's, per run
     .venv/bin/python bench/bench_pg_server.py --json
+    .venv/bin/python bench/bench_pg_server.py --drain --only drain --keep profiles
 
 Workloads:
 
@@ -341,12 +342,22 @@ def drain(dsn: str, n: int) -> list[int]:
 
 
 def per_operation(
-    server: CallgrindServer, workload: Callable[[str, int], list[int]], small: int, large: int
+    server: CallgrindServer,
+    workload: Callable[[str, int], list[int]],
+    small: int,
+    large: int,
+    keep: Path | None = None,
 ) -> float:
+    """Instructions per operation; ``keep``: copy the backends' profiles there too
+    (``<n>-<pid>.out``, for ``callgrind_annotate``)."""
     counts = []
     for n in (small, large):
         pids = workload(server.dsn, n)
         counts.append(server.instructions(pids))
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for pid in pids:
+                shutil.copy(server.out / f"{pid}.out", keep / f"{n}-{pid}.out")
     return (counts[1] - counts[0]) / (large - small)
 
 
@@ -356,6 +367,14 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=LARGE)
     parser.add_argument("--drain", action="store_true", help="also count a drain per run")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--only", help="count only the workloads whose name contains this text (and raw insert)"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each workload's backend profiles under this folder (one folder each)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH")
@@ -369,11 +388,14 @@ def main() -> None:
     ]
     if args.drain:
         workloads.append(("drain, per run (100 slots)", drain))
+    if args.only:
+        workloads = [(n, w) for n, w in workloads if n == "raw insert" or args.only in n]
     results: dict[str, float] = {}
     with callgrind_server() as server:
         prepare(server.dsn)
         for name, workload in workloads:
-            results[name] = per_operation(server, workload, args.small, args.large)
+            keep = args.keep / re.sub(r"\W+", "-", name).strip("-") if args.keep else None
+            results[name] = per_operation(server, workload, args.small, args.large, keep)
             print(f"# {name}: {results[name]:,.0f}", file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=2))
