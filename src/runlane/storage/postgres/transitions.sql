@@ -17,13 +17,13 @@
 -- The last progress of the attempt a transition settles (fields 17-20, NULL when it
 -- carries none) goes on the row (migration 018), fenced by the compare-and-set.
 -- Finished runs are announced once per statement (migration 021), not by the per-row
--- trigger of migration 012: `armed` names the environment in runlane.announced
--- before any row is written (the trigger's WHEN clause, tested as each row is
--- written, then skips its rows), and `announced` sends the one notification when a
--- row became terminal (a terminal run takes no transition, so a terminal row
--- became so here), or else puts the setting back as it was. The setting is local to
--- the transaction (so is the notification, which goes out at commit): it names an
--- environment only while a notification for it is queued.
+-- trigger of migration 012: the update names the environment in runlane.announced
+-- before it writes a row (the trigger's WHEN clause, tested as each row is written,
+-- then skips its rows), and the final filter sends the one notification when a row
+-- became terminal (a terminal run takes no transition, so a terminal row became so
+-- here), or else clears the setting. The setting is local to the transaction (and
+-- undone with a savepoint, as the notification is): it names an environment only
+-- while a notification for it is queued to go out at commit.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -36,11 +36,6 @@ WITH input AS (
            (t.x->>17)::int AS progress_attempt, (t.x->>18)::float8 AS progress_fraction,
            t.x->>19 AS progress_message, (t.x->>20)::jsonb AS progress_data
     FROM jsonb_array_elements(%(transitions)s::jsonb) AS t(x)
-),
-armed AS (
-    SELECT before, set_config('runlane.announced', %(environment)s, true) AS announcing
-    -- OFFSET 0: the setting is read before it is set.
-    FROM (SELECT current_setting('runlane.announced', true) AS before OFFSET 0) AS s
 ),
 updated AS (
     UPDATE {schema}.runlane_runs r
@@ -78,8 +73,8 @@ updated AS (
       AND r.event_sequence = input.expected_sequence
       AND (input.lease_token IS NULL OR r.lease_token = input.lease_token)
       AND (input.lease_expired_by IS NULL OR r.lease_expires_at <= input.lease_expired_by)
-      -- A one-time filter: armed before the first row is written.
-      AND (SELECT announcing IS NOT NULL FROM armed)
+      -- A one-time filter: evaluated before the first row is written.
+      AND (SELECT set_config('runlane.announced', %(environment)s, true)) IS NOT NULL
     RETURNING r.id, r.status, r.attempt, r.event_sequence, r.started_sequence, r.started_at,
               r.started_by, r.started_lease_expires_at, input.succeeded_attempt
 ),
@@ -116,16 +111,12 @@ stored_starts AS (
     WHERE started_sequence IS NOT NULL
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
     ON CONFLICT DO NOTHING
-),
-announced AS (
-    SELECT CASE
-        WHEN EXISTS (SELECT FROM updated
-                     WHERE status IN ('succeeded', 'failed', 'cancelled', 'discarded'))
-        THEN pg_notify('runlane_finished_' || md5(%(environment)s), %(environment)s)::text
-        ELSE set_config('runlane.announced', coalesce(before, ''), true)
-    END AS outcome
-    FROM armed
 )
--- A one-time filter too (always true): `announced` is evaluated even when no row was
--- written.
-SELECT id FROM updated WHERE (SELECT count(outcome) FROM announced) >= 0;
+-- A one-time filter too (always true), so it is evaluated even when no row was written.
+SELECT id FROM updated
+WHERE (SELECT CASE
+    WHEN EXISTS (SELECT FROM updated
+                 WHERE status IN ('succeeded', 'failed', 'cancelled', 'discarded'))
+    THEN pg_notify('runlane_finished_' || md5(%(environment)s), %(environment)s)::text
+    ELSE set_config('runlane.announced', '', true)
+END) IS NOT NULL;
