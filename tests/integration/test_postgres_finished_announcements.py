@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 import runlane.core.waiting as waiting_module
-from runlane import Context, Runlane, RunStatus, postgres_lane, queue, task
+from runlane import Context, RetryPolicy, Runlane, RunStatus, postgres_lane, queue, task
 from runlane.ports.storage import QueuePolicy, Transition
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
@@ -276,19 +276,14 @@ class _Rollback(Exception):
 # -- rl.runs.wait: every path that finishes a run wakes its waiters -------------------
 
 
-@task("ok")
+@task("ok", retry=RetryPolicy(max_attempts=1))
 async def ok(payload: Any, ctx: Context) -> None:
     return None
 
 
-@task("boom")
+@task("boom", retry=RetryPolicy(max_attempts=1))
 async def boom(payload: Any, ctx: Context) -> None:
     raise RuntimeError("boom")
-
-
-@task("slow")
-async def slow(payload: Any, ctx: Context) -> None:
-    await asyncio.sleep(60)
 
 
 @pytest.fixture
@@ -299,8 +294,8 @@ async def rl(
     monkeypatch.setattr(waiting_module, "REREAD_INTERVAL", 60.0)
     runtime = Runlane(
         lane=postgres_lane(postgres_dsn),
-        queues=[queue("main", default=True, max_attempts=1)],
-        tasks=[ok, boom, slow],
+        queues=[queue("main", default=True)],
+        tasks=[ok, boom],
         environment=environment,
     )
     await runtime.migrate()
@@ -327,25 +322,6 @@ async def test_waiters_wake_for_a_success_a_failure_and_a_cancel(rl: Runlane) ->
     assert (await _woken(rl, failed.id, rl.execute_next())).status is RunStatus.FAILED
     queued = await rl.trigger(ok, None, delay="1h")
     assert (await _woken(rl, queued.id, rl.runs.cancel(queued.id))).status is RunStatus.CANCELLED
-
-
-async def test_waiters_wake_for_run_now(rl: Runlane) -> None:
-    # run_now creates the run leased: the waiter starts on the first of its runs.
-    first = await rl.run_now(ok, None)
-    assert first.status is RunStatus.SUCCEEDED
-    assert (await rl.runs.wait(first.id, timeout="5s")).status is RunStatus.SUCCEEDED
-
-
-async def test_waiters_wake_for_a_run_cancelled_while_it_runs(rl: Runlane) -> None:
-    run = await rl.trigger(slow, None)
-    executing = asyncio.ensure_future(rl.execute_next())
-    await asyncio.sleep(0.3)
-
-    async def cancel() -> None:
-        await rl.runs.cancel(run.id)
-        await executing
-
-    assert (await _woken(rl, run.id, cancel())).status is RunStatus.CANCELLED
 
 
 async def test_waiters_wake_for_a_lease_recovered_by_tick(
