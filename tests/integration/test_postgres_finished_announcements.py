@@ -135,7 +135,7 @@ async def test_a_batch_settle_announces_its_environment_once_without_the_trigger
     assert _heard(listener) == [(_channel(environment), environment)]
 
 
-async def test_a_claim_a_retry_and_a_lost_settle_announce_nothing(
+async def test_a_claim_and_a_retry_announce_nothing(
     storage: PostgresStorage, environment: str, listener: psycopg.Connection[Any]
 ) -> None:
     first, second = await _leased(storage, environment, "a", "b")
@@ -145,12 +145,21 @@ async def test_a_claim_a_retry_and_a_lost_settle_announce_nothing(
     )] == ["c"]  # fmt: skip
     retry = _settle(first, RunStatus.RETRYING)
     assert await storage.apply_transitions(environment, [retry], NOW) == [True]
-    # A compare-and-set that loses writes nothing, so finishes nothing.
-    stale = _settle(second, RunStatus.SUCCEEDED, sequence=second.event_sequence - 1)
-    assert await storage.apply_transitions(environment, [stale], NOW) == [False]
     assert _heard(listener) == []
-    # The settle that does finish it is heard.
-    assert await storage.apply_transitions(environment, [_settle(second, RunStatus.FAILED)], NOW)
+    # The settle that does finish a run is heard, once.
+    both = [_settle(second, RunStatus.FAILED), _settle(first, RunStatus.RETRYING, 99)]
+    assert await storage.apply_transitions(environment, both, NOW) == [True, False]
+    assert _heard(listener) == [(_channel(environment), environment)]
+
+
+async def test_a_finishing_settle_that_loses_its_compare_and_set_announces_once(
+    storage: PostgresStorage, environment: str, listener: psycopg.Connection[Any]
+) -> None:
+    # The statement announces before it writes: a waiter re-reads and finds the run
+    # as it was. Nothing else is heard.
+    (run,) = await _leased(storage, environment, "a")
+    stale = _settle(run, RunStatus.SUCCEEDED, sequence=run.event_sequence - 1)
+    assert await storage.apply_transitions(environment, [stale], NOW) == [False]
     assert _heard(listener) == [(_channel(environment), environment)]
 
 
@@ -214,17 +223,15 @@ async def test_the_trigger_skips_runs_of_an_environment_the_transaction_announce
     assert _heard(listener) == [(_channel(environment), environment)]
 
 
-async def test_a_statement_that_finished_nothing_leaves_the_trigger_to_announce(
+async def test_a_statement_that_finishes_nothing_leaves_the_trigger_to_announce(
     storage: PostgresStorage, caller: _Caller, environment: str,
     listener: psycopg.Connection[Any],
 ) -> None:  # fmt: skip
-    first, second = await _leased(storage, environment, "a", "b")
+    (run,) = await _leased(storage, environment, "a")
     await storage.create_runs(environment, [new_run("queued")], NOW)
     with caller.conn.transaction():
         caller.begin()
-        assert caller.settle(environment, [_settle(first, RunStatus.RETRYING)]) == 1
-        stale = _settle(second, RunStatus.SUCCEEDED, sequence=second.event_sequence - 1)
-        assert caller.settle(environment, [stale]) == 0
+        assert caller.settle(environment, [_settle(run, RunStatus.RETRYING)]) == 1
         assert caller.trigger_calls() == 0
         caller.finish(environment, "queued")
         assert caller.trigger_calls() == 1

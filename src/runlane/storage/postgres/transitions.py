@@ -11,6 +11,7 @@ from runlane.ports.storage import Transition
 from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.implied import implied_success_attempt
+from runlane.types.runs import TERMINAL_STATUSES
 
 
 def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
@@ -39,12 +40,17 @@ def transition_params(
 ) -> dict[str, Any]:
     """Parameters of ``apply_transitions`` for one round: the transitions (with the
     progress they carry) and their events as JSON arrays of positional fields
-    (:data:`~.shapes.TRANSITION` and :data:`~.shapes.TRANSITION_EVENT`)."""
+    (:data:`~.shapes.TRANSITION` and :data:`~.shapes.TRANSITION_EVENT`), and
+    ``finishing``: the environment when one of them finishes its run (the statement
+    then announces it, :mod:`waiting <runlane.storage.postgres.waiting>`), else None."""
     ids: list[str] = []
     rows: list[list[Any]] = []
     events: list[list[Any]] = []
+    finishing = False
     for transition in transitions:
         changes = transition.changes
+        if changes.status in TERMINAL_STATUSES:
+            finishing = True
         run_id = transition.run_id
         sequence = transition.expected_sequence
         failure = changes.failure
@@ -92,6 +98,7 @@ def transition_params(
         "ids": ids,
         "transitions": floats_kept(dumps(rows)),
         "events": dumps(events),
+        "finishing": environment if finishing else None,
     }
 
 

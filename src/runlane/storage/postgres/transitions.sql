@@ -17,13 +17,13 @@
 -- The last progress of the attempt a transition settles (fields 17-20, NULL when it
 -- carries none) goes on the row (migration 018), fenced by the compare-and-set.
 -- Finished runs are announced once per statement (migration 021), not by the per-row
--- trigger of migration 012: the update names the environment in runlane.announced
--- before it writes a row (the trigger's WHEN clause, tested as each row is written,
--- then skips its rows), and the final filter sends the one notification when a row
--- became terminal (a terminal run takes no transition, so a terminal row became so
--- here), or else clears the setting. The setting is local to the transaction (and
--- undone with a savepoint, as the notification is): it names an environment only
--- while a notification for it is queued to go out at commit.
+-- trigger of migration 012: when a transition finishes its run, the driver passes the
+-- environment as finishing, and runlane_announce_settle names it in runlane.announced
+-- and sends its notification, once, before the update writes a row (a one-time
+-- filter), so the trigger's WHEN clause, tested as each row is written, skips the
+-- rows. Both are undone with the transaction (or savepoint) and the notification goes
+-- out at commit. A finishing transition that loses its compare-and-set still
+-- announced: a waiter re-reads and finds its run as it was.
 WITH input AS (
     SELECT t.x->>0 AS id, t.x->>1 AS status, (t.x->>2)::bigint AS run_at,
            nullif(t.x->3, 'null') AS result, nullif(t.x->4, 'null') AS failure,
@@ -73,8 +73,7 @@ updated AS (
       AND r.event_sequence = input.expected_sequence
       AND (input.lease_token IS NULL OR r.lease_token = input.lease_token)
       AND (input.lease_expired_by IS NULL OR r.lease_expires_at <= input.lease_expired_by)
-      -- A one-time filter: evaluated before the first row is written.
-      AND (SELECT set_config('runlane.announced', %(environment)s, true)) IS NOT NULL
+      AND (SELECT {schema}.runlane_announce_settle(%(finishing)s))
     RETURNING r.id, r.status, r.attempt, r.event_sequence, r.started_sequence, r.started_at,
               r.started_by, r.started_lease_expires_at, input.succeeded_attempt
 ),
@@ -112,11 +111,4 @@ stored_starts AS (
       AND status IN ('queued', 'scheduled', 'retrying', 'released')
     ON CONFLICT DO NOTHING
 )
--- A one-time filter too (always true), so it is evaluated even when no row was written.
-SELECT id FROM updated
-WHERE (SELECT CASE
-    WHEN EXISTS (SELECT FROM updated
-                 WHERE status IN ('succeeded', 'failed', 'cancelled', 'discarded'))
-    THEN pg_notify('runlane_finished_' || md5(%(environment)s), %(environment)s)::text
-    ELSE set_config('runlane.announced', '', true)
-END) IS NOT NULL;
+SELECT id FROM updated;

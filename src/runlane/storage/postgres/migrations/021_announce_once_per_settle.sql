@@ -1,6 +1,6 @@
 -- The settle statement (apply_transitions, transitions.sql) announces the runs it
 -- finishes itself, once per statement, and names their environment in the
--- transaction-local setting runlane.announced while its notification is queued. The
+-- transaction-local setting runlane.announced once its notification is queued. The
 -- trigger of migration 012 stays for every other statement that finishes runs (and
 -- SQL of an application's own) but skips the rows of an environment already
 -- announced in the transaction: an AFTER trigger's WHEN clause is tested as each row
@@ -15,3 +15,15 @@ CREATE TRIGGER runlane_runs_finished
           AND OLD.status IS DISTINCT FROM NEW.status
           AND current_setting('runlane.announced', true) IS DISTINCT FROM NEW.environment)
     EXECUTE FUNCTION {schema}.runlane_announce_finished();
+
+-- What apply_transitions calls once, before its update writes a row, with the
+-- environment when one of its transitions finishes a run (else NULL): it names the
+-- environment in the setting and sends the notification. Always true (the statement's
+-- one-time filter); a SQL function, which the planner inlines.
+CREATE OR REPLACE FUNCTION {schema}.runlane_announce_settle(environment TEXT)
+RETURNS BOOLEAN LANGUAGE sql AS $announce$
+SELECT CASE WHEN environment IS NULL THEN true
+    ELSE (set_config('runlane.announced', environment, true)
+          || pg_notify('runlane_finished_' || md5(environment), environment)::text) IS NOT NULL
+END
+$announce$;
