@@ -1,10 +1,11 @@
 """Finished runs on PostgreSQL are announced once per settle statement (migration 021).
 
-``apply_transitions`` sends the notification of its environment itself when one of
-its rows became terminal and names the environment in ``runlane.announced``; the
-per-row trigger of migration 012 then skips that environment's rows until the
-transaction ends. These tests listen on the channel from a plain connection and
-count what arrives, and count the trigger's calls with ``track_functions``.
+``apply_transitions`` sends the notification of its environment itself, before it
+writes a row, when one of its transitions finishes a run, and names the environment
+in ``runlane.announced``; the per-row trigger of migration 012 then skips that
+environment's rows until the transaction ends. These tests listen on the channel
+from a plain connection and count what arrives, and count the trigger's calls with
+``track_functions``.
 """
 
 from __future__ import annotations
