@@ -1,11 +1,11 @@
 """Finished runs on PostgreSQL are announced once per settle statement (migration 021).
 
-``apply_transitions`` sends the notification of its environment itself, before it
-writes a row, when one of its transitions finishes a run, and names the environment
-in ``runlane.announced``; the per-row trigger of migration 012 then skips that
-environment's rows until the transaction ends. These tests listen on the channel
-from a plain connection and count what arrives, and count the trigger's calls with
-``track_functions``.
+The settle statement (``apply_finishing_transitions`` when one of its transitions
+finishes a run) sends the notification of its environment itself, before it writes a
+row, and names the environment in ``runlane.announced``; the per-row trigger of
+migration 012 then skips that environment's rows until the transaction ends. These
+tests listen on the channel from a plain connection and count what arrives, and count
+the trigger's calls with ``track_functions``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from runlane import Context, RetryPolicy, Runlane, RunStatus, postgres_lane, que
 from runlane.ports.storage import QueuePolicy, Transition
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
-from runlane.storage.postgres.transitions import transition_params
+from runlane.storage.postgres.transitions import settle_statement, transition_params
 from runlane.testing.conformance.storage.methods import LEASE, NOW, new_run
 from runlane.types.clock import to_micros
 from runlane.types.records import NewEvent, RunChanges
@@ -175,14 +175,15 @@ class _Caller:
         self.conn = psycopg.connect(dsn)
         self.schema = schema
         quoted = sql.Identifier(schema).as_string(self.conn)
-        self.settle_sql = QUERY_TEMPLATES["apply_transitions"].replace("{schema}", quoted)
+        self.q = {name: text.replace("{schema}", quoted) for name, text in QUERY_TEMPLATES.items()}
 
     def begin(self) -> None:
         self.conn.execute("SET LOCAL track_functions = 'pl'")
 
     def settle(self, environment: str, transitions: list[Transition]) -> int:
         params = transition_params(environment, transitions, to_micros(NOW))
-        return len(self.conn.execute(self.settle_sql, params).fetchall())  # type: ignore[arg-type]
+        statement = settle_statement(self.q, params)
+        return len(self.conn.execute(statement, params).fetchall())  # type: ignore[arg-type]
 
     def finish(self, environment: str, run_id: str) -> None:
         """Finish a run as SQL of the application's own would."""

@@ -327,7 +327,6 @@ async def test_version_9_moves_the_claim_into_functions_and_claims_runs_queued_b
         ).fetchall()
     assert functions == [
         ("runlane_announce_finished",),
-        ("runlane_announce_settle",),
         ("runlane_claim_due_runs",),
         ("runlane_dependencies_met",),
         ("runlane_dependency_settled",),

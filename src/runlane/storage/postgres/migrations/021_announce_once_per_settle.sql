@@ -15,22 +15,3 @@ CREATE TRIGGER runlane_runs_finished
           AND OLD.status IS DISTINCT FROM NEW.status
           AND current_setting('runlane.announced', true) IS DISTINCT FROM NEW.environment)
     EXECUTE FUNCTION {schema}.runlane_announce_finished();
-
--- What apply_transitions calls once, before its update writes a row, with the
--- environment when one of its transitions finishes a run (else NULL): it names the
--- environment in the setting and sends the notification. Always true (the statement's
--- one-time filter). PL/pgSQL, not an inlined SQL function: a statement planned afresh
--- would parse an inlined body each time (about 90,000 instructions per statement),
--- where this function is compiled once per connection.
-CREATE OR REPLACE FUNCTION {schema}.runlane_announce_settle(environment TEXT)
-RETURNS BOOLEAN LANGUAGE plpgsql AS $announce$
-DECLARE
-    sent TEXT;
-BEGIN
-    IF environment IS NOT NULL THEN
-        sent := set_config('runlane.announced', environment, true)
-                || pg_notify('runlane_finished_' || md5(environment), environment)::text;
-    END IF;
-    RETURN true;
-END
-$announce$;
