@@ -17,6 +17,7 @@ import pytest
 from psycopg import sql
 from tests.support import stored_history
 
+import runlane.core.waiting as waiting_module
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
 from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
@@ -44,6 +45,7 @@ ALL_MIGRATIONS = [
     "018_progress_on_runs",
     "019_cheaper_rate_key_trigger",
     "020_fewer_indexes_per_run",
+    "021_announce_once_per_settle",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -602,3 +604,39 @@ async def test_version_20_drops_two_run_indexes_and_a_transport_lane_keeps_its_d
         await transported.open()
         await transported.close()
     assert not [r for r in caplog.records if "runlane_runs_undelivered" in r.getMessage()]
+
+
+async def test_version_21_skips_the_trigger_for_an_announced_environment_and_waiters_still_wake(
+    postgres_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waiters hear of a finish only by its notification (no re-read meanwhile).
+    monkeypatch.setattr(waiting_module, "REREAD_INTERVAL", 60.0)
+    rl = await _queued_run_at_version(postgres_dsn, schema, 20, "queued-at-20")
+    assert await rl.migrate() == ALL_MIGRATIONS[20:]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        definition = conn.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgname = %s AND tgrelid = %s::regclass",
+            ("runlane_runs_finished", f'"{schema}".runlane_runs'),
+        ).fetchone()
+    assert definition is not None
+    assert "current_setting('runlane.announced'::text, true)" in definition[0]
+    async with rl:
+        # Settled by the worker's statement, which announces it itself.
+        waiting = asyncio.ensure_future(rl.runs.wait("queued-at-20", timeout="10s"))
+        await asyncio.sleep(0.2)
+        done = await rl.execute_next()
+        assert done is not None and done.id == "queued-at-20"
+        assert (await asyncio.wait_for(waiting, 5)).status.value == "succeeded"
+        # Finished by SQL of the application's own: the trigger announces it.
+        other = await rl.trigger(noop, None)
+        waiting = asyncio.ensure_future(rl.runs.wait(other.id, timeout="10s"))
+        await asyncio.sleep(0.2)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("UPDATE {} SET status = 'cancelled' WHERE id = %s").format(
+                    sql.Identifier(schema, "runlane_runs")
+                ),
+                (other.id,),
+            )
+        assert (await asyncio.wait_for(waiting, 5)).status.value == "cancelled"

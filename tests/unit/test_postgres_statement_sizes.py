@@ -26,8 +26,26 @@ LONGEST_SCHEMA = '"' + "s" * 63 + '"'
         "lock_claimable_keys",
         "claim_run",
         "apply_transitions",
+        "apply_finishing_transitions",
     ],
 )
 def test_a_hot_statement_stays_short_enough_for_psycopgs_cache(name: str) -> None:
     statement = QUERY_TEMPLATES[name].replace("{schema}", LONGEST_SCHEMA)
     assert len(statement.encode()) <= PSYCOPG_CACHED_LENGTH
+
+
+#: What apply_finishing_transitions adds to apply_transitions (migration 021).
+ANNOUNCEMENT = (
+    "AND (SELECT pg_notify(%(channel)s, set_config('runlane.announced', %(environment)s, true)))\n"
+    "IS NOT NULL\n"
+)
+
+
+def test_the_finishing_settle_is_the_settle_and_its_announcement() -> None:
+    # Two whole statements in the file: an edit of one that misses the other fails here.
+    settle = QUERY_TEMPLATES["apply_transitions"]
+    anchor = "r.lease_expires_at <= input.lease_expired_by)\n"
+    assert settle.count(anchor) == 1
+    assert QUERY_TEMPLATES["apply_finishing_transitions"] == settle.replace(
+        anchor, anchor + ANNOUNCEMENT
+    )

@@ -71,6 +71,8 @@ def _read_fields(statement: str, alias: str) -> list[tuple[int, str, str]]:
         ("insert_runs", "r", INSERT_RUN),
         ("apply_transitions", "t", TRANSITION),
         ("apply_transitions", "e", TRANSITION_EVENT),
+        ("apply_finishing_transitions", "t", TRANSITION),
+        ("apply_finishing_transitions", "e", TRANSITION_EVENT),
         ("insert_deliveries", "d", INSERT_DELIVERY),
         ("publish_plain_message", "d", INSERT_DELIVERY),
         ("publish_plain_messages", "m", PUBLISH_MESSAGE),

@@ -55,6 +55,7 @@ from runlane.storage.postgres.sessions import (
     Queries,
     column_names,
 )
+from runlane.storage.postgres.transitions import settle_statement
 from runlane.storage.sql.claiming import (
     WHOLE_QUEUE,
     claim_order,
@@ -428,7 +429,10 @@ async def apply_and_claim(
             await _adopt_unkeyed_runs(conn, session, q, rated, params, adopted)
         async with conn.transaction():
             applied = [
-                {row["id"] for row in await session.fetch(q["apply_transitions"], round_params)}
+                {
+                    row["id"]
+                    for row in await session.fetch(settle_statement(q, round_params), round_params)
+                }
                 for round_params in rounds
             ]
             claimed = await claim_due_runs(
@@ -441,7 +445,7 @@ async def apply_and_claim(
         "queues": unbounded,
         "horizon": claim_horizon(params["now"], widest_priority_window(queues)),
     }
-    statements = [(q["apply_transitions"], round_params) for round_params in rounds]
+    statements = [(settle_statement(q, round_params), round_params) for round_params in rounds]
     results = await _in_one_round_trip(conn, statements, q["claim_due_runs"], claim_params)
     # Each round returns the ids it applied, the claim (which takes the key locks
     # itself, then claims in a fresh snapshot that sees the rounds) whole runs.

@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from runlane.ports.storage import Transition
 from runlane.storage.postgres.sessions import AsyncSession, DriverConnection, Queries
+from runlane.storage.postgres.waiting import finished_channel
 from runlane.storage.sql.encoding import dumps, micros_or_none
 from runlane.storage.sql.implied import implied_success_attempt
+from runlane.types.runs import TERMINAL_STATUSES
 
 
 def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
@@ -30,6 +33,9 @@ def transition_rounds(transitions: Sequence[Transition]) -> list[list[int]]:
     return rounds
 
 
+#: An environment's finished-run channel (an md5 digest), computed once.
+_channel = lru_cache(maxsize=64)(finished_channel)
+
 #: The progress fields of a transition that carries none.
 _NO_PROGRESS = (None, None, None, None)
 
@@ -39,12 +45,18 @@ def transition_params(
 ) -> dict[str, Any]:
     """Parameters of ``apply_transitions`` for one round: the transitions (with the
     progress they carry) and their events as JSON arrays of positional fields
-    (:data:`~.shapes.TRANSITION` and :data:`~.shapes.TRANSITION_EVENT`)."""
+    (:data:`~.shapes.TRANSITION` and :data:`~.shapes.TRANSITION_EVENT`), and
+    ``channel``: the environment's finished-run channel when one of them finishes its
+    run (:func:`settle_statement` then announces it to the waiters of
+    :mod:`~runlane.storage.postgres.waiting`), else None."""
     ids: list[str] = []
     rows: list[list[Any]] = []
     events: list[list[Any]] = []
+    finishing = False
     for transition in transitions:
         changes = transition.changes
+        if changes.status in TERMINAL_STATUSES:
+            finishing = True
         run_id = transition.run_id
         sequence = transition.expected_sequence
         failure = changes.failure
@@ -92,7 +104,17 @@ def transition_params(
         "ids": ids,
         "transitions": floats_kept(dumps(rows)),
         "events": dumps(events),
+        # Read by apply_finishing_transitions only (settle_statement picks it).
+        "channel": _channel(environment) if finishing else None,
     }
+
+
+def settle_statement(q: Queries, params: dict[str, Any]) -> str:
+    """The statement of one round of :func:`transition_params`: the one that announces
+    the environment when a transition of the round finishes its run."""
+    if params["channel"] is None:
+        return q["apply_transitions"]
+    return q["apply_finishing_transitions"]
 
 
 #: A JSON string (left as it is) or a number in exponent form with a positive exponent.
@@ -134,7 +156,7 @@ async def apply_transitions(
     async def apply_round(indexes: list[int]) -> None:
         params = transition_params(environment, [transitions[i] for i in indexes], now_us)
         done = {row["id"] for row in await AsyncSession(conn).fetch(
-            q["apply_transitions"], params
+            settle_statement(q, params), params
         )}  # fmt: skip
         for i in indexes:
             applied[i] = transitions[i].run_id in done

@@ -1,11 +1,13 @@
 """Hearing that runs finished, for ``rl.runs.wait``: LISTEN on the environment's channel.
 
-Migration 012 makes every run that becomes terminal notify
-``runlane_finished_<md5 of the environment>`` at commit, whatever statement finished
-it. One listening connection per environment waited on serves every waiter of the
-process (the runtime's waiters share one storage); it is made on the first wait and
-reconnects lazily, as the work listener does (it is one: same connection handling,
-keyed by the environment the notification carries).
+Every run that becomes terminal notifies ``runlane_finished_<md5 of the
+environment>`` at commit, whatever statement finished it: the settle statement
+(``apply_finishing_transitions``) once for its runs, migration 012's trigger for any
+other statement (migration 021 makes it skip an environment the transaction
+announced). One listening connection per environment waited on serves every waiter of
+the process (the runtime's waiters share one storage); it is made on the first wait
+and reconnects lazily, as the work listener does (it is one: same connection
+handling, keyed by the environment the notification carries).
 """
 
 from __future__ import annotations
