@@ -29,6 +29,9 @@ Workloads:
   ``+ triggers``; ``+ indexes the run does not enter`` (partial indexes whose
   predicate a plain pending run fails); ``+ indexes the run enters``). The
   differences attribute the server's cost of a lone trigger to the table's indexes.
+- ``lone attempt``: ``rl.execute_next()`` on runs ``trigger_many`` created beforehand
+  (not counted): a claim of one run and a settle of one run, as an idle worker
+  serves a lone trigger.
 - ``drain`` (``--drain``): a ``WorkerMode.DRAIN`` worker of 100 slots executing
   no-op runs that ``trigger_many`` created beforehand (not counted): claims and
   settles, per run. Its two runs are larger (``--drain-small`` 1,000 and
@@ -348,6 +351,20 @@ def drain(dsn: str, n: int) -> list[int]:
     return asyncio.run(run())
 
 
+def lone_attempt(dsn: str, n: int) -> list[int]:
+    async def run() -> list[int]:
+        environment = f"lone-{uuid.uuid4().hex[:12]}"
+        async with _runtime(dsn, environment, f"{environment}-producer") as producer:
+            await producer.trigger_many(noop, [{"n": i} for i in range(n)])
+        async with _runtime(dsn, environment, environment) as rl:
+            for _ in range(n):
+                if await rl.execute_next() is None:
+                    raise RuntimeError("execute_next found no run")
+            return _pids(dsn, environment)
+
+    return asyncio.run(run())
+
+
 def per_operation(
     server: CallgrindServer,
     workload: Callable[[str, int], list[int]],
@@ -395,6 +412,7 @@ def main() -> None:
         ("insert_run on the runs table (full)", statement_insert(SCHEMA)),
         *((f"insert_run on {v} ({d})", statement_insert(v)) for v, d in VARIANTS.items()),
     ]
+    workloads.append(("lone attempt (execute_next: a claim and a settle of one run)", lone_attempt))
     if args.drain:
         workloads.append(("drain, per run (100 slots)", drain))
     if args.only:

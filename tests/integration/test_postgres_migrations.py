@@ -20,6 +20,7 @@ from tests.support import stored_history
 import runlane.core.waiting as waiting_module
 from runlane import Context, ErrorCode, Runlane, RunlaneError, postgres_lane, queue, task
 from runlane.storage.postgres import PostgresStorage
+from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.versioning import MIGRATIONS, SCHEMA_VERSION
 from runlane.types.clock import from_micros, to_micros
 
@@ -46,6 +47,7 @@ ALL_MIGRATIONS = [
     "019_cheaper_rate_key_trigger",
     "020_fewer_indexes_per_run",
     "021_announce_once_per_settle",
+    "022_lighter_claims_and_triggers",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -640,3 +642,57 @@ async def test_version_21_skips_the_trigger_for_an_announced_environment_and_wai
                 (other.id,),
             )
         assert (await asyncio.wait_for(waiting, 5)).status.value == "cancelled"
+
+
+def _claim_counting_key_locks(dsn: str, schema: str, now: int) -> tuple[list[str], int]:
+    """The unbounded claim's statement, as the driver sends it, in a transaction that
+    counts the calls of the key locks' function: the ids claimed, and that count."""
+    statement = QUERY_TEMPLATES["claim_due_runs"].replace("{schema}", f'"{schema}"')
+    params = {
+        "environment": "migrations", "queues": ["main"], "limit": 10, "now": now,
+        "key_lock_prefix": "k:", "worker_id": "w", "lease_token": "t",
+        "lease_expires_at": now + 60_000_000, "horizon": now,
+    }  # fmt: skip
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'pl'")
+        claimed = [row[1] for row in conn.execute(statement, params).fetchall()]
+        (calls,) = conn.execute(
+            "SELECT pg_stat_get_xact_function_calls(%s::regproc)",
+            (f'"{schema}".runlane_lock_claimable_keys',),
+        ).fetchone() or (None,)
+    return claimed, int(calls or 0)
+
+
+async def test_version_22_claims_without_key_locks_until_a_keyed_delivery_exists(
+    postgres_dsn: str, schema: str
+) -> None:
+    rl = await _queued_run_at_version(postgres_dsn, schema, 21, "queued-at-21")
+    assert await rl.migrate() == ALL_MIGRATIONS[21:]
+    runs = sql.Identifier(schema, "runlane_runs")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        definitions = dict(
+            conn.execute(
+                "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+                "WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                (f'"{schema}".runlane_runs',),
+            ).fetchall()
+        )
+    assert "WHEN (new.has_dependents)" in definitions["runlane_dependency_settled"]
+    assert "WHEN ((new.rate_key IS NOT NULL))" in definitions["runlane_rate_key_run_waiting"]
+    # Task runs only: the claim takes no key lock.
+    assert _claim_counting_key_locks(postgres_dsn, schema, 10) == (["queued-at-21"], 0)
+    # An unfinished keyed delivery in the environment (leased: not claimable) sends the
+    # claim through the key locks again; a plain run is claimed on that path too.
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (environment, id, task_id, queue, status, payload, run_at, "
+                "first_run_at, created_at, updated_at, event_sequence, source, partition_key, "
+                "subscription_mode, message_sequence, lease_expires_at) VALUES "
+                "('migrations', 'keyed', 'sub', 'main', 'running', 'null', 1, 1, 1, 1, 1, "
+                "'{{\"type\": \"trigger\"}}', 'k', 'exclusive', 1, 1000), "
+                "('migrations', 'plain', 'noop', 'main', 'queued', 'null', 1, 1, 1, 1, 1, "
+                '\'{{"type": "trigger"}}\', NULL, NULL, NULL, NULL)'
+            ).format(runs)
+        )
+    assert _claim_counting_key_locks(postgres_dsn, schema, 10) == (["plain"], 1)
