@@ -147,9 +147,10 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         deliveries: bool = True,
     ) -> None:
         """``deliveries``: the lane wakes workers through a transport, so tick requests
-        deliveries and the schema keeps the index those requests read (``postgres_lane``
-        passes whether it has a transport; :meth:`migrate` creates the index, and
-        :meth:`open` warns on a schema without it). Without one, no run writes that index."""
+        deliveries and the schema keeps the indexes those requests and the dispatch
+        reservations read (``postgres_lane`` passes whether it has a transport;
+        :meth:`migrate` creates them, and :meth:`open` warns on a schema without them).
+        Without a transport, no run writes them."""
         self._deliveries = deliveries
         self._db = PostgresConnection(
             dsn,

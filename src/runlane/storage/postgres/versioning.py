@@ -49,8 +49,8 @@ async def apply_migrations(
 
     The advisory lock is taken first, so a second process sees the first one's
     work once it gets the lock and applies nothing. ``deliveries`` (the lane has a
-    transport): the delivery index too, when it is missing (not a migration: not
-    among the names returned, as on SQLite).
+    transport): the :data:`DELIVERY_INDEXES` it lacks too (not migrations: not among
+    the names returned, as on SQLite).
     """
     applied: list[str] = []
     async with conn.transaction():
