@@ -46,10 +46,11 @@ WHERE r.environment = %(environment)s AND r.id = %(id)s AND r.partition_key IS N
 -- offset) without a key no other claimer holds (SKIP LOCKED), reading the queue's
 -- runlane_runs_claim_order up to the horizon (now plus the widest priority window),
 -- and the first claimable delivery of each key whose lock it takes first
--- (lock_claimable_keys, in its own snapshot); then take them in turns across queues,
--- so a worker on many queues serves them all. A function since migration 009 (its
--- text is in 017, which replaced it): one statement, which an idle worker sends alone
--- in autocommit. Its p_lease_expires_iso is no longer read (017): NULL.
+-- (lock_claimable_keys, in its own snapshot; only when the environment has an
+-- unfinished keyed delivery at all, migration 022); then take them in turns across
+-- queues, so a worker on many queues serves them all. A function since migration 009
+-- (its text is in 022, which replaced it): one statement, which an idle worker sends
+-- alone in autocommit. Its p_lease_expires_iso is no longer read (017): NULL.
 SELECT * FROM {schema}.runlane_claim_due_runs(
     %(environment)s, %(queues)b::text[], %(limit)s::bigint, %(now)s::bigint,
     %(key_lock_prefix)s, %(worker_id)s, %(lease_token)s, %(lease_expires_at)s::bigint,
