@@ -111,17 +111,9 @@ async def claim_due_runs(
         )
         names = []
         if limits and len(rows) < limit:
-            locked = await session.fetch(
-                q["lock_capacity"],
-                {
-                    **params,
-                    "queues": sorted(limits),
-                    "wait": False,
-                    "lock_prefix": lock_prefix,
-                    "horizon": horizon,
-                },
+            names = await lock_capacity(
+                session, q, lock_prefix, sorted(limits), params, horizon=horizon
             )
-            names = [row["name"] for row in locked]
         if names:
             # The bounded queues' keys only: the unbounded claim below takes its own.
             await session.fetch(q["lock_claimable_keys"], {**params, "queues": names})
@@ -148,6 +140,34 @@ async def claim_due_runs(
     return _runs(rows)
 
 
+async def lock_capacity(
+    session: AsyncSession,
+    q: Queries,
+    lock_prefix: str,
+    names: Sequence[str],
+    params: dict[str, Any],
+    *,
+    horizon: int | None = None,
+) -> list[str]:
+    """Take the capacity locks of bounded queues ``names`` (sorted) until the
+    transaction ends, and return the names locked: each waited for, or with a
+    ``horizon`` (the claim horizon of the queues' widest priority window) only those
+    no other process holds and with a due run up to it."""
+    wait = horizon is None
+    rows = await session.fetch(
+        q["lock_capacity"],
+        {
+            **params,
+            "queues": names,
+            "wait": wait,
+            "lock_prefix": lock_prefix,
+            # Not read when waiting; a bigint all the same, as the statement is prepared.
+            "horizon": params["now"] if horizon is None else horizon,
+        },
+    )
+    return [row["name"] for row in rows]
+
+
 async def _claim_with_tokens(
     session: AsyncSession,
     q: Queries,
@@ -168,17 +188,9 @@ async def _claim_with_tokens(
     after a settle's writes (row locks held) skips a queue another claimer holds."""
     if not rated:
         return []
-    locked = await session.fetch(
-        q["lock_capacity"],
-        {
-            **params,
-            "queues": sorted(p.name for p in rated),
-            "wait": wait,
-            "lock_prefix": lock_prefix,
-            "horizon": claim_horizon(params["now"], widest_priority_window(rated)),
-        },
-    )
-    held = {row["name"] for row in locked}
+    horizon = None if wait else claim_horizon(params["now"], widest_priority_window(rated))
+    names = sorted(p.name for p in rated)
+    held = set(await lock_capacity(session, q, lock_prefix, names, params, horizon=horizon))
     rows: list[Any] = []
     now = params["now"]
     for policy in rated:
@@ -321,16 +333,7 @@ async def claim_run(
         # The key lock before the capacity lock, as publishes (which take only key locks)
         # and every other waiter order them.
         await session.fetch(q["lock_run_key"], params)
-        await session.fetch(
-            q["lock_capacity"],
-            {
-                **params,
-                "queues": [run_queue],
-                "wait": True,
-                "lock_prefix": lock_prefix,
-                "horizon": claim_horizon(params["now"], queue.priority_window),
-            },
-        )
+        await lock_capacity(session, q, lock_prefix, [run_queue], params)
         (occupied,) = await session.fetch(
             q["occupied_capacity"], {**params, "queue": run_queue, "concurrency_key": key}
         )
@@ -357,16 +360,7 @@ async def _claim_run_with_token(
         if not current:
             return None
         await session.fetch(q["lock_run_key"], params)
-        await session.fetch(
-            q["lock_capacity"],
-            {
-                **params,
-                "queues": [queue.name],
-                "wait": True,
-                "lock_prefix": lock_prefix,
-                "horizon": claim_horizon(params["now"], queue.priority_window),
-            },
-        )
+        await lock_capacity(session, q, lock_prefix, [queue.name], params)
         state = {"environment": params["environment"], "queue": queue.name}
         key = current[0]["rate_key"] if queue.rate_keyed else None
         state["rate_key"] = WHOLE_QUEUE if key is None else key

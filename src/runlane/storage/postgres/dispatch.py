@@ -15,12 +15,11 @@ from typing import Any
 import psycopg
 
 from runlane.ports.storage import OutboxResult, QueuePolicy
+from runlane.storage.postgres.claims import lock_capacity
 from runlane.storage.postgres.sessions import AsyncSession, Queries
-from runlane.storage.sql.claiming import widest_priority_window
 from runlane.storage.sql.encoding import dumps
 from runlane.storage.sql.reservations import reserve
 from runlane.types.clock import to_micros
-from runlane.types.priorities import claim_horizon
 
 
 async def request_due_deliveries(
@@ -42,17 +41,7 @@ async def request_due_deliveries(
             chosen += [(row["id"], None) for row in rows]
         if bounded:
             names = sorted(bounded)
-            horizon = claim_horizon(now_us, widest_priority_window(list(bounded.values())))
-            await session.fetch(
-                q["lock_capacity"],
-                {
-                    **scope,
-                    "queues": names,
-                    "wait": True,
-                    "lock_prefix": lock_prefix,
-                    "horizon": horizon,
-                },
-            )
+            await lock_capacity(session, q, lock_prefix, names, scope)
             occupied = {
                 (row["queue"], row["part"]): row["n"]
                 for row in await session.fetch(
