@@ -82,13 +82,10 @@ async def missing_delivery_indexes(
     conn: psycopg.AsyncConnection[Any], q: Mapping[str, str], schema: str
 ) -> list[str]:
     """The :data:`DELIVERY_INDEXES` the schema lacks (see :meth:`PostgresStorage.open`)."""
-    missing = []
-    for name in DELIVERY_INDEXES:
-        cur = await conn.execute(q["delivery_index_present"], {"name": f'"{schema}".{name}'})
-        row = await cur.fetchone()
-        if not (row and row[0]):
-            missing.append(name)
-    return missing
+    cur = await conn.execute(
+        q["missing_indexes"], {"names": list(DELIVERY_INDEXES), "schema": f'"{schema}"'}
+    )
+    return [row[0] for row in await cur.fetchall()]
 
 
 async def check_version(

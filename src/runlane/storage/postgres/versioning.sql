@@ -25,6 +25,7 @@ VALUES (%(version)s, %(name)s, %(applied_at)s);
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM {schema}.runlane_migrations;
 
--- name: delivery_index_present
--- Whether the schema holds an index (one of versioning.DELIVERY_INDEXES).
-SELECT to_regclass(%(name)s) IS NOT NULL AS present;
+-- name: missing_indexes
+-- Which of the indexes named (versioning.DELIVERY_INDEXES) the schema lacks.
+SELECT i.name FROM unnest(%(names)s::text[]) AS i(name)
+WHERE to_regclass(%(schema)s || '.' || i.name) IS NULL;
