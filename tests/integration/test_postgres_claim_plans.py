@@ -113,41 +113,6 @@ def test_the_claim_reads_each_queue_in_claim_order_from_the_expression_index(
     assert "(run_at - priority_offset) <=" in lines[read + 1], plan
 
 
-def test_a_keys_claim_reads_its_runs_in_claim_order_from_its_index(
-    filled: tuple,  # type: ignore[type-arg]
-) -> None:
-    conn, schema = filled
-    statement = QUERY_TEMPLATES["due_rate_keyed_runs"].replace("{schema}", schema)
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)s", number, statement).strip().rstrip(";")
-    values = {
-        "environment": "'e'",
-        "queue": "'q7'",
-        "rate_key": "'k1'",
-        "now": str(NOW),
-        "horizon": str(NOW + 300_000_000),
-        "limit": "10",
-    }
-    with conn.transaction(force_rollback=True):
-        # The plan the driver's prepared statement ends up with: a generic one.
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE keyed AS {prepared}")
-        rows = conn.execute(f"EXPLAIN EXECUTE keyed({', '.join(values[n] for n in names)})")
-        plan = "\n".join(str(row[0]) for row in rows)
-        conn.execute("DEALLOCATE keyed")
-    print(f"\ndue_rate_keyed_runs:\n{plan}")
-    # One key's runs, read in claim order up to the horizon, stopping at the limit.
-    assert "Index Scan using runlane_runs_rate_claim_order" in plan, plan
-    assert "Sort" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
-    assert "(run_at - priority_offset) <=" in plan, plan
-
-
 def _generic_plan(
     filled: tuple[psycopg.Connection[tuple[object, ...]], str],
     query: str,
@@ -172,6 +137,24 @@ def _generic_plan(
         conn.execute("DEALLOCATE probe")
     print(f"\n{query}:\n{plan}")
     return plan
+
+
+def test_a_keys_claim_reads_its_runs_in_claim_order_from_its_index(
+    filled: tuple,  # type: ignore[type-arg]
+) -> None:
+    values = {
+        "environment": "'e'",
+        "queue": "'q7'",
+        "rate_key": "'k1'",
+        "now": str(NOW),
+        "horizon": str(NOW + 300_000_000),
+        "limit": "10",
+    }
+    plan = _generic_plan(filled, "due_rate_keyed_runs", values)
+    # One key's runs, read in claim order up to the horizon, stopping at the limit.
+    assert "Index Scan using runlane_runs_rate_claim_order" in plan, plan
+    assert "Sort" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    assert "(run_at - priority_offset) <=" in plan, plan
 
 
 def test_a_capacity_lock_looks_for_a_due_run_in_claim_order_up_to_the_horizon(
