@@ -336,11 +336,18 @@ def lone_trigger(dsn: str, n: int) -> list[int]:
     return asyncio.run(run())
 
 
+async def _prefilled(dsn: str, n: int, prefix: str) -> str:
+    """An environment of its own holding ``n`` runs due now, created by a producer of
+    another application name (so not counted with the runtime that serves them)."""
+    environment = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    async with _runtime(dsn, environment, f"{environment}-producer") as producer:
+        await producer.trigger_many(noop, [{"n": i} for i in range(n)])
+    return environment
+
+
 def drain(dsn: str, n: int) -> list[int]:
     async def run() -> list[int]:
-        environment = f"drain-{uuid.uuid4().hex[:12]}"
-        async with _runtime(dsn, environment, f"{environment}-producer") as producer:
-            await producer.trigger_many(noop, [{"n": i} for i in range(n)])
+        environment = await _prefilled(dsn, n, "drain")
         async with _runtime(dsn, environment, environment) as rl:
             worker = rl.worker(concurrency=100, mode=WorkerMode.DRAIN, handle_signals=False)
             await worker.run()
@@ -353,9 +360,7 @@ def drain(dsn: str, n: int) -> list[int]:
 
 def lone_attempt(dsn: str, n: int) -> list[int]:
     async def run() -> list[int]:
-        environment = f"lone-{uuid.uuid4().hex[:12]}"
-        async with _runtime(dsn, environment, f"{environment}-producer") as producer:
-            await producer.trigger_many(noop, [{"n": i} for i in range(n)])
+        environment = await _prefilled(dsn, n, "lone")
         async with _runtime(dsn, environment, environment) as rl:
             for _ in range(n):
                 if await rl.execute_next() is None:
