@@ -117,8 +117,11 @@ def _generic_plan(
     filled: tuple[psycopg.Connection[tuple[object, ...]], str],
     query: str,
     values: dict[str, str],
+    *,
+    analyze: bool = False,
 ) -> str:
-    """EXPLAIN of the plan the driver's prepared statement ends up with: a generic one."""
+    """EXPLAIN of the plan the driver's prepared statement ends up with: a generic one
+    (with ``analyze``, as it ran, in a transaction rolled back)."""
     conn, schema = filled
     statement = QUERY_TEMPLATES[query].replace("{schema}", schema)
     names: list[str] = []
@@ -132,7 +135,10 @@ def _generic_plan(
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         conn.execute(f"PREPARE probe AS {prepared}")
-        rows = conn.execute(f"EXPLAIN EXECUTE probe({', '.join(values[n] for n in names)})")
+        options = "(ANALYZE, COSTS OFF, TIMING OFF) " if analyze else ""
+        rows = conn.execute(
+            f"EXPLAIN {options}EXECUTE probe({', '.join(values[n] for n in names)})"
+        )
         plan = "\n".join(str(row[0]) for row in rows)
         conn.execute("DEALLOCATE probe")
     print(f"\n{query}:\n{plan}")
@@ -174,3 +180,36 @@ def test_a_capacity_lock_looks_for_a_due_run_in_claim_order_up_to_the_horizon(
     ), plan
     assert "Seq Scan on runlane_runs" not in plan and "Bitmap" not in plan, plan
     assert "(run_at - priority_offset) <=" in plan, plan
+
+
+def test_a_bounded_claim_reads_no_more_due_runs_than_the_queues_limits(
+    filled: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Queues that never held a run with a concurrency key (migration 023): 10,000 due
+    runs each, and the claim reads each one's first runs in claim order, as many as its
+    limit, then takes the candidates by primary key."""
+    values = {
+        "environment": "'e'",
+        "queues": "'{q3,q4}'::text[]",
+        "limits": "'{2,3}'::int[]",
+        "limit": "10",
+        "now": str(NOW),
+        "horizon": str(NOW + 300_000_000),
+        "key_lock_prefix": "'k:'",
+        "worker_id": "'w'",
+        "lease_token": "'t'",
+        "lease_expires_at": str(NOW + 60_000_000),
+    }
+    plan = _generic_plan(filled, "claim_bounded_runs", values, analyze=True)
+    lines = plan.splitlines()
+    scans = [
+        i
+        for i, line in enumerate(lines)
+        if "using runlane_runs_claim_order" in line and "never executed" not in line
+    ]
+    # One read per queue, under its limit (2.5 rows a loop, shown rounded down).
+    assert len(scans) == 1 and "Limit (actual rows=2 loops=2)" in lines[scans[0] - 1], plan
+    assert "CTE Scan on claimed (actual rows=5 loops=1)" in plan, plan
+    assert "Bitmap Heap Scan on runlane_runs" not in plan, plan
+    table_scans = [line for line in lines if "Seq Scan on runlane_runs" in line]
+    assert all("never executed" in line for line in table_scans), plan

@@ -48,6 +48,7 @@ ALL_MIGRATIONS = [
     "020_fewer_indexes_per_run",
     "021_announce_once_per_settle",
     "022_lighter_claims_and_triggers",
+    "023_partitioned_queues",
 ]
 #: Their versions.
 ALL_VERSIONS = [int(name[:3]) for name in ALL_MIGRATIONS]
@@ -696,3 +697,32 @@ async def test_version_22_claims_without_key_locks_until_a_keyed_delivery_exists
             ).format(runs)
         )
     assert _claim_counting_key_locks(postgres_dsn, schema, 10) == (["plain"], 1)
+
+
+async def test_version_23_names_the_queues_that_hold_runs_with_concurrency_keys(
+    postgres_dsn: str, schema: str
+) -> None:
+    older = PostgresStorage(postgres_dsn, schema=schema)
+    older._migrations = older._migrations[:22]
+    await older.migrate()
+    runs = sql.Identifier(schema, "runlane_runs")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (environment, id, task_id, queue, status, payload, run_at, "
+                "first_run_at, created_at, updated_at, event_sequence, source, concurrency_key) "
+                "VALUES ('migrations', 'keyed', 'noop', 'main', 'succeeded', 'null', 1, 1, 1, 1, "
+                "1, '{{\"type\": \"trigger\"}}', 'k'), "
+                "('migrations', 'plain', 'noop', 'other', 'queued', 'null', 1, 1, 1, 1, 1, "
+                '\'{{"type": "trigger"}}\', NULL)'
+            ).format(runs)
+        )
+    assert await PostgresStorage(postgres_dsn, schema=schema).migrate() == ALL_MIGRATIONS[22:]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        named = conn.execute(
+            sql.SQL("SELECT environment, queue FROM {}").format(
+                sql.Identifier(schema, "runlane_partitioned_queues")
+            )
+        ).fetchall()
+    # Finished or not, a keyed run names its queue; a queue without one is not named.
+    assert named == [("migrations", "main")]

@@ -61,10 +61,16 @@ SELECT * FROM {schema}.runlane_claim_due_runs(
 -- Bounded queues, whose capacity locks the caller holds: per (queue, concurrency
 -- key) partition, at most the limit minus the runs holding an unexpired lease, first
 -- in claim order (due time less the priority offset); of a partition key (whose key
--- lock the caller holds), at most its first claimable delivery.
+-- lock the caller holds), at most its first claimable delivery. A queue that never
+-- held a run with a concurrency key (migration 023) is one partition: only its first
+-- due runs, as many as its limit, are read.
 WITH candidates AS (
     WITH limits AS (
-        SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS q(name, lim)
+        SELECT q.name, q.lim, EXISTS (
+                   SELECT 1 FROM {schema}.runlane_partitioned_queues p
+                   WHERE p.environment = %(environment)s AND p.queue = q.name
+               ) AS partitioned
+        FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS q(name, lim)
     ),
     held AS (
         SELECT string_to_array(
@@ -82,16 +88,22 @@ WITH candidates AS (
     ),
     eligible AS (
         -- runlane_runs_claim_order up to the horizon (now plus the widest priority
-        -- window of the queues: no due run's claim time is later).
-        SELECT r.id, r.queue, r.run_at - r.priority_offset AS claim_at,
-               coalesce(r.concurrency_key, '') AS part, limits.lim
-        FROM {schema}.runlane_runs r
-        JOIN limits ON limits.name = r.queue
-        WHERE r.environment = %(environment)s
-          AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
-          AND r.run_at - r.priority_offset <= %(horizon)s
-          AND r.run_at <= %(now)s
-          AND r.partition_key IS NULL
+        -- window of the queues: no due run's claim time is later), in claim order: of
+        -- a queue of one partition only its first runs, as many as its limit (no
+        -- later one can be taken), of a partitioned queue every due run.
+        SELECT first.id, first.queue, first.claim_at, first.part, limits.lim
+        FROM limits CROSS JOIN LATERAL (
+            SELECT r.id, r.queue, r.run_at - r.priority_offset AS claim_at,
+                   coalesce(r.concurrency_key, '') AS part
+            FROM {schema}.runlane_runs r
+            WHERE r.environment = %(environment)s AND r.queue = limits.name
+              AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+              AND r.run_at - r.priority_offset <= %(horizon)s
+              AND r.run_at <= %(now)s
+              AND r.partition_key IS NULL
+            ORDER BY r.run_at - r.priority_offset, r.id
+            LIMIT CASE WHEN limits.partitioned THEN NULL ELSE limits.lim END
+        ) AS first
         UNION ALL
         SELECT f.id, f.queue, f.claim_at, f.part,
                f.lim
@@ -152,7 +164,10 @@ WITH candidates AS (
           ORDER BY ranked.claim_at, ranked.id
           LIMIT %(limit)s
       ))
-      AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
+      -- IS TRUE: a test no partial index's predicate follows from, so the candidates
+      -- are read by primary key even when stale statistics make claimable runs look
+      -- rare (runlane_runs_claim_order would then be read whole).
+      AND (r.status IN ('queued', 'scheduled', 'retrying', 'released')) IS TRUE
       AND r.run_at <= %(now)s
     FOR UPDATE OF r
 ),
@@ -257,17 +272,22 @@ SELECT target.id, target.blocked FROM target JOIN cleared ON cleared.id = target
 -- (or without due runs) are skipped. The queues locked come back. A due run is
 -- looked for in runlane_runs_claim_order up to the horizon (now plus the widest
 -- priority window of the queues), which ends the read however many runs wait later.
+-- The first in claim order (a subquery, not EXISTS, which PostgreSQL would strip of
+-- its order): a generic plan may otherwise scan the table for any one, which reads a
+-- long way when the due runs lie behind many others.
 SELECT q.name
 FROM unnest(%(queues)b::text[]) AS q(name)
 WHERE CASE
     WHEN NOT %(wait)s THEN
-        EXISTS (
-            SELECT 1 FROM {schema}.runlane_runs r
+        (
+            SELECT r.id FROM {schema}.runlane_runs r
             WHERE r.environment = %(environment)s AND r.queue = q.name
               AND r.status IN ('queued', 'scheduled', 'retrying', 'released')
               AND r.run_at - r.priority_offset <= %(horizon)s
               AND r.run_at <= %(now)s
-        )
+            ORDER BY r.run_at - r.priority_offset, r.id
+            LIMIT 1
+        ) IS NOT NULL
         AND pg_try_advisory_xact_lock(hashtextextended(%(lock_prefix)s || q.name, 0))
     ELSE pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || q.name, 0)) IS NOT NULL
 END;

@@ -144,6 +144,7 @@ async def copy_run_stream(
     a run is due."""
     created: list[Run] = []
     due = False
+    partitioned: set[str] = set()
     async with conn.cursor() as cur:
         async with cur.copy(q["copy_runs"]) as copy:
             for runs in batches:
@@ -151,6 +152,13 @@ async def copy_run_stream(
                 await copy.write(data)
                 created += plain_runs(environment, runs, now_us)
                 due = due or batch_due
+                partitioned.update(r.queue for r in runs if r.concurrency_key is not None)
+        if partitioned:
+            # Their bounded claims rank per partition from now on (migration 023).
+            await cur.execute(
+                q["name_partitioned_queues"],
+                {"environment": environment, "queues": sorted(partitioned)},
+            )
         if due:
             await cur.execute(q["announce_work"], announce)
     return created

@@ -68,9 +68,9 @@ from runlane.storage.postgres.params import (
     lease_params,
     lone_outcome,
     lone_params,
+    lone_row,
     may_hand_off,
     plain_batch,
-    plain_run,
 )
 from runlane.storage.postgres.pruning import prune_params
 from runlane.storage.postgres.publishing import PublishCall
@@ -323,7 +323,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         check_distinct_ids(runs)
         now_us = to_micros(now)
         bare = connection is None and lease is None
-        if bare and len(runs) == 1 and plain_run(runs[0]):
+        if bare and len(runs) == 1 and lone_row(runs[0]):
             return [await self.create_lone_run(environment, runs[0], now)]
         if bare and len(runs) >= COPY_THRESHOLD and plain_batch(runs):
             # A one-batch stream; a tuple can be sent again if a conflict aborts it.
@@ -355,7 +355,7 @@ class PostgresStorage(HandOffCalls, SqlStorageBase):
         """:meth:`create_runs` of one run (a lone trigger's): for a plain run, one
         autocommitted statement sent through libpq directly, with no batch columns to
         build; a due run may be handed to a worker standing by (standby.py)."""
-        if not plain_run(new):
+        if not lone_row(new):
             (outcome,) = await self.create_runs(environment, [new], now)
             return outcome
         now_us = to_micros(now)

@@ -370,6 +370,12 @@ def plain_run(new: NewRun) -> bool:
     )
 
 
+def lone_row(new: NewRun) -> bool:
+    """Whether ``new`` goes alone through ``insert_run``: a bare row without a
+    concurrency key (whose queue ``insert_runs`` names, migration 023)."""
+    return new.concurrency_key is None and plain_run(new)
+
+
 def plain_runs(environment: str, runs: Sequence[NewRun], now_us: int) -> list[Run]:
     """The runs of a plain batch written with ``copy_runs``, as stored: at event
     sequence 1 (their run.created event is implied by their rows)."""

@@ -48,7 +48,16 @@ inserted AS (
         WHERE singleton_key IS NOT NULL AND status IN (
             'queued', 'scheduled', 'running', 'retrying', 'released', 'cancellation_requested')
         DO NOTHING
-    RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at
+    RETURNING id, queue, status, run_at, event_sequence, trace_carrier, delivery_requested_at,
+              concurrency_key
+),
+partitioned AS (
+    -- A queue's first run with a concurrency key makes its bounded claims rank per
+    -- partition (migration 023). Runs with keys are written by this statement, or by
+    -- copy_runs followed by name_partitioned_queues.
+    INSERT INTO {schema}.runlane_partitioned_queues (environment, queue)
+    SELECT DISTINCT %(environment)s, queue FROM inserted WHERE concurrency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
 ),
 events AS (
     INSERT INTO {schema}.runlane_run_events (
@@ -183,6 +192,12 @@ COPY {schema}.runlane_runs (
     first_run_at, created_at, updated_at, event_sequence, source, concurrency_key, trace_carrier,
     priority, priority_offset, rate_key
 ) FROM STDIN;
+
+-- name: name_partitioned_queues
+-- copy_runs wrote runs with a concurrency key to these queues (see insert_runs).
+INSERT INTO {schema}.runlane_partitioned_queues (environment, queue)
+SELECT %(environment)s, unnest(%(queues)s::text[])
+ON CONFLICT DO NOTHING;
 
 -- name: announce_work
 SELECT pg_notify(%(channel)s, %(environment)s);

@@ -73,6 +73,30 @@ async def test_concurrency_keys_partition_a_bounded_queue(make_runtime: Factory)
     )
 
 
+@pytest.mark.parametrize("keyed_runs", [1, 70, 1001], ids=["lone", "batch", "stream"])
+async def test_a_keyed_run_behind_a_full_partitions_backlog_is_claimed(
+    make_runtime: Factory, keyed_runs: int
+) -> None:
+    """A driver may read a bounded queue's due runs only as far as its limit while no
+    run of it has had a concurrency key; the first keyed run, however it was written
+    (alone, in a batch, in a bulk call of many batches), must still be found behind
+    the backlog of a partition that is full."""
+    _, record = _recorder()
+    rl = await make_runtime([record], queues=[MAIN, SERIAL])
+    await rl.trigger_many(record, [{"order_id": i} for i in range(5)], queue=SERIAL)
+    (unkeyed,) = await _claim(rl, [SERIAL])
+    assert unkeyed.concurrency_key is None
+    assert await _claim(rl, [SERIAL]) == []
+    payloads = [{"order_id": 100 + i} for i in range(keyed_runs)]
+    if keyed_runs == 1:
+        await rl.trigger(record, payloads[0], queue=SERIAL, concurrency_key="k")
+    else:
+        await rl.trigger_many(record, payloads, queue=SERIAL, concurrency_key="k")
+    (keyed,) = await _claim(rl, [SERIAL])
+    assert keyed.concurrency_key == "k"
+    assert await _claim(rl, [SERIAL]) == []
+
+
 async def test_an_unbounded_queue_keeps_but_ignores_the_concurrency_key(
     make_runtime: Factory,
 ) -> None:
