@@ -355,3 +355,27 @@ async def test_version_17_moves_stored_progress_onto_the_runs_and_drops_its_tabl
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert "runlane_run_progress" not in tables
+
+
+async def test_version_18_names_the_queues_that_hold_runs_with_concurrency_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v17.db"
+    _migrate_up_to(path, 17, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        _store_queued_run(conn, "plain", first_run_at=True)
+        conn.execute(
+            "INSERT INTO runlane_runs (environment, id, task_id, queue, status, payload, "
+            "run_at, first_run_at, created_at, updated_at, event_sequence, source, "
+            "concurrency_key) VALUES ('upgrade', 'keyed', 'noop', 'keyed', 'succeeded', "
+            "'null', 1, 1, 1, 1, 1, ?, 'k')",
+            ('{"type": "trigger"}',),
+        )
+    rl = _runtime(path)
+    async with rl:
+        assert _applied(path) == LATEST
+        # Any statement that writes a keyed run names its queue from now on.
+        await rl.trigger(noop, None, concurrency_key="tenant")
+    with sqlite3.connect(path) as conn:
+        named = conn.execute("SELECT environment, queue FROM runlane_partitioned_queues")
+        assert sorted(named) == [("upgrade", "keyed"), ("upgrade", "main")]

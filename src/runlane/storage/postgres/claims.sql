@@ -66,10 +66,11 @@ SELECT * FROM {schema}.runlane_claim_due_runs(
 -- due runs, as many as its limit, are read.
 WITH candidates AS (
     WITH limits AS (
-        SELECT q.name, q.lim, EXISTS (
-                   SELECT 1 FROM {schema}.runlane_partitioned_queues p
+        -- scan: how many due runs to read (all of a partitioned queue: NULL).
+        SELECT q.name, q.lim, CASE WHEN EXISTS (
+                   SELECT FROM {schema}.runlane_partitioned_queues p
                    WHERE p.environment = %(environment)s AND p.queue = q.name
-               ) AS partitioned
+               ) THEN NULL ELSE q.lim END AS scan
         FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS q(name, lim)
     ),
     held AS (
@@ -84,14 +85,14 @@ WITH candidates AS (
         WHERE r.environment = %(environment)s
           AND r.status IN ('running', 'cancellation_requested')
           AND r.lease_expires_at > %(now)s
-        GROUP BY r.queue, coalesce(r.concurrency_key, '')
+        GROUP BY 1, 2
     ),
     eligible AS (
         -- runlane_runs_claim_order up to the horizon (now plus the widest priority
         -- window of the queues: no due run's claim time is later), in claim order: of
         -- a queue of one partition only its first runs, as many as its limit (no
         -- later one can be taken), of a partitioned queue every due run.
-        SELECT first.id, first.queue, first.claim_at, first.part, limits.lim
+        SELECT first.*, limits.lim
         FROM limits CROSS JOIN LATERAL (
             SELECT r.id, r.queue, r.run_at - r.priority_offset AS claim_at,
                    coalesce(r.concurrency_key, '') AS part
@@ -102,7 +103,7 @@ WITH candidates AS (
               AND r.run_at <= %(now)s
               AND r.partition_key IS NULL
             ORDER BY r.run_at - r.priority_offset, r.id
-            LIMIT CASE WHEN limits.partitioned THEN NULL ELSE limits.lim END
+            LIMIT limits.scan
         ) AS first
         UNION ALL
         SELECT f.id, f.queue, f.claim_at, f.part,
@@ -146,22 +147,17 @@ WITH candidates AS (
           )
     ),
     ranked AS (
-        SELECT eligible.*,
-               row_number() OVER (
-                   PARTITION BY eligible.queue, eligible.part
-                   ORDER BY eligible.claim_at, eligible.id
-               ) AS rn
+        SELECT *, row_number() OVER (PARTITION BY queue, part ORDER BY claim_at, id) AS rn
         FROM eligible
     )
     SELECT r.id
     FROM {schema}.runlane_runs r
     WHERE r.environment = %(environment)s
       AND r.id = ANY(ARRAY(
-          SELECT ranked.id
-          FROM ranked
-          LEFT JOIN occupied ON occupied.queue = ranked.queue AND occupied.part = ranked.part
-          WHERE ranked.rn <= ranked.lim - coalesce(occupied.n, 0)
-          ORDER BY ranked.claim_at, ranked.id
+          SELECT id
+          FROM ranked LEFT JOIN occupied USING (queue, part)
+          WHERE rn <= lim - coalesce(n, 0)
+          ORDER BY claim_at, id
           LIMIT %(limit)s
       ))
       -- IS TRUE: a test no partial index's predicate follows from, so the candidates

@@ -90,8 +90,7 @@ def claim_due_runs(
             cur,
             "claim_bounded_runs",
             {
-                "environment": environment,
-                "bounded": json.dumps(list(limits.items())),
+                **bounded_params(cur, environment, limits, lease_params["now"], others),
                 "limit": limit - len(runs),
                 **lease_params,
             },
@@ -134,8 +133,8 @@ def _claim_with_tokens(
     if take < 1:
         return []
     if policy.concurrency_limit is not None:
-        bounded = json.dumps([(policy.name, policy.concurrency_limit)])
-        params = {"environment": environment, "bounded": bounded, "limit": take}
+        limits = {policy.name: policy.concurrency_limit}
+        params = {**bounded_params(cur, environment, limits, now, [policy]), "limit": take}
         runs = _claim_rows(cur, "claim_bounded_runs", {**params, **lease_params})
     else:
         params = {
@@ -305,6 +304,30 @@ def claim_run(
             },
         )
     return run
+
+
+def bounded_params(
+    cur: sqlite3.Cursor,
+    environment: str,
+    limits: dict[str, int],
+    now: int,
+    policies: Sequence[QueuePolicy],
+) -> dict[str, Any]:
+    """``claim_bounded_runs``' choice of runs to rank, in the caller's transaction: of
+    the queues that have held a run with a concurrency key (migration 018) every due
+    run, of the others (one partition each) only their first due runs, as many as
+    their limit: no later run of theirs can be taken."""
+    scope = {"environment": environment, "bounded": json.dumps(list(limits.items()))}
+    partitioned = {row[0] for row in cur.execute(QUERIES["partitioned_queues"], scope)}
+    horizon = claim_horizon(now, widest_priority_window(policies))
+    firsts: list[str] = []
+    for name, lim in limits.items():
+        if name not in partitioned:
+            one = {"environment": environment, "queue": name, "now": now, "take": lim}
+            rows = cur.execute(QUERIES["first_due_runs"], {**one, "horizon": horizon})
+            firsts += [row[0] for row in rows]
+    ranked = [(name, lim) for name, lim in limits.items() if name in partitioned]
+    return {**scope, "ranked": json.dumps(ranked), "firsts": json.dumps(firsts)}
 
 
 def _claim_rows(cur: sqlite3.Cursor, query: str, params: dict[str, Any]) -> list[Run]:

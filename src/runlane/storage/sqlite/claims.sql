@@ -105,6 +105,25 @@ RETURNING id, environment, task_id, queue, status, payload, attempt, failure_cou
           lease_expires_at, cancel_reason, partition_key, replays, subscription_mode,
           message_sequence, dead_letter_reason, dead_lettered_at, rate_key, priority;
 
+-- name: partitioned_queues
+-- Of the bounded queues (:bounded), those that have held a run with a concurrency key.
+SELECT queue FROM runlane_partitioned_queues
+WHERE environment = :environment
+  AND queue IN (SELECT json_extract(value, '$[0]') FROM json_each(:bounded));
+
+-- name: first_due_runs
+-- A queue of one partition: its first due runs in claim order, as many as its limit.
+SELECT id FROM runlane_runs INDEXED BY runlane_runs_claim_order
+WHERE environment = :environment
+  AND queue = :queue
+  AND (status = 'queued' OR status = 'scheduled' OR status = 'retrying'
+       OR status = 'released')
+  AND claim_at <= :horizon
+  AND run_at <= :now
+  AND partition_key IS NULL
+ORDER BY claim_at, id
+LIMIT :take;
+
 -- name: claim_bounded_runs
 -- Bounded queues: per (queue, concurrency key) partition, claim at most the limit
 -- minus the runs that hold an active lease, first in claim order (claim_at); of a
@@ -134,6 +153,23 @@ WHERE environment = :environment
         SELECT e.id, e.queue, e.claim_at, e.lim, e.part,
                row_number() OVER (PARTITION BY e.queue, e.part ORDER BY e.claim_at, e.id) AS rn
         FROM (
+            -- Partitioned queues (:ranked, migration 018): every due run (CROSS JOIN:
+            -- the queues are the outer loop, so without any no run is read) ...
+            SELECT r.id, r.queue, r.claim_at, q.lim, coalesce(r.concurrency_key, '') AS part
+            FROM (
+                SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS lim
+                FROM json_each(:ranked)
+            ) q
+            CROSS JOIN runlane_runs r
+            WHERE r.queue = q.queue
+              AND r.environment = :environment
+              AND (r.status = 'queued' OR r.status = 'scheduled' OR r.status = 'retrying'
+                   OR r.status = 'released')
+              AND r.run_at <= :now
+              AND r.partition_key IS NULL
+            UNION ALL
+            -- ... and of the others the first due runs, as many as the limit, which
+            -- first_due_runs read in this transaction (:firsts, their ids).
             SELECT r.id, r.queue, r.claim_at, q.lim, coalesce(r.concurrency_key, '') AS part
             FROM runlane_runs r
             JOIN (
@@ -141,10 +177,7 @@ WHERE environment = :environment
                 FROM json_each(:bounded)
             ) q ON q.queue = r.queue
             WHERE r.environment = :environment
-              AND (r.status = 'queued' OR r.status = 'scheduled' OR r.status = 'retrying'
-                   OR r.status = 'released')
-              AND r.run_at <= :now
-              AND r.partition_key IS NULL
+              AND r.id IN (SELECT value FROM json_each(:firsts))
             UNION ALL
             SELECT f.id, f.queue, f.claim_at, f.lim, f.part FROM (
                 SELECT k.id, k.queue, k.run_at, k.claim_at, q.lim,

@@ -74,6 +74,11 @@ SELECT :environment, row.key, :task_id, :queue, :status,
        :concurrency_key, :trace_carrier, NULL, :priority, :priority_offset, :rate_key
 FROM json_each(:rows) AS row;
 
+-- name: name_partitioned_queue
+-- A keyed run is written to this queue in the same transaction (migration 018).
+INSERT OR IGNORE INTO runlane_partitioned_queues (environment, queue)
+VALUES (:environment, :queue);
+
 -- name: insert_event
 INSERT INTO runlane_run_events (environment, run_id, sequence, type, occurred_at, data)
 VALUES (:environment, :run_id, :sequence, :type, :occurred_at, :data);
