@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_bounded_claims.py
     .venv/bin/python bench/bench_bounded_claims.py --backlogs 1000,100000 --lanes postgres
-    .venv/bin/python bench/bench_bounded_claims.py --src ../other-checkout/src
+    PYTHONPATH=../other-checkout/src .venv/bin/python bench/bench_bounded_claims.py
 
 For each lane and backlog: ``backlog`` due runs of a queue limited to 5 at a time are
 triggered, then ``rl.execute_next()`` (claim one run, execute a no-op, settle it) is
@@ -28,25 +28,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-
-def _early_src() -> str | None:
-    """``--src``, read before runlane is imported so that it is the one imported."""
-    for i, arg in enumerate(sys.argv):
-        if arg == "--src" and i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-        if arg.startswith("--src="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-SRC = _early_src()
-if SRC:
-    sys.path.insert(0, str(Path(SRC).resolve()))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
-from tests.support.postgres_server import bench_database  # noqa: E402
+from tests.support.postgres_server import bench_database
 
-from runlane import Context, Lane, Runlane, postgres_lane, queue, sqlite_lane, task  # noqa: E402
+from runlane import Context, Lane, Runlane, postgres_lane, queue, sqlite_lane, task
 
 LIMIT = 5
 KEYS = 50
@@ -107,7 +93,6 @@ async def main() -> None:
     parser.add_argument("--backlogs", default="1000,10000,100000")
     parser.add_argument("--lanes", default="sqlite,postgres")
     parser.add_argument("--samples", type=int, default=50)
-    parser.add_argument("--src", help="a checkout's src folder to import runlane from")
     args = parser.parse_args()
     backlogs = [int(b) for b in args.backlogs.split(",")]
     lanes = args.lanes.split(",")
