@@ -349,3 +349,37 @@ async def test_the_only_attempt_observer_that_raises_is_logged_once_and_attempts
             assert SEEN_INSIDE[run.id] is None
     assert caplog.text.count("observer Raising raised in attempt") == 1
     assert events == ["settled succeeded", "settled succeeded"]
+
+
+@pytest.mark.parametrize("fail", ["enter", "exit"])
+async def test_the_only_async_attempt_context_that_raises_is_logged_and_the_attempt_goes_on(
+    tmp_path: Path, fail: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one observer's async context, entered and left by the attempt itself, is
+    isolated as every hook is: its error is logged once, the attempts settle, and the
+    outcome is heard before the context is left."""
+
+    class FailingScope(Recorder):
+        @contextlib.asynccontextmanager
+        async def attempt(self, attempt: Attempt) -> AsyncIterator[None]:
+            self.events.append("enter")
+            if fail == "enter":
+                raise RuntimeError("enter fails")
+            yield
+            self.events.append("exit")
+            raise RuntimeError("exit fails")
+
+    events: list[str] = []
+    async with _reads_runtime(tmp_path / "failing.db", FailingScope(events)) as rl:
+        await rl.migrate()
+        for _ in range(2):
+            await rl.trigger(reads, {})
+            settled = await rl.execute_next()
+            assert settled is not None and settled.status.value == "succeeded"
+    assert caplog.text.count("observer FailingScope raised in attempt") == 1
+    one = (
+        ["enter", "settled succeeded"]
+        if fail == "enter"
+        else ["enter", "settled succeeded", "exit"]
+    )
+    assert events == one * 2

@@ -439,8 +439,10 @@ UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
         {"traceparent": UNSAMPLED[:-2] + "02"},  # another flag set, still not sampled
         {"traceparent": UNSAMPLED, "tracestate": "vendor=value"},
         {"traceparent": UNSAMPLED, "baggage": "user=ada"},
+        {"traceparent": "01" + UNSAMPLED[2:]},  # a later version, read as 00
+        {"traceparent": "00-" + "0" * 16 + UNSAMPLED[19:]},  # a trace id of leading zeros
     ],
-    ids=["plain", "other-flag", "tracestate", "baggage"],
+    ids=["plain", "other-flag", "tracestate", "baggage", "version-01", "zeros-first"],
 )
 @pytest.mark.parametrize("propagator", [PROPAGATOR, None], ids=["w3c", "global"])
 async def test_an_unsampled_run_makes_current_exactly_what_the_propagator_extracts(
@@ -515,6 +517,7 @@ def test_a_stored_carriers_text_is_read_without_decoding_it(
         UNSAMPLED[:36] + "0" * 16 + "-00",  # an invalid span id
         UNSAMPLED.upper(),  # the W3C format is lower case
         UNSAMPLED + "-extra",  # version 00 has four fields
+        "ff" + UNSAMPLED[2:],  # version ff is invalid
     ],
 )
 async def test_an_unusable_traceparent_starts_a_new_trace_even_with_skip_unsampled(

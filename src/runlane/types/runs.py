@@ -276,7 +276,7 @@ class _CarrierDecodedOnRead:
     decoded reads as ``None``) and keeps the mapping in its place. Every read, and so
     equality, ``replace``, ``repr`` and pickling, sees the mapping.
 
-    A traced worker needs nothing of an unsampled run's carrier but one match of that
+    A traced worker needs nothing of an unsampled run's carrier but one check of that
     text (``runlane.otel``); decoding it for every claimed run cost about 5,000
     instructions, 1.2 % of a no-op attempt (``bench/bench_instructions.py``).
     """
