@@ -5,8 +5,9 @@
 -- This table names the queues that have held a run with a concurrency key; the claim
 -- ranks all due runs only for those, and reads at most the limit of the others from
 -- runlane_runs_claim_order. A queue is named in the transaction that writes its first
--- keyed run (insert_runs), so a claim that sees the run sees the name. Names are never
--- removed: a queue keyed once keeps the ranking claim.
+-- keyed run (insert_runs, or name_partitioned_queues after a COPY), so a claim that
+-- sees the run sees the name. Names are never removed: a queue keyed once keeps the
+-- ranking claim.
 CREATE TABLE {schema}.runlane_partitioned_queues (
     environment TEXT NOT NULL,
     queue TEXT NOT NULL,
