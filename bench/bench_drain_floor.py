@@ -60,6 +60,7 @@ from runlane import Context, Runlane, WorkerMode, postgres_lane, queue, task
 from runlane.storage.postgres.queries import QUERY_TEMPLATES
 from runlane.storage.postgres.transitions import transition_params
 from runlane.storage.sql.claiming import key_lock_prefix
+from runlane.types.priorities import DEFAULT_PRIORITY_WINDOW, claim_horizon
 from runlane.types.records import NewEvent, RunChanges, Transition
 from runlane.types.runs import RunEventType, RunStatus
 
@@ -93,7 +94,8 @@ def _runtime(dsn: str, schema: str) -> Runlane:
 _CLAIM = """
 SELECT * FROM {claim}(
     %(environment)s, %(queues)s::text[], %(limit)s::bigint, %(now)s::bigint,
-    %(key_lock_prefix)s, %(worker)s, %(token)s, %(expires)s::bigint, %(expires_iso)s
+    %(key_lock_prefix)s, %(worker)s, %(token)s, %(expires)s::bigint, NULL::text,
+    %(horizon)s::bigint
 )
 """
 
@@ -155,7 +157,7 @@ async def _floor_loop(
                 "worker": worker,
                 "token": token,
                 "expires": now + 30_000_000,
-                "expires_iso": "2100-01-01T00:00:00+00:00",
+                "horizon": claim_horizon(now, DEFAULT_PRIORITY_WINDOW),
             }
             # One round trip and one commit per batch, as Runlane's busy worker sends
             # it (storage/postgres/claims.py, _in_one_round_trip).
