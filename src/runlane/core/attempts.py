@@ -506,7 +506,7 @@ class OpenAttempt:
                             self._scope = scope
                         scope = None
                     else:
-                        scope = observers.sole_scope(report, scope)
+                        scope = observers.sole_scope(scope)
             if type(scope) is Token:
                 # A context variable the observer set: reset once the handler returns.
                 token = scope

@@ -417,14 +417,10 @@ class Observers:
             return AttemptScope(self, attempt, managers)
         return HandlerScope(self, managers)
 
-    def sole_scope(self, attempt: Attempt, manager: Any) -> AttemptScope | HandlerScope:
-        """The scope of the context manager :attr:`sole_attempt` returned for
-        ``attempt``: an :class:`AttemptScope` for an async one, else a
-        :class:`HandlerScope`."""
-        observer = self._bound["attempt"][0][0]
-        if hasattr(manager, "__aenter__"):
-            return AttemptScope(self, attempt, [(observer, manager)])
-        return HandlerScope(self, [(observer, manager)])
+    def sole_scope(self, manager: Any) -> HandlerScope:
+        """The :class:`HandlerScope` of the plain context manager :attr:`sole_attempt`
+        returned (an async one the attempt enters and leaves itself)."""
+        return HandlerScope(self, [(self._bound["attempt"][0][0], manager)])
 
     def sole_attempt_failed(self) -> None:
         """Log that :attr:`sole_attempt` raised, or that resetting the token it returned

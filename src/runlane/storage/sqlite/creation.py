@@ -93,7 +93,7 @@ def create_runs(
         with db.transaction(connection) as cur:
             if any(new.rate_key is not None for new in runs):
                 ensure_rate_key_triggers(cur)
-            name_partitioned_queues(cur, environment, runs)
+            name_partitioned_queues(cur, environment, keyed_queues(runs))
             if any(isinstance(new, NewWaitingRun) for new in runs):
                 # Dependencies are rare: such calls go row by row.
                 return [
@@ -133,8 +133,7 @@ def create_run_batch(
             if batch.rate_key is not None:
                 ensure_rate_key_triggers(cur)
             if batch.concurrency_key is not None:
-                name = {"environment": environment, "queue": batch.queue}
-                cur.execute(QUERIES["name_partitioned_queue"], name)
+                name_partitioned_queues(cur, environment, {batch.queue})
             cur.execute(QUERIES[plain_statement(run_params["rows"])], run_params)
     except sqlite3.IntegrityError as error:
         # The one constraint a plain run can break: its id is taken (the statement is
@@ -161,14 +160,18 @@ def create_members(
     (with their delivery requests, claimed until ``claimed_until`` if given)."""
     if any(new.rate_key is not None for new in runs):
         ensure_rate_key_triggers(cur)
-    name_partitioned_queues(cur, environment, runs)
+    name_partitioned_queues(cur, environment, keyed_queues(runs))
     return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
 
 
-def name_partitioned_queues(cur: sqlite3.Cursor, environment: str, runs: Sequence[NewRun]) -> None:
-    """Name the queues of the runs with a concurrency key, in the transaction that
-    writes them: their bounded claims rank every due run per key (migration 018)."""
-    queues = {new.queue for new in runs if new.concurrency_key is not None}
+def keyed_queues(runs: Sequence[NewRun]) -> set[str]:
+    """The queues of the runs with a concurrency key."""
+    return {new.queue for new in runs if new.concurrency_key is not None}
+
+
+def name_partitioned_queues(cur: sqlite3.Cursor, environment: str, queues: set[str]) -> None:
+    """Name ``queues`` (of runs with a concurrency key), in the transaction that writes
+    the runs: their bounded claims rank every due run per key (migration 018)."""
     if queues:
         cur.executemany(
             QUERIES["name_partitioned_queue"],
