@@ -61,7 +61,14 @@ from runlane.model.transitions import (
 from runlane.model.transitions import project as project_run
 from runlane.ports.storage import TracksDependencies
 from runlane.types.errors import ErrorCode, RunlaneError
-from runlane.types.records import CreateOutcome, LeaseRequest, NewRun, ProgressWrite, QueuePolicy
+from runlane.types.records import (
+    CreateOutcome,
+    LeaseRequest,
+    NewRun,
+    ProgressWrite,
+    QueuePolicy,
+    Transition,
+)
 from runlane.types.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from runlane.types.runs import Run, RunFailure, RunStatus, stored_trace_carrier
 
@@ -424,6 +431,12 @@ class AttemptRunner:
         )
 
 
+#: Told by an :class:`OpenAttempt` handed to the batch with
+#: :meth:`~OpenAttempt.settle_soon` how its write went: the attempt, the run as settled
+#: (``None``: not written), and the error that kept its batch from being written.
+SettledSoon = Callable[["OpenAttempt", Run | None, BaseException | None], None]
+
+
 class OpenAttempt:
     """One attempt in two steps: :meth:`call` runs the handler, :meth:`settle` writes
     its outcome. Between them the caller does what must not wait for the write (a
@@ -437,6 +450,7 @@ class OpenAttempt:
 
     __slots__ = (
         "_batcher",
+        "_done",
         "_limit",
         "_outcome",
         "_policy",
@@ -445,7 +459,9 @@ class OpenAttempt:
         "_runner",
         "_scope",
         "_settings",
+        "_settling_at",
         "_stop",
+        "_transition",
         "report",
     )
 
@@ -473,6 +489,10 @@ class OpenAttempt:
         self._outcome: AttemptOutcome | Ended | None = None
         self._policy = DEFAULT_RETRY_POLICY
         self._progress: ProgressWrite | None = None
+        #: Set by settle_soon: what __call__ tells once the batch is written.
+        self._done: SettledSoon | None = None
+        self._transition: Transition | None = None
+        self._settling_at: datetime | None = None
 
     async def call(self) -> None:
         """Run the handler (keeping the lease alive); its outcome waits for :meth:`settle`."""
@@ -566,14 +586,15 @@ class OpenAttempt:
             await self._leave()
         return settled
 
-    def settle_soon(self, done: Callable[[Run | None, BaseException | None], None]) -> bool:
+    def settle_soon(self, done: SettledSoon) -> bool:
         """Hand the outcome :meth:`call` produced to the batcher without waiting for it to
         be written; whether it was handed (otherwise, nothing was done: use :meth:`settle`).
 
-        Once its batch is written, ``done`` gets the run as settled (as :meth:`settle`
-        returns it) or the error that kept the batch from being written, from the flush
-        that wrote it. A run whose compare-and-set failed (a concurrent change) is
-        neither: ``done(None, None)``, and :meth:`settle` re-reads it and decides.
+        Once its batch is written, ``done`` gets this attempt and the run as settled (as
+        :meth:`settle` returns it) or the error that kept the batch from being written,
+        from the flush that wrote it. A run whose compare-and-set failed (a concurrent
+        change) is neither: ``done(attempt, None, None)``, and :meth:`settle` re-reads it
+        and decides.
 
         Only a task attempt whose end no observer awaits is handed over this way:
         deliveries, and attempts inside an observer's async scope, settle with
@@ -590,21 +611,32 @@ class OpenAttempt:
         ):
             return False
         report_error(report, outcome)
-        now = runner._store.now()
-        transition = settle_attempt(run, outcome, self._policy, now, progress=self._progress)
-        project = self._project
-
-        def written(at: datetime | None, error: BaseException | None) -> None:
-            if at is None:
-                done(None, error)
-                return
-            report_settled(report, outcome, transition, run, at, now)
-            log_outcome(report)
-            self._tell_settled()
-            done(project_run(run, transition, at) if project else run, None)
-
-        batcher.submit(transition, run, written)
+        self._settling_at = now = runner._store.now()
+        self._transition = transition = settle_attempt(
+            run, outcome, self._policy, now, progress=self._progress
+        )
+        self._done = done
+        # The attempt itself is the batch's callback: what the write needs to be told
+        # is in its slots, not in a closure and a partial per attempt kept alive until
+        # the batch is written (they were most of what the collector promoted).
+        batcher.submit(transition, run, self)
         return True
+
+    def __call__(self, at: datetime | None, error: BaseException | None) -> None:
+        """The batch that held the outcome handed by :meth:`settle_soon` was written
+        (at ``at``; ``None``: its compare-and-set failed) or failed with ``error``."""
+        done = self._done
+        assert done is not None, "settle_soon() first"
+        if at is None:
+            done(self, None, error)
+            return
+        report, transition, now = self.report, self._transition, self._settling_at
+        run = report.run
+        assert transition is not None and self._outcome is not None and now is not None
+        report_settled(report, self._outcome, transition, run, at, now)
+        log_outcome(report)
+        self._tell_settled()
+        done(self, project_run(run, transition, at) if self._project else run, None)
 
     async def _leave(self) -> None:
         """Let observers see the end: the attempt scope's exit, or ``settled``."""

@@ -24,7 +24,7 @@ from runlane.types.records import QueuePolicy
 from runlane.types.runs import Run
 
 if TYPE_CHECKING:
-    from runlane.core.attempts import AttemptRunner
+    from runlane.core.attempts import AttemptRunner, OpenAttempt
     from runlane.core.observing import Observers
     from runlane.core.queue_pauses import PausedQueues
     from runlane.core.store import StoreScope
@@ -157,7 +157,7 @@ class Worker(WorkerSlots, WorkerIdling):
         self._stop = Signal()
         #: Attempts until their outcome is written, by (run id, attempt): the attempt's
         #: task, or once it handed its outcome to a batch, a future the flush resolves.
-        self._active: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._active: dict[tuple[str, int], asyncio.Future[None] | OpenAttempt] = {}
         #: Attempts holding a slot, by (run id, attempt): from claim until the handler is
         #: done (its outcome is then written, with no handler running any more).
         self._holding: set[tuple[str, int]] = set()
@@ -396,7 +396,16 @@ class Worker(WorkerSlots, WorkerIdling):
     async def _finish_in_flight(self) -> None:
         # Settles of finishing attempts may still start runs they claimed: wait for those too.
         while self._active:
-            await asyncio.gather(*self._active.values(), return_exceptions=True)
+            tasks = [entry for entry in self._active.values() if isinstance(entry, asyncio.Future)]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+                continue
+            # Only outcomes handed to the batch are left: each leaves once its flush ends.
+            self._settles_waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._settles_waiter = None
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():

@@ -4,7 +4,6 @@ their lease (the claim-ahead buffer), and the settles that carry its next claims
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import sys
 import time
@@ -78,7 +77,11 @@ class WorkerSlots:
     _observers: Observers
     _stop: Signal
     _on_progress: Callable[[Run], None] | None
-    _active: dict[tuple[str, int], asyncio.Future[None]]
+    #: What stands for each attempt until it is settled: its task, or the attempt
+    #: itself once its outcome is handed to the batch of settles.
+    _active: dict[tuple[str, int], asyncio.Future[None] | OpenAttempt]
+    #: Resolved when an attempt leaves ``_active`` (while _finish_in_flight waits).
+    _settles_waiter: asyncio.Future[None] | None = None
     _holding: set[tuple[str, int]]
     _reserved: int
     _slot_freed: asyncio.Event | None
@@ -265,10 +268,10 @@ class WorkerSlots:
                 # written, which may wait for a batch.
                 self._free_slot(key, time.monotonic() - began)
             # Usually the outcome goes to the batch and this task ends here: nothing
-            # waits for the write but a future that _finish_in_flight (and a draining
-            # worker) can wait on. The batch's flush does the rest (_settled_soon).
-            if attempt.settle_soon(functools.partial(self._settled_soon, key, attempt)):
-                self._active[key] = asyncio.get_running_loop().create_future()
+            # waits for the write. The attempt stands in _active until the batch's flush
+            # has done the rest (_settled_soon); _finish_in_flight waits for that.
+            if attempt.settle_soon(self._settled_soon):
+                self._active[key] = attempt
                 handed = True
                 return
             self._count(await attempt.settle())
@@ -279,29 +282,25 @@ class WorkerSlots:
                 self._settle_done(key)
 
     def _settled_soon(
-        self,
-        key: tuple[str, int],
-        attempt: OpenAttempt,
-        settled: Run | None,
-        error: BaseException | None,
+        self, attempt: OpenAttempt, settled: Run | None, error: BaseException | None
     ) -> None:
-        """The batch holding an attempt's outcome was written (or failed); the future
-        standing for the attempt in ``_active`` is resolved either way."""
-        waiter = self._active[key]
+        """The batch holding an attempt's outcome was written (or failed); the attempt
+        leaves ``_active`` either way, unless a task settling it late takes its place."""
+        run = attempt.report.run
+        key = (run.id, run.attempt)
         try:
             if error is not None:
-                self._unsettled(key[0], error)
+                self._unsettled(run.id, error)
             elif settled is None:
                 # A concurrent change won the compare-and-set: settle() re-reads the run
-                # and decides, in a task that takes the waiter's place.
+                # and decides, in a task that takes the attempt's place.
                 task = asyncio.get_running_loop().create_task(self._settle_late(key, attempt))
                 self._active[key] = task
                 return
             else:
                 self._count(settled)
         finally:
-            waiter.set_result(None)
-            if self._active.get(key) is waiter:
+            if self._active.get(key) is attempt:
                 self._settle_done(key)
 
     async def _settle_late(self, key: tuple[str, int], attempt: OpenAttempt) -> None:
@@ -330,6 +329,9 @@ class WorkerSlots:
         self._active.pop(key, None)
         if self._slot_freed is not None:
             self._slot_freed.set()
+        waiter = self._settles_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _free_slot(self, key: tuple[str, int], held: float) -> None:
         """Give back the slot of an attempt whose handler held it for ``held`` seconds."""
