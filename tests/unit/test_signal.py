@@ -207,3 +207,71 @@ def test_a_callback_added_twice_is_called_twice_until_removed_once() -> None:
     signal.remove_callback(calls.append)
     signal.set(SignalReason.SHUTDOWN)
     assert calls == [SignalReason.SHUTDOWN, SignalReason.SHUTDOWN]
+
+
+def test_a_child_reads_its_parents_reason_without_a_callback_there() -> None:
+    worker_stop = Signal()
+    attempt = Signal.child_of(worker_stop)
+    assert not attempt.is_set()
+    assert not worker_stop._callbacks  # nothing waits on the child: no link
+    worker_stop.set(SignalReason.SHUTDOWN)
+    assert attempt.is_set() and attempt.reason is SignalReason.SHUTDOWN
+    attempt.set(SignalReason.TIMEOUT)  # the parent's reason came first
+    assert attempt.reason is SignalReason.SHUTDOWN
+
+
+def test_a_childs_own_reason_set_first_wins_over_its_parents() -> None:
+    worker_stop = Signal()
+    attempt = Signal.child_of(worker_stop)
+    attempt.set(SignalReason.TIMEOUT)
+    worker_stop.set(SignalReason.SHUTDOWN)
+    assert attempt.reason is SignalReason.TIMEOUT
+    attempt.detach()
+    assert attempt.reason is SignalReason.TIMEOUT
+
+
+async def test_a_waiting_child_is_woken_by_its_parent_and_detaching_unlinks_it() -> None:
+    worker_stop = Signal()
+    attempt = Signal.child_of(worker_stop)
+    waiter = asyncio.create_task(attempt.wait())
+    await asyncio.sleep(0)
+    assert sum(worker_stop._callbacks.values()) == 1  # linked while waited on
+    worker_stop.set(SignalReason.SHUTDOWN)
+    assert await asyncio.wait_for(waiter, 1) is SignalReason.SHUTDOWN
+
+    other = Signal.child_of(Signal())
+    seen: list[SignalReason] = []
+    other.add_callback(seen.append)
+    parent = other._parent
+    assert parent is not None and sum(parent._callbacks.values()) == 1
+    other.detach()
+    assert not parent._callbacks and other.reason is None
+    parent.set(SignalReason.SHUTDOWN)  # detached: the child no longer follows
+    assert other.reason is None and seen == []
+
+
+def test_a_child_waited_on_from_a_thread_is_woken_by_its_parent() -> None:
+    worker_stop = Signal()
+    attempt = Signal.child_of(worker_stop)
+    woken: list[bool] = []
+    waiting = threading.Thread(target=lambda: woken.append(attempt.wait_sync(timeout=5)))
+    waiting.start()
+    while not worker_stop._callbacks and waiting.is_alive():
+        time.sleep(0.001)
+    worker_stop.set(SignalReason.CANCELLED)
+    waiting.join(5)
+    assert woken == [True] and attempt.reason is SignalReason.CANCELLED
+
+
+def test_detaching_keeps_the_reason_the_parent_has_by_then() -> None:
+    worker_stop = Signal()
+    attempt = Signal.child_of(worker_stop)
+    worker_stop.set(SignalReason.SHUTDOWN)
+    attempt.detach()
+    assert attempt.reason is SignalReason.SHUTDOWN and attempt._parent is None
+    late = Signal()
+    child = Signal.child_of(late)
+    seen: list[SignalReason] = []
+    late.set(SignalReason.LEASE_LOST)
+    child.add_callback(seen.append)  # the parent is set already: called at once
+    assert seen == [SignalReason.LEASE_LOST]

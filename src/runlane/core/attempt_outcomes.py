@@ -36,8 +36,14 @@ MAX_RESULT_DEPTH = MAX_PAYLOAD_DEPTH
 MAX_TRACEBACK_CHARS = 8192
 
 
+#: The outcome of a handler that returned nothing (immutable, so one for all).
+RETURNED_NOTHING = Succeeded(None)
+
+
 def result_outcome(run: Run, value: Any) -> AttemptOutcome:
     """What a handler's return value means: a release, or a JSON result."""
+    if value is None:
+        return RETURNED_NOTHING
     if isinstance(value, Release):
         try:
             delay = parse_duration(value.delay, name="the Release delay")
@@ -54,7 +60,7 @@ def result_outcome(run: Run, value: Any) -> AttemptOutcome:
                 )
             )
         return Released(delay, reason)
-    if value is None or isinstance(value, bool | int):
+    if isinstance(value, bool | int):
         return Succeeded(value)
     if isinstance(value, str):
         problem = unstorable(value)

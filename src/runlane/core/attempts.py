@@ -234,9 +234,8 @@ class AttemptRunner:
         assert run.lease is not None
         if run.mode is not None:
             return await self._attempt_delivery(run, settings, stop, max_attempt_duration)
-        signal = Signal()
-        if stop is not None:
-            stop.add_callback(signal.set)
+        # Follows the worker's stop signal without a callback there, unless waited on.
+        signal = Signal() if stop is None else Signal.child_of(stop)
         outcome: AttemptOutcome
         # SystemExit or KeyboardInterrupt from task code: settled first, then re-raised.
         exiting: BaseException | None = None
@@ -300,9 +299,8 @@ class AttemptRunner:
                             progress.last() if progress.handed is None else await progress.end()
                         )
         finally:
-            if stop is not None:
-                # A long-lived worker signal must not keep one callback per past attempt.
-                stop.remove_callback(signal.set)
+            # A long-lived worker signal must not keep one callback per past attempt.
+            signal.detach()
         if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Failed):
             # Stopped by worker shutdown, not by its own fault: try again soon, no retry spent.
             outcome = Released(0.0, "worker shutdown")
@@ -325,9 +323,7 @@ class AttemptRunner:
         """:meth:`attempt` for a delivery run: its subscription's handler with the
         message, under the same lease, signal, time limit and shutdown rules (its
         handler reports no progress)."""
-        signal = Signal()
-        if stop is not None:
-            stop.add_callback(signal.set)
+        signal = Signal() if stop is None else Signal.child_of(stop)
         calls = self._subscriptions
         policy = calls.policy(run)
         outcome: HandlerEnd
@@ -356,8 +352,7 @@ class AttemptRunner:
                 if renewing is not None:
                     await _cancelled(renewing)
         finally:
-            if stop is not None:
-                stop.remove_callback(signal.set)
+            signal.detach()
         if signal.reason is SignalReason.SHUTDOWN and isinstance(outcome, Ended) and outcome.raised:
             # Stopped by worker shutdown, not by its own fault: as for tasks.
             outcome = Released(0.0, "worker shutdown")

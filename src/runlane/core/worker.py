@@ -156,8 +156,10 @@ class Worker(WorkerSlots, WorkerIdling):
         self.hand_offs = hand_offs
         self._stop = Signal()
         #: Attempts until their outcome is written, by (run id, attempt): the attempt's
-        #: task, or once it handed its outcome to a batch, a future the flush resolves.
+        #: task, or once it handed its outcome to a batch, the attempt itself.
         self._active: dict[tuple[str, int], asyncio.Future[None] | OpenAttempt] = {}
+        #: What every handed settle tells when written (bound once, not per attempt).
+        self._on_settled = self._settled_soon
         #: Attempts holding a slot, by (run id, attempt): from claim until the handler is
         #: done (its outcome is then written, with no handler running any more).
         self._holding: set[tuple[str, int]] = set()

@@ -11,7 +11,7 @@ from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from runlane.core.attempts import OpenAttempt
+from runlane.core.attempts import OpenAttempt, SettledSoon
 from runlane.core.batching import ClaimRequest, TransitionBatcher
 from runlane.core.lease_keeping import LeaseSettings
 from runlane.model.transitions import Released
@@ -82,6 +82,7 @@ class WorkerSlots:
     _active: dict[tuple[str, int], asyncio.Future[None] | OpenAttempt]
     #: Resolved when an attempt leaves ``_active`` (while _finish_in_flight waits).
     _settles_waiter: asyncio.Future[None] | None = None
+    _on_settled: SettledSoon
     _holding: set[tuple[str, int]]
     _reserved: int
     _slot_freed: asyncio.Event | None
@@ -270,7 +271,7 @@ class WorkerSlots:
             # Usually the outcome goes to the batch and this task ends here: nothing
             # waits for the write. The attempt stands in _active until the batch's flush
             # has done the rest (_settled_soon); _finish_in_flight waits for that.
-            if attempt.settle_soon(self._settled_soon):
+            if attempt.settle_soon(self._on_settled):
                 self._active[key] = attempt
                 handed = True
                 return

@@ -39,25 +39,64 @@ class Signal:
         # Created on first use: most signals are never waited on from a thread.
         self._thread_event: threading.Event | None = None
         self._loop_events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-        # Callback -> times added, in order of first addition: a worker's stop signal
-        # gains and loses one callback per attempt, so removal must not scan a list.
+        # Callback -> times added, in order of first addition: a signal may gain and
+        # lose many callbacks over its life, so removal must not scan a list.
         self._callbacks: dict[Callable[[SignalReason], None], int] = {}
         self._lock = threading.Lock()
+        #: The signal this one follows (see child_of), while it does.
+        self._parent: Signal | None = None
+        #: Whether this signal is among the parent's callbacks (something waits on it).
+        self._linked = False
+
+    @classmethod
+    def child_of(cls, parent: Signal) -> Signal:
+        """A signal that is also set, with the parent's reason, when ``parent`` is
+        (unless it was set first itself), until :meth:`detach` is called.
+
+        An attempt's signal follows its worker's stop signal this way. It becomes one of
+        the parent's callbacks only once something waits on it or adds a callback to
+        it; until then it reads the parent's reason when asked, so the many attempts
+        nobody waits on cost the parent nothing.
+        """
+        child = cls()
+        child._parent = parent
+        return child
+
+    def detach(self) -> None:
+        """Stop following the parent (see :meth:`child_of`); a reason the parent has by
+        now stays this signal's, if it had none of its own."""
+        parent = self._parent
+        if parent is None:
+            return
+        if self._linked:
+            parent.remove_callback(self.set)
+            self._linked = False
+        reason = parent.reason
+        self._parent = None
+        if reason is not None:
+            self.set(reason)  # keeps its own reason if it had one first
 
     @property
     def reason(self) -> SignalReason | None:
         """Why the signal was set, or ``None`` while it is not."""
-        return self._reason
+        reason = self._reason
+        if reason is None and self._parent is not None:
+            return self._parent.reason
+        return reason
 
     def is_set(self) -> bool:
         """Whether the task has been asked to stop."""
-        return self._reason is not None
+        return self.reason is not None
 
     def set(self, reason: SignalReason) -> None:
         """Ask the task to stop (first reason wins)."""
         with self._lock:
             if self._reason is not None:
                 return
+            parent = self._parent
+            if parent is not None:
+                # The parent's reason, if it has one, came first.
+                reason = parent.reason or reason
             self._reason = reason
             waiters, self._loop_events = self._loop_events, []
             callbacks, self._callbacks = self._callbacks, {}
@@ -72,14 +111,28 @@ class Signal:
             for _ in range(times):
                 callback(reason)
 
+    def _link(self) -> None:
+        """Be told when the parent is set: something waits on this signal now."""
+        parent = self._parent
+        if parent is None:
+            return
+        with self._lock:
+            if self._linked:
+                return
+            self._linked = True
+        # Outside the lock: a parent that is set already calls set() at once.
+        parent.add_callback(self.set)
+
     def add_callback(self, callback: Callable[[SignalReason], None]) -> None:
         """Call ``callback(reason)`` when the signal is set (at once if it already is)."""
         with self._lock:
-            if self._reason is None:
+            reason = self.reason
+            if reason is None:
                 self._callbacks[callback] = self._callbacks.get(callback, 0) + 1
-                return
-            reason = self._reason
-        callback(reason)
+        if reason is None:
+            self._link()
+        else:
+            callback(reason)
 
     def remove_callback(self, callback: Callable[[SignalReason], None]) -> None:
         """Forget a callback added with :meth:`add_callback` (no error if it is gone)."""
@@ -93,10 +146,12 @@ class Signal:
     async def wait(self) -> SignalReason:
         """Wait until the signal is set and return the reason."""
         with self._lock:
-            if self._reason is not None:
-                return self._reason
+            reason = self.reason
+            if reason is not None:
+                return reason
             waiter = (asyncio.get_running_loop(), asyncio.Event())
             self._loop_events.append(waiter)
+        self._link()
         try:
             await waiter[1].wait()
         finally:
@@ -105,17 +160,19 @@ class Signal:
             with self._lock:
                 if waiter in self._loop_events:
                     self._loop_events.remove(waiter)
-        assert self._reason is not None
-        return self._reason
+        reason = self.reason
+        assert reason is not None
+        return reason
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """Block the calling thread until the signal is set (for sync tasks)."""
         with self._lock:
-            if self._reason is not None:
+            if self.reason is not None:
                 return True
             if self._thread_event is None:
                 self._thread_event = threading.Event()
             event = self._thread_event
+        self._link()
         return event.wait(timeout)
 
 
