@@ -80,8 +80,9 @@ class Signal:
     def reason(self) -> SignalReason | None:
         """Why the signal was set, or ``None`` while it is not."""
         reason = self._reason
-        if reason is None and self._parent is not None:
-            return self._parent.reason
+        parent = self._parent  # read once: detach() may clear it from another thread
+        if reason is None and parent is not None:
+            return parent.reason
         return reason
 
     def is_set(self) -> bool:
