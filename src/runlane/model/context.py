@@ -123,6 +123,9 @@ class Signal:
             self._linked = True
         # Outside the lock: a parent that is set already calls set() at once.
         parent.add_callback(self.set)
+        if self._parent is None:
+            # Detached meanwhile (from another thread): do not stay among its callbacks.
+            parent.remove_callback(self.set)
 
     def add_callback(self, callback: Callable[[SignalReason], None]) -> None:
         """Call ``callback(reason)`` when the signal is set (at once if it already is)."""
