@@ -36,6 +36,7 @@ from runlane.storage.postgres.sessions import (
     Session,
     caller_session,
 )
+from runlane.storage.sql.batches import keyed_queues
 from runlane.storage.sql.encoding import micros_or_none
 from runlane.storage.sql.rows import run_from_row
 from runlane.types.clock import from_micros
@@ -152,7 +153,7 @@ async def copy_run_stream(
                 await copy.write(data)
                 created += plain_runs(environment, runs, now_us)
                 due = due or batch_due
-                partitioned.update(r.queue for r in runs if r.concurrency_key is not None)
+                partitioned |= keyed_queues(runs)
         if partitioned:
             # Their bounded claims rank per partition from now on (migration 023).
             await cur.execute(

@@ -1,4 +1,5 @@
-"""Checks on a batch before any of it is written, the same in every SQL driver."""
+"""Checks on a batch before any of it is written, and what it asks of the tables beside
+the runs, the same in every SQL driver."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ def check_distinct_ids(runs: Sequence[NewRun]) -> None:
     is created whole or not at all, and two runs cannot share an id."""
     if len(runs) >= 2:
         check_distinct_run_ids([new.id for new in runs])
+
+
+def keyed_queues(runs: Sequence[NewRun]) -> set[str]:
+    """The queues of the runs with a concurrency key: the batch names them in
+    ``runlane_partitioned_queues`` (their bounded claims rank per key from then on)."""
+    return {new.queue for new in runs if new.concurrency_key is not None}
 
 
 def check_distinct_run_ids(ids: Sequence[str]) -> None:

@@ -85,19 +85,20 @@ def claim_due_runs(
             runs += _claim_keyed(cur, environment, policy, limit - len(runs), lease_params)
             continue
         runs += _claim_with_tokens(cur, environment, policy, limit - len(runs), lease_params)
+    now = lease_params["now"]
+    horizon = claim_horizon(now, widest_priority_window(others))
     if limits and len(runs) < limit:
         runs += _claim_rows(
             cur,
             "claim_bounded_runs",
             {
-                **bounded_params(cur, environment, limits, lease_params["now"], others),
+                **bounded_params(cur, environment, limits, now, horizon),
                 "limit": limit - len(runs),
                 **lease_params,
             },
         )
     # One indexed, ordered scan per queue; the starting queue rotates so a
     # worker on many queues serves them all.
-    horizon = claim_horizon(lease_params["now"], widest_priority_window(others))
     for name in rotation.next_order(unbounded):
         if len(runs) >= limit:
             break
@@ -132,16 +133,17 @@ def _claim_with_tokens(
     take = min(limit, tokens_available(policy.rate_limit, tat, now))
     if take < 1:
         return []
+    horizon = claim_horizon(now, policy.priority_window)
     if policy.concurrency_limit is not None:
         limits = {policy.name: policy.concurrency_limit}
-        params = {**bounded_params(cur, environment, limits, now, [policy]), "limit": take}
+        params = {**bounded_params(cur, environment, limits, now, horizon), "limit": take}
         runs = _claim_rows(cur, "claim_bounded_runs", {**params, **lease_params})
     else:
         params = {
             "environment": environment,
             "queue": policy.name,
             "limit": take,
-            "horizon": claim_horizon(now, policy.priority_window),
+            "horizon": horizon,
         }
         runs = _claim_rows(cur, "claim_due_runs", {**params, **lease_params})
     if runs:
@@ -307,19 +309,14 @@ def claim_run(
 
 
 def bounded_params(
-    cur: sqlite3.Cursor,
-    environment: str,
-    limits: dict[str, int],
-    now: int,
-    policies: Sequence[QueuePolicy],
+    cur: sqlite3.Cursor, environment: str, limits: dict[str, int], now: int, horizon: int
 ) -> dict[str, Any]:
     """``claim_bounded_runs``' choice of runs to rank, in the caller's transaction: of
     the queues that have held a run with a concurrency key (migration 018) every due
-    run, of the others (one partition each) only their first due runs, as many as
-    their limit: no later run of theirs can be taken."""
+    run, of the others (one partition each) only their first due runs (claimable by
+    ``horizon``), as many as their limit: no later run of theirs can be taken."""
     scope = {"environment": environment, "bounded": json.dumps(list(limits.items()))}
     partitioned = {row[0] for row in cur.execute(QUERIES["partitioned_queues"], scope)}
-    horizon = claim_horizon(now, widest_priority_window(policies))
     firsts: list[str] = []
     for name, lim in limits.items():
         if name not in partitioned:

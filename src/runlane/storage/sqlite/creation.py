@@ -28,7 +28,7 @@ from runlane.ports.storage import (
     NewWaitingRun,
     OutboxMessage,
 )
-from runlane.storage.sql.batches import check_distinct_run_ids
+from runlane.storage.sql.batches import check_distinct_run_ids, keyed_queues
 from runlane.storage.sql.encoding import DELIVERY_REQUEST_SEQUENCE, micros_or_none
 from runlane.storage.sql.rows import run_from_row
 from runlane.storage.sqlite.claims import ensure_rate_key_triggers
@@ -162,11 +162,6 @@ def create_members(
         ensure_rate_key_triggers(cur)
     name_partitioned_queues(cur, environment, keyed_queues(runs))
     return _create_plain_runs(cur, environment, runs, now_us, claimed_until)
-
-
-def keyed_queues(runs: Sequence[NewRun]) -> set[str]:
-    """The queues of the runs with a concurrency key."""
-    return {new.queue for new in runs if new.concurrency_key is not None}
 
 
 def name_partitioned_queues(cur: sqlite3.Cursor, environment: str, queues: set[str]) -> None:
