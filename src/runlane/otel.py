@@ -36,7 +36,7 @@ import math
 import re
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -313,9 +313,7 @@ class OtelTracing(Observer):
         if span is not None and len(runs) == 1 and span.is_recording():
             span.set_attribute("messaging.message.id", runs[0].id)
 
-    def attempt(
-        self, attempt: Attempt
-    ) -> AbstractAsyncContextManager[None] | AbstractContextManager[None] | Token[Any] | None:
+    def attempt(self, attempt: Attempt) -> AbstractContextManager[None] | Token[Any] | None:
         run = attempt.run
         stored: Any = _stored_carrier(run)
         now = _monotonic()
@@ -568,7 +566,10 @@ class _Producer:
 
 
 class _Consumer:
-    """The ``execute`` span, current from the lease until the outcome is written."""
+    """The ``execute`` span: started just before the handler, its context current while
+    the handler runs, ended once the attempt is over (its outcome written). A plain
+    context, so the attempt settles in the worker's batches as one without observers
+    does: its span ends from the batch's flush, which needs none of its context."""
 
     __slots__ = ("_attempt", "_creation", "_span", "_token", "_tracing")
 
@@ -582,16 +583,19 @@ class _Consumer:
         self._attempt = attempt
         self._creation = creation
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         tracing = self._tracing
         self._span, current = tracing.start(self._attempt, self._creation)
         self._token = tracing._attach(current) if current is not None else None
 
-    async def __aexit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             self._tracing._detach(self._token)
-        if self._span is not None:
-            self._tracing.finish(self._span, self._attempt)
+
+    def attempt_ended(self) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            self._tracing.finish(span, self._attempt)
 
 
 class _Carried:

@@ -383,3 +383,57 @@ async def test_the_only_async_attempt_context_that_raises_is_logged_and_the_atte
         else ["enter", "settled succeeded", "exit"]
     )
     assert events == one * 2
+
+
+class EndsAfter(Recorder):
+    """A plain attempt context (a class, not a generator) that also hears the end of
+    the attempt through ``attempt_ended``, as a tracer ending its span does."""
+
+    def __init__(self, events: list[str], name: str, fail: bool = False) -> None:
+        super().__init__(events)
+        self.name = name
+        self.fail = fail
+
+    def attempt(self, attempt: Attempt) -> contextlib.AbstractContextManager[None]:
+        observer = self
+
+        class Scope:
+            def __enter__(self) -> None:
+                observer.events.append(f"enter {observer.name}")
+
+            def __exit__(self, *exc: object) -> None:
+                observer.events.append(f"exit {observer.name}")
+
+            def attempt_ended(self) -> None:
+                outcome = attempt.outcome.value if attempt.outcome else None
+                observer.events.append(f"ended {observer.name} {outcome}")
+                if observer.fail:
+                    raise RuntimeError("observer attempt_ended fails")
+
+        return Scope()
+
+
+@pytest.mark.parametrize("beside", ["plain", "async"])
+async def test_each_plain_context_hears_the_attempt_end_once_beside_others(
+    tmp_path: Path, beside: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With several observers, each plain context that has ``attempt_ended`` hears the
+    end once, after ``settled``, whether the contexts wrap the handler only or are held
+    to the settle beside an async one; one that raises there is logged and fails
+    nothing."""
+    events: list[str] = []
+    other = Sequence(events) if beside == "async" else AroundHandler(events, "other")
+    observers = (EndsAfter(events, "first", fail=True), other, EndsAfter(events, "last"))
+    async with _reads_runtime(tmp_path / f"ends-{beside}.db", *observers) as rl:
+        await rl.migrate()
+        await rl.trigger(reads, {})
+        settled = await rl.execute_next()
+    assert settled is not None and settled.status.value == "succeeded"
+    ended = [event for event in events if event.startswith("ended")]
+    assert sorted(ended) == ["ended first succeeded", "ended last succeeded"]
+    # Each hears the end after the outcome is reported, and after its own exit.
+    last_settled = max(i for i, event in enumerate(events) if event.startswith("settled"))
+    for name in ("first", "last"):
+        assert events.index(f"ended {name} succeeded") > events.index(f"exit {name}")
+        assert events.index(f"ended {name} succeeded") > last_settled
+    assert "observer EndsAfter raised in attempt" in caplog.text

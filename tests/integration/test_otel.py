@@ -353,6 +353,11 @@ async def test_attempts_follow_the_sampling_decision_made_at_the_trigger(
             consumer = consumers[run.id]
             assert consumer.context.trace_id == trace_id
             assert consumer.parent is not None and consumer.parent.span_id == span_id
+            # Current while the handler ran; ended, with the outcome, once the batch
+            # that held the attempt's settle was written.
+            assert SEEN[run.id] == consumer.context
+            assert consumer.attributes is not None
+            assert consumer.attributes["runlane.outcome"] == "succeeded"
         # Task code runs in the run's trace either way, with the decision made at the
         # trigger, so what it calls out to propagates the same trace and decision.
         inside = SEEN[run.id]
@@ -498,7 +503,7 @@ def test_a_stored_carriers_text_is_read_without_decoding_it(
     provider, _ = sampled_provider(ParentBased(ALWAYS_ON))
     scope = otel_tracing(provider, PROPAGATOR).attempt(Attempt(run, "w1"))
     if flags == "01":
-        assert scope is not None and hasattr(scope, "__aenter__")
+        assert scope is not None and hasattr(scope, "attempt_ended")
         return
     assert isinstance(scope, contextvars.Token)
     try:

@@ -7,6 +7,7 @@ cannot be written leaves the worker able to stop."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sqlite3
 from pathlib import Path
@@ -65,6 +66,50 @@ class Hearing(Observer):
     def settled(self, attempt: Attempt) -> None:
         self.outcomes[attempt.run.id] = attempt.outcome.value if attempt.outcome else None
         self.settled_runs[attempt.run.id] = attempt.settled
+
+
+#: What an ``Ending`` observer's context makes current around the handler.
+CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("current", default=None)
+
+
+class _Ends:
+    """A plain attempt context that also waits to hear the attempt end."""
+
+    def __init__(self, seen: Ending, attempt: Attempt) -> None:
+        self.seen, self.attempt = seen, attempt
+
+    def __enter__(self) -> None:
+        self.token = CURRENT.set(self.attempt.run.id)
+        self.seen.events.append(("enter", self.attempt.run.id))
+        self.seen.tasks[self.attempt.run.id] = asyncio.current_task()
+
+    def __exit__(self, *exc: object) -> None:
+        CURRENT.reset(self.token)
+        self.seen.events.append(("exit", self.attempt.run.id))
+
+    def attempt_ended(self) -> None:
+        run_id, outcome = self.attempt.run.id, self.attempt.outcome
+        self.seen.ended.append((run_id, outcome.value if outcome else None, CURRENT.get()))
+        # Heard from the batch's flush, not from the attempt's own task.
+        self.seen.same_task[run_id] = asyncio.current_task() is self.seen.tasks[run_id]
+        self.seen.events.append(("ended", run_id))
+
+
+class Ending(Observer):
+    """An observer whose plain attempt context hears, through ``attempt_ended``, that
+    the attempt is over (a tracer ends its span there)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.ended: list[tuple[str, str | None, str | None]] = []
+        self.tasks: dict[str, asyncio.Task[Any] | None] = {}
+        self.same_task: dict[str, bool] = {}
+
+    def attempt(self, attempt: Attempt) -> _Ends:
+        return _Ends(self, attempt)
+
+    def settled(self, attempt: Attempt) -> None:
+        self.events.append(("settled", attempt.run.id))
 
 
 def _runtime(path: Path, *observers: Observer) -> Runlane:
@@ -154,6 +199,63 @@ async def test_a_batch_that_cannot_be_written_is_logged_and_the_worker_still_sto
     # recovers it), and observers heard no settle.
     assert stored.status is RunStatus.RUNNING
     assert heard.outcomes == {}
+
+
+async def test_a_plain_context_hears_the_attempt_end_once_the_batch_wrote_it(
+    tmp_path: Path,
+) -> None:
+    """A plain attempt context with ``attempt_ended`` is left when the handler returns;
+    the outcome still goes to the batch, and the context hears the end from the flush
+    that wrote it, after ``settled``, once per attempt, with its own context left."""
+    seen = Ending()
+    rl = _runtime(tmp_path / "ending.db", seen)
+    await rl.migrate()
+    async with rl:
+        created = await rl.trigger_many(ok, [{"n": n} for n in range(30)])
+        worker = rl.worker(concurrency=5, mode=WorkerMode.DRAIN, handle_signals=False)
+        await asyncio.wait_for(worker.run(), 30)
+    ids = sorted(run.id for run in created)
+    assert worker.executed == 30
+    assert sorted(seen.ended) == [(run_id, "succeeded", None) for run_id in ids]
+    assert seen.same_task == dict.fromkeys(ids, False)
+    for run_id in ids:
+        steps = [step for step, seen_id in seen.events if seen_id == run_id]
+        assert steps == ["enter", "exit", "settled", "ended"]
+
+
+async def test_a_plain_context_hears_the_end_of_an_attempt_whose_batch_failed(
+    tmp_path: Path,
+) -> None:
+    """A batch that cannot be written still ends the attempt for its contexts, with no
+    outcome (nothing was written; observers hear no settle)."""
+    global database
+    database = tmp_path / "broken-ending.db"
+    seen = Ending()
+    rl = _runtime(database, seen)
+    await rl.migrate()
+    async with rl:
+        run = await rl.trigger(breaks_settles, {})
+        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
+        await asyncio.wait_for(worker.run(), 30)
+    assert seen.ended == [(run.id, None, None)]
+    assert [step for step, _ in seen.events] == ["enter", "exit", "ended"]
+
+
+async def test_a_plain_context_hears_the_end_once_when_a_lost_compare_and_set_settles_late(
+    tmp_path: Path,
+) -> None:
+    """A settle whose compare-and-set lost is decided again on the fresh run; the
+    context hears the end once, with the outcome decided then."""
+    global runtime
+    seen = Ending()
+    rl = runtime = _runtime(tmp_path / "race-ending.db", seen)
+    await rl.migrate()
+    async with rl:
+        run = await rl.trigger(cancels_itself, {})
+        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
+        await asyncio.wait_for(worker.run(), 30)
+    assert seen.ended == [(run.id, "cancelled", None)]
+    assert [step for step, _ in seen.events] == ["enter", "exit", "settled", "ended"]
 
 
 async def test_a_progress_callback_that_raises_keeps_the_rest_of_its_batch_hearing(

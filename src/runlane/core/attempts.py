@@ -446,6 +446,7 @@ class OpenAttempt:
     __slots__ = (
         "_batcher",
         "_done",
+        "_handled",
         "_limit",
         "_outcome",
         "_policy",
@@ -481,6 +482,8 @@ class OpenAttempt:
         #: What is left once the outcome is written: the observers' AttemptScope, or
         #: the sole observer's own async context.
         self._scope: AttemptScope | contextlib.AbstractAsyncContextManager[None] | None = None
+        #: Plain contexts left when the handler returned that wait to hear the end.
+        self._handled: HandlerScope | None = None
         self._outcome: AttemptOutcome | Ended | None = None
         self._policy = DEFAULT_RETRY_POLICY
         self._progress: ProgressWrite | None = None
@@ -528,7 +531,8 @@ class OpenAttempt:
             elif isinstance(scope, HandlerScope):
                 # Around the handler only: the outcome settles as without observers.
                 handling = scope
-                handling.enter()
+                if handling.enter():
+                    self._handled = handling
             elif scope is not None:
                 await scope.__aenter__()
                 self._scope = scope
@@ -623,6 +627,8 @@ class OpenAttempt:
         done = self._done
         assert done is not None, "settle_soon() first"
         if at is None:
+            if error is not None:  # not written: a compare-and-set failure settles later
+                self._end_handled()
             done(self, None, error)
             return
         report, transition, now = self.report, self._transition, self._settling_at
@@ -631,6 +637,8 @@ class OpenAttempt:
         report_settled(report, self._outcome, transition, run, at, now)
         log_outcome(report)
         self._tell_settled()
+        if self._handled is not None:
+            self._end_handled()
         done(self, project_run(run, transition, at) if self._project else run, None)
 
     async def _leave(self) -> None:
@@ -640,12 +648,20 @@ class OpenAttempt:
             await scope.__aexit__(None, None, None)  # reports settled itself; never raises
             return
         self._tell_settled()
+        if self._handled is not None:
+            self._end_handled()
         if scope is not None:
             # The sole observer's own async context, left as an AttemptScope leaves it.
             try:
                 await scope.__aexit__(None, None, None)
             except Exception:
                 self._runner._observers.sole_attempt_failed()
+
+    def _end_handled(self) -> None:
+        """The plain contexts waiting for the end hear it (once)."""
+        handled, self._handled = self._handled, None
+        if handled is not None:
+            handled.end()
 
     def _tell_settled(self) -> None:
         """Observers hear ``settled`` (with no scope around the attempt to report it)."""

@@ -195,7 +195,13 @@ class Observer:
         the attempt still settles as it does without observers (its outcome may be
         written in a later batch, after the slot has moved on) and ``settled`` is
         called when it is. Use it for what needs no outcome, such as making a context
-        current; it is cheaper.
+        current; it is cheaper. A plain one may also have an ``attempt_ended()``
+        method, called once the attempt is over: its outcome written (after
+        ``settled``), its lease found lost, or its write failed (``outcome`` is then
+        ``None``). It is called from wherever the outcome was written, usually not the
+        handler's context, so end things there, such as a span whose context was
+        current around the handler alone; the attempt still settles in the worker's
+        batches.
 
         Cheapest of all, for a context that is one context variable's value: set it
         here and return the :class:`contextvars.Token` (``return variable.set(value)``).
@@ -491,6 +497,9 @@ class AttemptScope:
                     await manager.__aexit__(None, None, None)
                 else:
                     manager.__exit__(None, None, None)
+                    ended = getattr(manager, "attempt_ended", None)
+                    if ended is not None:
+                        ended()
             except Exception:
                 observers.failed(observer, "attempt")
 
@@ -498,9 +507,10 @@ class AttemptScope:
 class HandlerScope:
     """The observers' plain (sync) attempt contexts, entered in order just before the
     handler and left in reverse as soon as it returns; the outcome is written after,
-    as without observers."""
+    as without observers. A context with an ``attempt_ended`` method is told, through
+    :meth:`end`, once the attempt is over."""
 
-    __slots__ = ("_managers", "_observers")
+    __slots__ = ("_ending", "_managers", "_observers")
 
     def __init__(
         self, observers: Observers, managers: list[tuple[Observer, AbstractContextManager[None]]]
@@ -508,9 +518,12 @@ class HandlerScope:
         self._observers = observers
         #: The observers' contexts; after entering, only those that entered.
         self._managers = managers
+        #: The ``attempt_ended`` methods of the contexts entered that have one.
+        self._ending: list[tuple[Observer, Callable[[], object]]] | None = None
 
-    def enter(self) -> None:
-        """Enter every context (one that raises is logged and left out)."""
+    def enter(self) -> bool:
+        """Enter every context (one that raises is logged and left out); whether one of
+        those entered waits to hear the end (:meth:`end`)."""
         managers = self._managers
         if len(managers) == 1:  # the usual case: one tracing observer
             observer, manager = managers[0]
@@ -519,8 +532,14 @@ class HandlerScope:
             except Exception:
                 self._observers.failed(observer, "attempt")
                 self._managers = []
-            return
+                return False
+            ended = getattr(manager, "attempt_ended", None)
+            if ended is None:
+                return False
+            self._ending = [(observer, ended)]
+            return True
         entered = []
+        ending = []
         for observer, manager in managers:
             try:
                 manager.__enter__()
@@ -528,12 +547,31 @@ class HandlerScope:
                 self._observers.failed(observer, "attempt")
                 continue
             entered.append((observer, manager))
+            ended = getattr(manager, "attempt_ended", None)
+            if ended is not None:
+                ending.append((observer, ended))
         self._managers = entered
+        if not ending:
+            return False
+        self._ending = ending
+        return True
 
     def leave(self) -> None:
         """Leave the contexts entered, in reverse (one that raises is logged)."""
         for observer, manager in reversed(self._managers):
             try:
                 manager.__exit__(None, None, None)  # never swallows: its value is ignored
+            except Exception:
+                self._observers.failed(observer, "attempt")
+
+    def end(self) -> None:
+        """The attempt is over: its outcome written (``settled`` heard first), its lease
+        found lost, or its write failed. Each context that has ``attempt_ended`` hears
+        it, once, wherever the outcome was written (often a batch's flush, not the
+        handler's context)."""
+        ending, self._ending = self._ending, None
+        for observer, ended in ending or ():
+            try:
+                ended()
             except Exception:
                 self._observers.failed(observer, "attempt")
