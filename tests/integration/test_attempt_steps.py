@@ -389,7 +389,7 @@ class EndsAfter(Recorder):
     """A plain attempt context (a class, not a generator) that also hears the end of
     the attempt through ``attempt_ended``, as a tracer ending its span does."""
 
-    def __init__(self, events: list[str], name: str, fail: bool = False) -> None:
+    def __init__(self, events: list[str], name: str, fail: str = "") -> None:
         super().__init__(events)
         self.name = name
         self.fail = fail
@@ -403,11 +403,13 @@ class EndsAfter(Recorder):
 
             def __exit__(self, *exc: object) -> None:
                 observer.events.append(f"exit {observer.name}")
+                if observer.fail == "exit":
+                    raise RuntimeError("observer exit fails")
 
             def attempt_ended(self) -> None:
                 outcome = attempt.outcome.value if attempt.outcome else None
                 observer.events.append(f"ended {observer.name} {outcome}")
-                if observer.fail:
+                if observer.fail == "ended":
                     raise RuntimeError("observer attempt_ended fails")
 
         return Scope()
@@ -419,11 +421,15 @@ async def test_each_plain_context_hears_the_attempt_end_once_beside_others(
 ) -> None:
     """With several observers, each plain context that has ``attempt_ended`` hears the
     end once, after ``settled``, whether the contexts wrap the handler only or are held
-    to the settle beside an async one; one that raises there is logged and fails
-    nothing."""
+    to the settle beside an async one; one that raises there, or whose exit raised, is
+    logged and fails nothing."""
     events: list[str] = []
     other = Sequence(events) if beside == "async" else AroundHandler(events, "other")
-    observers = (EndsAfter(events, "first", fail=True), other, EndsAfter(events, "last"))
+    observers = (
+        EndsAfter(events, "first", fail="ended"),
+        other,
+        EndsAfter(events, "last", fail="exit"),
+    )
     async with _reads_runtime(tmp_path / f"ends-{beside}.db", *observers) as rl:
         await rl.migrate()
         await rl.trigger(reads, {})

@@ -492,16 +492,23 @@ class AttemptScope:
                 except Exception:
                     observers.failed(observer, "settled")
         for observer, manager in reversed(self._managers):
+            plain = not hasattr(manager, "__aexit__")
             try:
-                if hasattr(manager, "__aexit__"):
-                    await manager.__aexit__(None, None, None)
-                else:
+                if plain:
                     manager.__exit__(None, None, None)
-                    ended = getattr(manager, "attempt_ended", None)
-                    if ended is not None:
-                        ended()
+                else:
+                    await manager.__aexit__(None, None, None)
             except Exception:
                 observers.failed(observer, "attempt")
+            if not plain:
+                continue
+            # A plain context hears the end even if its exit raised, as beside a handler.
+            ended = getattr(manager, "attempt_ended", None)
+            if ended is not None:
+                try:
+                    ended()
+                except Exception:
+                    observers.failed(observer, "attempt")
 
 
 class HandlerScope:
