@@ -38,7 +38,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,28 +54,16 @@ def _callgrind(state: str) -> None:
 def _child(loop: str, count: int) -> None:
     from datetime import UTC, datetime
 
+    from bench_instructions import _tracing  # the same SDK setup as the drains
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from runlane import Attempt, AttemptOutcome
-    from runlane.otel import otel_tracing
     from runlane.types.runs import Run, RunStatus
 
-    class Discard(SpanExporter):
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)))
-    provider.add_span_processor(BatchSpanProcessor(Discard()))
-    propagator = TraceContextTextMapPropagator()
-    tracing = otel_tracing(tracer_provider=provider, propagator=propagator)
+    observers, provider = _tracing("sqlite-otel10", 1.0)  # every attempt sampled
+    (tracing,) = observers
+    propagator = TraceContextTextMapPropagator()  # the global one, as the observer finds
     tracer = provider.get_tracer("runlane")
     now = datetime(2026, 1, 1, tzinfo=UTC)
     random.seed(1)

@@ -125,8 +125,8 @@ def _runtime(path: Path, *observers: Observer) -> Runlane:
 async def test_observers_and_progress_hear_every_run_settled_from_the_batch(
     tmp_path: Path,
 ) -> None:
-    heard = Hearing()
-    rl = _runtime(tmp_path / "soon.db", heard)
+    heard, seen = Hearing(), Ending()
+    rl = _runtime(tmp_path / "soon.db", heard, seen)
     await rl.migrate()
     progress: list[Run] = []
     async with rl:
@@ -149,14 +149,22 @@ async def test_observers_and_progress_hear_every_run_settled_from_the_batch(
     for run_id, settled in heard.settled_runs.items():
         assert settled is not None and settled.status is RunStatus.SUCCEEDED
         assert settled.event_sequence == stored[run_id].event_sequence
+    # A plain attempt context with attempt_ended is left when the handler returns (its
+    # variable reset), the outcome still goes to the batch, and the context hears the
+    # end once, after settled, from the flush that wrote it (not the attempt's task).
+    assert sorted(seen.ended) == [(run_id, "succeeded", None) for run_id in sorted(ids)]
+    assert seen.same_task == dict.fromkeys(ids, False)
+    for run_id in ids:
+        steps = [step for step, seen_id in seen.events if seen_id == run_id]
+        assert steps == ["enter", "exit", "settled", "ended"]
 
 
 async def test_a_settle_that_loses_its_compare_and_set_is_decided_on_the_fresh_run(
     tmp_path: Path,
 ) -> None:
     global runtime
-    heard = Hearing()
-    rl = runtime = _runtime(tmp_path / "race.db", heard)
+    heard, seen = Hearing(), Ending()
+    rl = runtime = _runtime(tmp_path / "race.db", heard, seen)
     await rl.migrate()
     async with rl:
         run = await rl.trigger(cancels_itself, {})
@@ -172,6 +180,9 @@ async def test_a_settle_that_loses_its_compare_and_set_is_decided_on_the_fresh_r
     assert "run.succeeded" not in events
     assert worker.executed == 1
     assert heard.outcomes == {run.id: "cancelled"}
+    # A plain context waiting for the end hears it once, with the outcome decided then.
+    assert seen.ended == [(run.id, "cancelled", None)]
+    assert [step for step, _ in seen.events] == ["enter", "exit", "settled", "ended"]
 
 
 async def test_a_batch_that_cannot_be_written_is_logged_and_the_worker_still_stops(
@@ -179,8 +190,8 @@ async def test_a_batch_that_cannot_be_written_is_logged_and_the_worker_still_sto
 ) -> None:
     global database
     database = tmp_path / "broken.db"
-    heard = Hearing()
-    rl = _runtime(database, heard)
+    heard, seen = Hearing(), Ending()
+    rl = _runtime(database, heard, seen)
     await rl.migrate()
     async with rl:
         run = await rl.trigger(breaks_settles, {})
@@ -199,63 +210,9 @@ async def test_a_batch_that_cannot_be_written_is_logged_and_the_worker_still_sto
     # recovers it), and observers heard no settle.
     assert stored.status is RunStatus.RUNNING
     assert heard.outcomes == {}
-
-
-async def test_a_plain_context_hears_the_attempt_end_once_the_batch_wrote_it(
-    tmp_path: Path,
-) -> None:
-    """A plain attempt context with ``attempt_ended`` is left when the handler returns;
-    the outcome still goes to the batch, and the context hears the end from the flush
-    that wrote it, after ``settled``, once per attempt, with its own context left."""
-    seen = Ending()
-    rl = _runtime(tmp_path / "ending.db", seen)
-    await rl.migrate()
-    async with rl:
-        created = await rl.trigger_many(ok, [{"n": n} for n in range(30)])
-        worker = rl.worker(concurrency=5, mode=WorkerMode.DRAIN, handle_signals=False)
-        await asyncio.wait_for(worker.run(), 30)
-    ids = sorted(run.id for run in created)
-    assert worker.executed == 30
-    assert sorted(seen.ended) == [(run_id, "succeeded", None) for run_id in ids]
-    assert seen.same_task == dict.fromkeys(ids, False)
-    for run_id in ids:
-        steps = [step for step, seen_id in seen.events if seen_id == run_id]
-        assert steps == ["enter", "exit", "settled", "ended"]
-
-
-async def test_a_plain_context_hears_the_end_of_an_attempt_whose_batch_failed(
-    tmp_path: Path,
-) -> None:
-    """A batch that cannot be written still ends the attempt for its contexts, with no
-    outcome (nothing was written; observers hear no settle)."""
-    global database
-    database = tmp_path / "broken-ending.db"
-    seen = Ending()
-    rl = _runtime(database, seen)
-    await rl.migrate()
-    async with rl:
-        run = await rl.trigger(breaks_settles, {})
-        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
-        await asyncio.wait_for(worker.run(), 30)
+    # A plain context waiting for the end still hears it, with no outcome.
     assert seen.ended == [(run.id, None, None)]
     assert [step for step, _ in seen.events] == ["enter", "exit", "ended"]
-
-
-async def test_a_plain_context_hears_the_end_once_when_a_lost_compare_and_set_settles_late(
-    tmp_path: Path,
-) -> None:
-    """A settle whose compare-and-set lost is decided again on the fresh run; the
-    context hears the end once, with the outcome decided then."""
-    global runtime
-    seen = Ending()
-    rl = runtime = _runtime(tmp_path / "race-ending.db", seen)
-    await rl.migrate()
-    async with rl:
-        run = await rl.trigger(cancels_itself, {})
-        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
-        await asyncio.wait_for(worker.run(), 30)
-    assert seen.ended == [(run.id, "cancelled", None)]
-    assert [step for step, _ in seen.events] == ["enter", "exit", "settled", "ended"]
 
 
 async def test_a_progress_callback_that_raises_keeps_the_rest_of_its_batch_hearing(
