@@ -240,3 +240,36 @@ async def test_a_progress_callback_that_raises_keeps_the_rest_of_its_batch_heari
     assert all(run.status is RunStatus.SUCCEEDED for run in stored)
     assert worker.executed == 5
     assert [r.getMessage() for r in caplog.records].count("a settle's callback failed") == 1
+
+
+async def test_an_outcome_that_cannot_be_handed_to_the_batch_still_ends_the_attempt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault while the outcome is being handed to the batch (here injected into the
+    transition's computation) leaves nothing written: the worker logs the attempt as
+    unsettled and stops, and a plain context waiting for the end still hears it, with
+    no outcome, as after a batch that cannot be written."""
+    import runlane.core.attempts as attempts
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("transition fault")
+
+    seen = Ending()
+    rl = _runtime(tmp_path / "unhanded.db", seen)
+    await rl.migrate()
+    async with rl:
+        run = await rl.trigger(ok, {"n": 1})
+        monkeypatch.setattr(attempts, "settle_attempt", fails)
+        worker = rl.worker(concurrency=1, mode=WorkerMode.DRAIN, handle_signals=False)
+        with caplog.at_level(logging.ERROR, logger="runlane.worker"):
+            await asyncio.wait_for(worker.run(), 30)
+        monkeypatch.undo()
+        stored = await rl.runs.get(run.id)
+    assert worker.executed == 0
+    assert any(
+        f"attempt of run {run.id} could not be settled" in record.getMessage()
+        for record in caplog.records
+    )
+    assert stored.status is RunStatus.RUNNING  # its lease expires; maintenance recovers it
+    assert seen.ended == [(run.id, None, None)]
+    assert [step for step, _ in seen.events] == ["enter", "exit", "ended"]

@@ -609,16 +609,20 @@ class OpenAttempt:
             or isinstance(outcome, Ended)
         ):
             return False
-        report_error(report, outcome)
-        self._settling_at = now = runner._store.now()
-        self._transition = transition = settle_attempt(
-            run, outcome, self._policy, now, progress=self._progress
-        )
-        self._done = done
-        # The attempt itself is the batch's callback: what the write needs to be told
-        # is in its slots, not in a closure and a partial per attempt kept alive until
-        # the batch is written (they were most of what the collector promoted).
-        batcher.submit(transition, run, self)
+        try:
+            report_error(report, outcome)
+            self._settling_at = now = runner._store.now()
+            self._transition = transition = settle_attempt(
+                run, outcome, self._policy, now, progress=self._progress
+            )
+            self._done = done
+            # The attempt itself is the batch's callback: what the write needs to be told
+            # is in its slots, not in a closure and a partial per attempt kept alive until
+            # the batch is written (they were most of what the collector promoted).
+            batcher.submit(transition, run, self)
+        except BaseException:
+            self._end_handled()  # nothing will be written: the attempt is over
+            raise
         return True
 
     def __call__(self, at: datetime | None, error: BaseException | None) -> None:
