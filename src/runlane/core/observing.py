@@ -546,7 +546,6 @@ class HandlerScope:
             self._ending = [(observer, ended)]
             return True
         entered = []
-        ending = []
         for observer, manager in managers:
             try:
                 manager.__enter__()
@@ -556,12 +555,11 @@ class HandlerScope:
             entered.append((observer, manager))
             ended = getattr(manager, "attempt_ended", None)
             if ended is not None:
-                ending.append((observer, ended))
+                if self._ending is None:
+                    self._ending = []
+                self._ending.append((observer, ended))
         self._managers = entered
-        if not ending:
-            return False
-        self._ending = ending
-        return True
+        return self._ending is not None
 
     def leave(self) -> None:
         """Leave the contexts entered, in reverse (one that raises is logged)."""
